@@ -1,0 +1,19 @@
+"""Comparing paired events: metrics, tolerances and blame. Pure numpy."""
+
+from __future__ import annotations
+
+from nbdiff.compare.blame import Divergence, EventDiff, blame_events, post_order
+from nbdiff.compare.metrics import COMPARE_MODES, TensorDiff, compare_tensors
+from nbdiff.compare.tolerance import Tolerance, resolve_tolerance
+
+__all__ = [
+    "COMPARE_MODES",
+    "Divergence",
+    "EventDiff",
+    "TensorDiff",
+    "Tolerance",
+    "blame_events",
+    "compare_tensors",
+    "post_order",
+    "resolve_tolerance",
+]

@@ -1,0 +1,189 @@
+"""Blame: the earliest event whose *local* error exceeds tolerance.
+
+The normal run gives accumulated error per event. A layer whose inputs already
+differ produces outputs that differ: that is inherited, not its fault. So for the
+events whose accumulated error exceeds tolerance, in execution order (children
+before their parent), we ask for the local error: the same layer run on the base
+side's inputs (``local_fn``, supplied by the orchestrator, which can replay
+layers). The first event over tolerance locally is blamed. If it has sublayers
+that are all fine locally, the fault is in its own code between two of them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+
+from nbdiff.compare.metrics import TensorDiff
+from nbdiff.compare.tolerance import Tolerance
+from nbdiff.trace.events import Event, Phase
+from nbdiff.trace.stack import Frame
+
+__all__ = ["EventDiff", "Divergence", "blame_events", "worst_of", "post_order"]
+
+
+@dataclass(frozen=True)
+class EventDiff:
+    """A paired event and how its tensors differ."""
+
+    base: Event
+    raw: Event
+    tensors: tuple[TensorDiff, ...]
+    """Accumulated error: forward outputs, backward input and parameter gradients,
+    optimizer updates."""
+    local: tuple[TensorDiff, ...] | None = None
+    """Error the event adds on identical inputs, when it was measured."""
+
+    @property
+    def ratio(self) -> float:
+        """Worst accumulated error over what tolerance allows (above 1 diverges)."""
+        return max((t.ratio for t in self.tensors), default=0.0)
+
+    @property
+    def local_ratio(self) -> float | None:
+        return None if self.local is None else max((t.ratio for t in self.local), default=0.0)
+
+    @property
+    def passed(self) -> bool:
+        return self.ratio <= 1.0
+
+
+@dataclass(frozen=True)
+class Divergence:
+    """Where the two models first stop agreeing."""
+
+    phase: Phase
+    step: int
+    base_path: str
+    raw_path: str
+    base_type: str
+    raw_type: str
+    metrics: TensorDiff
+    """The worst tensor of the blamed event (accumulated error)."""
+    tolerance: Tolerance
+    local_error: TensorDiff | None
+    """The worst tensor when the event runs on identical inputs (``None``: not measurable)."""
+    inherited: bool
+    """True when no event exceeds tolerance locally: small errors grew past it downstream."""
+    base_stack: tuple[Frame, ...]
+    raw_stack: tuple[Frame, ...]
+    where: str
+    """``layer``, ``between`` (the layer's own code between two sublayers),
+    ``parameter`` (an optimizer update) or ``accumulated``."""
+    between: tuple[str | None, str | None] = (None, None)
+    """For ``between``: the sublayer events just before and just after the fault."""
+    parameter: str | None = None
+    """For ``parameter``: the parameter's dotted path (base side)."""
+
+    def describe(self) -> str:
+        """One line naming the place."""
+        b = self.base_path or "<root>"
+        r = self.raw_path or "<root>"
+        head = f"step {self.step}, {self.phase.value}"
+        if self.where == "parameter":
+            return f"{head}: update of parameter `{self.parameter}` (layer `{b}` ~ raw `{r}`)"
+        if self.where == "between":
+            prev, nxt = self.between
+            place = (
+                f"after `{prev}`" if prev and not nxt else f"before `{nxt}`" if nxt and not prev
+                else f"between `{prev}` and `{nxt}`" if prev else "before any sublayer"
+            )
+            return f"{head}: code of `{b}` ({self.base_type}) itself, {place} (raw `{r}`)"
+        tail = " (inherited: no single layer exceeds tolerance on its own)" if self.inherited else ""
+        return f"{head}: layer `{b}` ({self.base_type}) ~ raw `{r}` ({self.raw_type}){tail}"
+
+
+def worst_of(tensors: Sequence[TensorDiff]) -> TensorDiff | None:
+    return max(tensors, key=lambda t: t.ratio, default=None)
+
+
+def post_order(diffs: Sequence[EventDiff]) -> list[EventDiff]:
+    """Forward diffs in completion order: every layer after its sublayers."""
+    kids: dict[int | None, list[EventDiff]] = {}
+    known = {d.base.order for d in diffs}
+    for d in sorted(diffs, key=lambda d: d.base.order):
+        parent = d.base.parent
+        while parent is not None and parent not in known:
+            parent = None  # enclosing layer was not paired: treat as a root
+        kids.setdefault(parent, []).append(d)
+    out: list[EventDiff] = []
+
+    def visit(d: EventDiff) -> None:
+        for c in kids.get(d.base.order, ()):
+            visit(c)
+        out.append(d)
+
+    for root in kids.get(None, ()):
+        visit(root)
+    return out
+
+
+def blame_events(
+    diffs: Sequence[EventDiff],
+    local_fn: Callable[[EventDiff], tuple[TensorDiff, ...] | None],
+) -> tuple[Divergence | None, list[EventDiff]]:
+    """Blame within one step and phase. ``diffs`` must be in completion order.
+
+    Returns the divergence (or ``None``) and the diffs with local errors filled
+    in where they were measured.
+    """
+    diffs = list(diffs)
+    children: dict[int, list[int]] = {}
+    order_to_i = {d.base.order: i for i, d in enumerate(diffs)}
+    for i, d in enumerate(diffs):
+        if d.base.parent is not None and d.base.parent in order_to_i:
+            children.setdefault(order_to_i[d.base.parent], []).append(i)
+    first_acc: int | None = None
+    for i, d in enumerate(diffs):
+        if d.passed:
+            continue
+        if first_acc is None:
+            first_acc = i
+        local = local_fn(d)
+        diffs[i] = d = replace(d, local=local)
+        local_bad = local is None or max((t.ratio for t in local), default=0.0) > 1.0
+        if not local_bad:
+            continue
+        kids = sorted(children.get(i, []), key=lambda k: diffs[k].base.order)
+        if not kids:
+            return _divergence(d, "layer"), diffs
+        if any(diffs[k].local is None and not diffs[k].passed for k in kids):
+            continue  # a sublayer could not be measured; do not blame the parent's code
+        return _divergence(d, "between", _neighbours([diffs[k] for k in kids])), diffs
+    if first_acc is not None:
+        return _divergence(diffs[first_acc], "accumulated", inherited=True), diffs
+    return None, diffs
+
+
+def _neighbours(kids: list[EventDiff]) -> tuple[str | None, str | None]:
+    for n, k in enumerate(kids):
+        if not k.passed:
+            prev = kids[n - 1] if n else None
+            return (_label(prev) if prev else None, _label(k))
+    return (_label(kids[-1]), None)
+
+
+def _label(d: EventDiff) -> str:
+    return (d.base.path or "<root>") + (f"#{d.base.call}" if d.base.call else "")
+
+
+def _divergence(d: EventDiff, where: str, between: tuple[str | None, str | None] = (None, None), inherited: bool = False) -> Divergence:
+    worst = worst_of(d.tensors)
+    assert worst is not None
+    local = worst_of(d.local) if d.local else None
+    return Divergence(
+        phase=d.base.phase,
+        step=d.base.step,
+        base_path=d.base.path,
+        raw_path=d.raw.path,
+        base_type=d.base.type_name,
+        raw_type=d.raw.type_name,
+        metrics=worst,
+        tolerance=worst.tolerance,
+        local_error=local,
+        inherited=inherited,
+        base_stack=d.base.stack,
+        raw_stack=d.raw.stack,
+        where=where,
+        between=between,
+    )

@@ -1,0 +1,150 @@
+"""Metrics as pure functions of two arrays, and one tensor comparison built from them.
+
+Nothing here loops over elements in Python.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from nbdiff.compare.tolerance import Tolerance
+
+__all__ = [
+    "COMPARE_MODES",
+    "TensorDiff",
+    "max_abs",
+    "max_rel",
+    "mean_abs",
+    "cosine",
+    "nan_count",
+    "inf_count",
+    "compare_tensors",
+]
+
+COMPARE_MODES = ("strict", "mean", "abs_mean")
+"""``strict``: every element within tolerance. ``mean``: the means agree.
+``abs_mean``: the means of absolute values agree."""
+
+_TINY = 1e-30
+
+
+def _pair(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    wide = np.float64 if np.float64 in (a.dtype, b.dtype) else np.float32
+    return np.asarray(a, dtype=wide), np.asarray(b, dtype=wide)
+
+
+def max_abs(a: np.ndarray, b: np.ndarray) -> float:
+    """Largest elementwise ``|a - b|``."""
+    a, b = _pair(a, b)
+    return float(np.max(np.abs(a - b))) if a.size else 0.0
+
+
+def max_rel(a: np.ndarray, b: np.ndarray) -> float:
+    """Largest elementwise ``|a - b| / |b|`` (``b`` is the base)."""
+    a, b = _pair(a, b)
+    return float(np.max(np.abs(a - b) / np.maximum(np.abs(b), _TINY))) if a.size else 0.0
+
+
+def mean_abs(a: np.ndarray, b: np.ndarray) -> float:
+    """Mean elementwise ``|a - b|``."""
+    a, b = _pair(a, b)
+    return float(np.mean(np.abs(a - b))) if a.size else 0.0
+
+
+def cosine(a: np.ndarray, b: np.ndarray) -> float:
+    """Cosine similarity of the flattened arrays (1.0 when both are zero)."""
+    a, b = _pair(a, b)
+    a, b = a.ravel().astype(np.float64), b.ravel().astype(np.float64)
+    na, nb = float(np.linalg.norm(a)), float(np.linalg.norm(b))
+    if na == 0.0 and nb == 0.0:
+        return 1.0
+    if na == 0.0 or nb == 0.0:
+        return 0.0
+    return float(np.dot(a, b) / (na * nb))
+
+
+def nan_count(x: np.ndarray) -> int:
+    """Number of NaN elements."""
+    return int(np.count_nonzero(np.isnan(x))) if x.dtype.kind in "fc" else 0
+
+
+def inf_count(x: np.ndarray) -> int:
+    """Number of infinite elements."""
+    return int(np.count_nonzero(np.isinf(x))) if x.dtype.kind in "fc" else 0
+
+
+@dataclass(frozen=True)
+class TensorDiff:
+    """How one raw tensor differs from its base tensor."""
+
+    name: str
+    """Name of the tensor within its event (``out``, ``in[0]``, ``weight``...)."""
+    base_shape: tuple[int, ...]
+    raw_shape: tuple[int, ...]
+    max_abs: float
+    max_rel: float
+    mean_abs: float
+    cosine: float
+    nan_base: int
+    nan_raw: int
+    inf_base: int
+    inf_raw: int
+    ratio: float
+    """Worst error divided by what the tolerance allows: above 1 means it diverges."""
+    tolerance: Tolerance
+    mode: str
+    """The compare mode used."""
+    note: str = ""
+    """Why the comparison is special (shape mismatch, NaN mismatch)."""
+
+    @property
+    def passed(self) -> bool:
+        return self.ratio <= 1.0
+
+
+def compare_tensors(name: str, raw: np.ndarray, base: np.ndarray, tol: Tolerance, mode: str = "strict") -> TensorDiff:
+    """Compare ``raw`` against ``base`` under ``tol`` and ``mode`` (see :data:`COMPARE_MODES`)."""
+    note = ""
+    if raw.shape != base.shape:
+        if raw.size != base.size:
+            return TensorDiff(name, base.shape, raw.shape, np.inf, np.inf, np.inf, 0.0, 0, 0, 0, 0, np.inf, tol, mode,
+                              f"shape {raw.shape} vs base {base.shape}")
+        note = f"shape {raw.shape} vs base {base.shape}, compared flattened"
+        raw = raw.reshape(base.shape)
+    a, b = _pair(raw, base)
+    if a.dtype.kind not in "fc":
+        a, b = a.astype(np.float64), b.astype(np.float64)
+    if a.size == 0:
+        return TensorDiff(name, base.shape, raw.shape, 0.0, 0.0, 0.0, 1.0, 0, 0, 0, 0, 0.0, tol, mode, note)
+    d = np.abs(a - b)
+    worst = float(d.max())
+    counts = (0, 0, 0, 0)
+    if not np.isfinite(worst):
+        counts = (nan_count(b), nan_count(a), inf_count(b), inf_count(a))
+        same = (np.isnan(a) & np.isnan(b)) | (a == b)
+        if np.all(same):
+            d = np.zeros_like(d)
+        else:
+            d = np.where(same, 0.0, np.where(np.isfinite(d), d, np.inf)).astype(d.dtype)
+            note = note or "NaN/Inf differ"
+        worst = float(d.max())
+        a = np.where(np.isfinite(a), a, 0.0)
+        b = np.where(np.isfinite(b), b, 0.0)
+    absb = np.abs(b)
+    scale = float(absb.max())
+    atol = tol.atol * max(scale, _TINY) if tol.scaled else tol.atol
+    if mode == "strict":
+        allowed = atol + tol.rtol * absb
+        ratio = float(np.max(d / np.maximum(allowed, _TINY))) if worst > 0 else 0.0
+    elif mode in ("mean", "abs_mean"):
+        ma, mb = (a.mean(), b.mean()) if mode == "mean" else (np.abs(a).mean(), absb.mean())
+        err = abs(float(ma) - float(mb)) if np.isfinite(worst) else np.inf
+        ratio = err / max(atol + tol.rtol * abs(float(mb)), _TINY) if err > 0 else 0.0
+    else:
+        raise ValueError(f"compare_mode {mode!r} is not one of {COMPARE_MODES}")
+    rel = float(np.max(d / np.maximum(absb, _TINY))) if worst > 0 else 0.0
+    return TensorDiff(
+        name, tuple(base.shape), tuple(raw.shape), worst, rel, float(d.mean()), cosine(a, b), *counts, ratio, tol, mode, note
+    )

@@ -1,0 +1,60 @@
+"""Tolerances: dtype-aware defaults, and the user's explicit values.
+
+Default ``atol`` is *relative to the tensor's magnitude* (``max |base|``): the
+rounding error of a sum is proportional to the size of its terms, so elements
+near zero (common in gradients, where large terms cancel) would otherwise raise
+false alarms, which is what PaDiff's fixed ``atol`` does. An explicit ``atol`` is
+absolute, as users expect.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = ["Tolerance", "DEFAULTS", "resolve_tolerance"]
+
+DEFAULTS: dict[str, tuple[float, float]] = {
+    # dtype: (atol relative to max|base|, rtol)
+    "float64": (1e-9, 1e-7),
+    "float32": (2e-5, 1e-4),
+    "float16": (2e-3, 1e-2),
+    "bfloat16": (1e-2, 5e-2),
+}
+"""Looser than one rounding of the dtype by the error a few hundred fp ops of
+different order accumulate; calibrated on the fault suite (see benchmarks/README.md)."""
+
+_EXACT = (0.0, 0.0)
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    """How far apart two tensors may be and still agree."""
+
+    atol: float
+    """Absolute tolerance (scaled by the tensor's magnitude when ``scaled``)."""
+    rtol: float
+    """Relative tolerance, elementwise against the base value."""
+    scaled: bool = False
+    """Whether ``atol`` is multiplied by ``max |base|`` before use (the default)."""
+
+    def describe(self) -> str:
+        a = f"atol={self.atol:g}" + ("·max|base|" if self.scaled else "")
+        return f"{a}, rtol={self.rtol:g}"
+
+
+def _default(dtype: str) -> tuple[float, float]:
+    if dtype in DEFAULTS:
+        return DEFAULTS[dtype]
+    if dtype.startswith(("int", "uint", "bool")):
+        return _EXACT
+    return DEFAULTS["float32"]
+
+
+def resolve_tolerance(atol: float | None, rtol: float | None, *dtypes: str) -> Tolerance:
+    """The tolerance for tensors of ``dtypes``: the loosest dtype's default, overridden by explicit values."""
+    defaults = [_default(d) for d in dtypes] or [DEFAULTS["float32"]]
+    d_atol = max(a for a, _ in defaults)
+    d_rtol = max(r for _, r in defaults)
+    if atol is None:
+        return Tolerance(d_atol, d_rtol if rtol is None else float(rtol), scaled=True)
+    return Tolerance(float(atol), d_rtol if rtol is None else float(rtol), scaled=False)

@@ -1,0 +1,39 @@
+"""Errors raised by nbdiff: each says what went wrong, where, and how to fix it."""
+
+from __future__ import annotations
+
+__all__ = [
+    "NbdiffError",
+    "InputError",
+    "ModelCallError",
+    "PairingError",
+    "WeightTransferError",
+    "OptionError",
+]
+
+
+class NbdiffError(Exception):
+    """Base of every error nbdiff raises on purpose."""
+
+
+class InputError(NbdiffError, TypeError):
+    """The inputs given to nbdiff have the wrong form."""
+
+
+class OptionError(NbdiffError, ValueError):
+    """An option has a value nbdiff cannot use."""
+
+
+class ModelCallError(NbdiffError):
+    """Calling one of the user's models (or its loss/optimizer) raised.
+
+    The user's own exception is chained as ``__cause__`` so their traceback is kept.
+    """
+
+
+class PairingError(NbdiffError):
+    """Base and raw layers could not be paired."""
+
+
+class WeightTransferError(NbdiffError):
+    """Copying weights from base to raw failed; raw is left exactly as it was."""

@@ -1,0 +1,46 @@
+"""Framework adapters, chosen by the type of the object, never by strings.
+
+A framework is only considered if the user already imported it (``sys.modules``),
+so importing nbdiff never imports torch or paddle.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+from nbdiff.errors import InputError
+from nbdiff.frameworks.base import Framework, Handle
+
+__all__ = ["Framework", "Handle", "framework_of", "known_frameworks"]
+
+_CACHE: dict[str, Framework] = {}
+
+
+def known_frameworks() -> list[Framework]:
+    """Adapters for the frameworks the user has imported."""
+    found: list[Framework] = []
+    if "torch" in sys.modules:
+        if "torch" not in _CACHE:
+            from nbdiff.frameworks.torch import TorchFramework
+
+            _CACHE["torch"] = TorchFramework()
+        found.append(_CACHE["torch"])
+    if "paddle" in sys.modules:
+        if "paddle" not in _CACHE:
+            from nbdiff.frameworks.paddle import PaddleFramework
+
+            _CACHE["paddle"] = PaddleFramework()
+        found.append(_CACHE["paddle"])
+    return found
+
+
+def framework_of(obj: Any, what: str = "model") -> Framework:
+    """The adapter owning ``obj`` (a model, tensor or optimizer)."""
+    for fw in known_frameworks():
+        if fw.owns(obj):
+            return fw
+    raise InputError(
+        f"{what} is a {type(obj).__module__}.{type(obj).__qualname__}, which is neither a "
+        "torch.nn.Module nor a paddle.nn.Layer; pass a model of one of these frameworks."
+    )

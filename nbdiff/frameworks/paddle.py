@@ -1,0 +1,150 @@
+"""PaddlePaddle adapter. paddle is imported here only, when a paddle object is seen."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager
+from typing import Any
+
+import numpy as np
+import paddle
+
+__all__ = ["PaddleFramework"]
+
+_DROPOUT_NAMES = {"Dropout", "Dropout2D", "Dropout3D", "AlphaDropout", "FeatureAlphaDropout"}
+
+
+class PaddleFramework:
+    """The :class:`~nbdiff.frameworks.base.Framework` for paddle."""
+
+    name = "paddle"
+    version = paddle.__version__
+    source_roots = (os.path.dirname(paddle.__file__),)
+
+    def owns(self, obj: Any) -> bool:
+        return isinstance(obj, (paddle.nn.Layer, paddle.Tensor, paddle.optimizer.Optimizer))
+
+    def is_layer(self, obj: Any) -> bool:
+        return isinstance(obj, paddle.nn.Layer)
+
+    def is_tensor(self, obj: Any) -> bool:
+        return isinstance(obj, paddle.Tensor)
+
+    def is_optimizer(self, obj: Any) -> bool:
+        return isinstance(obj, paddle.optimizer.Optimizer)
+
+    def named_layers(self, model: Any) -> list[tuple[str, Any]]:
+        return list(model.named_sublayers(include_self=True))
+
+    def children(self, layer: Any) -> list[tuple[str, Any]]:
+        return list(layer.named_children())
+
+    def direct_params(self, layer: Any) -> list[tuple[str, Any]]:
+        return list(layer.named_parameters(include_sublayers=False))
+
+    def direct_buffers(self, layer: Any) -> list[tuple[str, Any]]:
+        return [(n, b) for n, b in layer.named_buffers(include_sublayers=False) if b is not None]
+
+    def is_trainable(self, param: Any) -> bool:
+        return not param.stop_gradient and getattr(param, "trainable", True)
+
+    def is_library_layer(self, layer: Any) -> bool:
+        return type(layer).__module__.startswith("paddle.")
+
+    def class_names(self, layer: Any) -> list[str]:
+        return [c.__name__ for c in type(layer).__mro__ if c.__module__.startswith("paddle.")]
+
+    def to_numpy(self, tensor: Any) -> np.ndarray:
+        t = tensor.detach()
+        if t.dtype == paddle.bfloat16:
+            t = t.astype("float32")
+        return t.numpy()
+
+    def from_numpy(self, array: np.ndarray, requires_grad: bool = False) -> Any:
+        t = paddle.to_tensor(np.ascontiguousarray(array))
+        t.stop_gradient = not (requires_grad and t.is_floating_point())
+        return t
+
+    def set_value(self, tensor: Any, array: np.ndarray) -> None:
+        tensor.set_value(np.ascontiguousarray(array).astype(self.dtype_name(tensor), copy=False))
+
+    def grad_of(self, param: Any) -> Any | None:
+        return param.grad
+
+    def dtype_name(self, tensor: Any) -> str:
+        return str(tensor.dtype).replace("paddle.", "")
+
+    def shape_of(self, tensor: Any) -> tuple[int, ...]:
+        return tuple(tensor.shape)
+
+    def requires_grad(self, tensor: Any) -> bool:
+        return not tensor.stop_gradient
+
+    def is_floating(self, tensor: Any) -> bool:
+        return bool(tensor.is_floating_point())
+
+    def detach(self, tensor: Any) -> Any:
+        return tensor.detach()
+
+    def tensor_version(self, tensor: Any) -> int:
+        return int(tensor.inplace_version)
+
+    def identity(self, tensor: Any, copy: bool = False) -> Any:
+        return tensor.clone() if copy else tensor.view(tensor.shape)
+
+    def with_value(self, tensor: Any, value: Any) -> Any:
+        return tensor + (value.astype(tensor.dtype) - tensor.detach())
+
+    def add_const(self, tensor: Any, value: float) -> Any:
+        return tensor + value
+
+    def hook_forward(self, layer: Any, pre: Callable[..., Any], post: Callable[..., Any]) -> list:
+        return [
+            layer.register_forward_pre_hook(pre, with_kwargs=True),
+            layer.register_forward_post_hook(post, with_kwargs=True),
+        ]
+
+    def hook_tensor(self, tensor: Any, fn: Callable[[Any], Any]) -> Any:
+        return tensor.register_hook(fn)
+
+    def no_grad(self) -> AbstractContextManager[Any]:
+        return paddle.no_grad()
+
+    def seed(self, seed: int) -> None:
+        paddle.seed(seed)
+
+    def backward(self, loss: Any) -> None:
+        loss.backward()
+
+    def grad(
+        self, outputs: Sequence[Any], inputs: Sequence[Any], grad_outputs: Sequence[Any]
+    ) -> list[Any | None]:
+        return list(
+            paddle.grad(list(outputs), list(inputs), list(grad_outputs), allow_unused=True)
+        )
+
+    def mean_of(self, tensors: Sequence[Any]) -> Any:
+        flat = [t.reshape([-1]).astype("float32") if t.dtype != paddle.float64 else t.reshape([-1]) for t in tensors]
+        return paddle.concat(flat).mean() if len(flat) > 1 else flat[0].mean()
+
+    def optimizer_step(self, optimizer: Any) -> None:
+        optimizer.step()
+
+    def zero_grad(self, model: Any, optimizer: Any | None) -> None:
+        if optimizer is not None and self.is_optimizer(optimizer):
+            optimizer.clear_grad()
+        model.clear_gradients()
+
+    def is_training(self, layer: Any) -> bool:
+        return bool(layer.training)
+
+    def set_training(self, layer: Any, training: bool) -> None:
+        layer.training = training
+
+    def dropout_attrs(self, layer: Any) -> Iterator[str]:
+        names = set(self.class_names(layer))
+        if names & _DROPOUT_NAMES:
+            yield "p"
+        elif "MultiHeadAttention" in names:
+            yield "dropout"

@@ -1,0 +1,151 @@
+"""PyTorch adapter. torch is imported here only, when a torch object is seen."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager
+from typing import Any
+
+import numpy as np
+import torch
+
+__all__ = ["TorchFramework"]
+
+_DROPOUT_TYPES = (torch.nn.modules.dropout._DropoutNd,)
+
+
+class TorchFramework:
+    """The :class:`~nbdiff.frameworks.base.Framework` for torch."""
+
+    name = "torch"
+    version = torch.__version__
+    source_roots = (os.path.dirname(torch.__file__),)
+
+    def owns(self, obj: Any) -> bool:
+        return isinstance(obj, (torch.nn.Module, torch.Tensor, torch.optim.Optimizer))
+
+    def is_layer(self, obj: Any) -> bool:
+        return isinstance(obj, torch.nn.Module)
+
+    def is_tensor(self, obj: Any) -> bool:
+        return isinstance(obj, torch.Tensor)
+
+    def is_optimizer(self, obj: Any) -> bool:
+        return isinstance(obj, torch.optim.Optimizer)
+
+    def named_layers(self, model: Any) -> list[tuple[str, Any]]:
+        return list(model.named_modules())
+
+    def children(self, layer: Any) -> list[tuple[str, Any]]:
+        return list(layer.named_children())
+
+    def direct_params(self, layer: Any) -> list[tuple[str, Any]]:
+        return list(layer.named_parameters(recurse=False))
+
+    def direct_buffers(self, layer: Any) -> list[tuple[str, Any]]:
+        return [(n, b) for n, b in layer.named_buffers(recurse=False) if b is not None]
+
+    def is_trainable(self, param: Any) -> bool:
+        return bool(param.requires_grad)
+
+    def is_library_layer(self, layer: Any) -> bool:
+        return type(layer).__module__.startswith("torch.")
+
+    def class_names(self, layer: Any) -> list[str]:
+        return [c.__name__ for c in type(layer).__mro__ if c.__module__.startswith("torch.")]
+
+    def to_numpy(self, tensor: Any) -> np.ndarray:
+        t = tensor.detach()
+        if t.dtype == torch.bfloat16:
+            t = t.float()
+        return t.cpu().numpy()
+
+    def from_numpy(self, array: np.ndarray, requires_grad: bool = False) -> Any:
+        t = torch.from_numpy(np.ascontiguousarray(array).copy())
+        if requires_grad and t.is_floating_point():
+            t.requires_grad_(True)
+        return t
+
+    def set_value(self, tensor: Any, array: np.ndarray) -> None:
+        with torch.no_grad():
+            tensor.copy_(torch.from_numpy(np.ascontiguousarray(array)).to(tensor.dtype))
+
+    def grad_of(self, param: Any) -> Any | None:
+        return param.grad
+
+    def dtype_name(self, tensor: Any) -> str:
+        return str(tensor.dtype).replace("torch.", "")
+
+    def shape_of(self, tensor: Any) -> tuple[int, ...]:
+        return tuple(tensor.shape)
+
+    def requires_grad(self, tensor: Any) -> bool:
+        return bool(tensor.requires_grad)
+
+    def is_floating(self, tensor: Any) -> bool:
+        return bool(tensor.is_floating_point())
+
+    def detach(self, tensor: Any) -> Any:
+        return tensor.detach()
+
+    def tensor_version(self, tensor: Any) -> int:
+        return int(tensor._version)
+
+    def identity(self, tensor: Any, copy: bool = False) -> Any:
+        return tensor.clone() if copy else tensor.view_as(tensor)
+
+    def with_value(self, tensor: Any, value: Any) -> Any:
+        return tensor + (value.to(tensor.dtype) - tensor.detach())
+
+    def add_const(self, tensor: Any, value: float) -> Any:
+        return tensor + value
+
+    def hook_forward(self, layer: Any, pre: Callable[..., Any], post: Callable[..., Any]) -> list:
+        return [
+            layer.register_forward_pre_hook(pre, with_kwargs=True),
+            layer.register_forward_hook(post, with_kwargs=True),
+        ]
+
+    def hook_tensor(self, tensor: Any, fn: Callable[[Any], Any]) -> Any:
+        return tensor.register_hook(fn)
+
+    def no_grad(self) -> AbstractContextManager[Any]:
+        return torch.no_grad()
+
+    def seed(self, seed: int) -> None:
+        torch.manual_seed(seed)
+
+    def backward(self, loss: Any) -> None:
+        loss.backward()
+
+    def grad(
+        self, outputs: Sequence[Any], inputs: Sequence[Any], grad_outputs: Sequence[Any]
+    ) -> list[Any | None]:
+        return list(
+            torch.autograd.grad(list(outputs), list(inputs), list(grad_outputs), allow_unused=True)
+        )
+
+    def mean_of(self, tensors: Sequence[Any]) -> Any:
+        flat = [t.reshape(-1).float() if t.dtype != torch.float64 else t.reshape(-1) for t in tensors]
+        return torch.cat(flat).mean() if len(flat) > 1 else flat[0].mean()
+
+    def optimizer_step(self, optimizer: Any) -> None:
+        optimizer.step()
+
+    def zero_grad(self, model: Any, optimizer: Any | None) -> None:
+        if optimizer is not None and self.is_optimizer(optimizer):
+            optimizer.zero_grad(set_to_none=True)
+        model.zero_grad(set_to_none=True)
+
+    def is_training(self, layer: Any) -> bool:
+        return bool(layer.training)
+
+    def set_training(self, layer: Any, training: bool) -> None:
+        layer.training = training
+
+    def dropout_attrs(self, layer: Any) -> Iterator[str]:
+        if isinstance(layer, _DROPOUT_TYPES):
+            yield "p"
+        elif isinstance(layer, torch.nn.MultiheadAttention):
+            yield "dropout"

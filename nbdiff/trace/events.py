@@ -1,0 +1,109 @@
+"""What a recording holds: tensors, events and traces, as frozen dataclasses."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any
+
+import numpy as np
+
+from nbdiff.trace.stack import Frame
+
+__all__ = ["Phase", "Kind", "TensorRecord", "Event", "Trace"]
+
+
+class Phase(str, Enum):
+    """Where in a training step an event happens."""
+
+    FORWARD = "forward"
+    BACKWARD = "backward"
+    OPTIMIZER = "optimizer"
+
+
+class Kind(str, Enum):
+    """What produced an event."""
+
+    LAYER = "layer"
+    """A sublayer call (forward) or its gradient (backward)."""
+    LOSS = "loss"
+    """The loss value of a step."""
+    PARAM = "param"
+    """One parameter's update by the optimizer."""
+
+
+@dataclass(frozen=True)
+class TensorRecord:
+    """One tensor of an event, with its values on the host."""
+
+    name: str
+    """Where the tensor sits in the event, e.g. ``out[0]``, ``in.x``, ``grad.weight``."""
+    shape: tuple[int, ...]
+    """Shape as the framework reports it."""
+    dtype: str
+    """Framework dtype name, e.g. ``float32``."""
+    value: np.ndarray = field(repr=False, compare=False)
+    """The values (float32 for bfloat16 sources)."""
+
+
+@dataclass(frozen=True)
+class Event:
+    """One recorded call or update."""
+
+    step: int
+    """Training step index, from 0."""
+    phase: Phase
+    """Forward, backward or optimizer."""
+    kind: Kind
+    """Layer call, loss or parameter update."""
+    order: int
+    """Position in the model's execution order within ``(step, phase)``."""
+    path: str
+    """Stable dotted path of the layer (``""`` is the root), or of the parameter."""
+    type_name: str
+    """Class name of the layer (or ``Parameter``/``Loss``)."""
+    call: int
+    """Which call of this path within the step (0 for the first)."""
+    depth: int
+    """Nesting depth of the call: 0 for the root model."""
+    parent: int | None
+    """``order`` of the enclosing layer call's event in the same phase, if any."""
+    library: bool
+    """Whether the layer class comes from the framework itself (not user code)."""
+    inputs: tuple[TensorRecord, ...]
+    """Forward: tensors passed in. Backward: gradients flowing back out of the inputs.
+    Optimizer: parameter value before the step."""
+    outputs: tuple[TensorRecord, ...]
+    """Forward: tensors returned. Backward: gradients arriving at the outputs.
+    Optimizer: the update (after minus before)."""
+    params: tuple[TensorRecord, ...] = ()
+    """Backward: gradients of the layer's own parameters, by parameter name."""
+    args: tuple[str, ...] = ()
+    """Reprs of the non-tensor arguments."""
+    stack: tuple[Frame, ...] = ()
+    """User-code frames of the call, innermost first."""
+    template: Any = field(default=None, repr=False, compare=False)
+    """Forward: the ``(args, kwargs)`` structure with tensor placeholders, for replay."""
+    layer: Any = field(default=None, repr=False, compare=False)
+    """The layer object itself (not saved to disk), for local replay."""
+
+    @property
+    def key(self) -> tuple[int, str, str, int]:
+        """Identity of the call across phases: ``(step, kind, path, call)``."""
+        return (self.step, self.kind.value, self.path, self.call)
+
+
+@dataclass(frozen=True)
+class Trace:
+    """Everything recorded from one model."""
+
+    framework: str
+    """Adapter name, ``torch`` or ``paddle``."""
+    model_name: str
+    """Class name of the root model."""
+    events: tuple[Event, ...]
+    """All events, grouped by step then phase, each in execution order."""
+
+    def select(self, step: int, phase: Phase) -> list[Event]:
+        """Events of one step and phase, in order."""
+        return [e for e in self.events if e.step == step and e.phase == phase]

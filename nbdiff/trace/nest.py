@@ -1,0 +1,91 @@
+"""Flatten nested call arguments and outputs into named tensor leaves, and back.
+
+Handles tuples, lists, dicts (including ``ModelOutput``-style ordered dicts) and
+dataclasses. Non-tensor values stay in the template unchanged.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any
+
+__all__ = ["Leaf", "flatten", "unflatten", "describe_non_tensors"]
+
+
+@dataclasses.dataclass(frozen=True)
+class Leaf:
+    """Placeholder for the ``index``-th tensor in a flattened structure."""
+
+    index: int
+
+
+def flatten(obj: Any, is_tensor: Callable[[Any], bool], prefix: str = "") -> tuple[list[tuple[str, Any]], Any]:
+    """Return ``(leaves, template)``: named tensors in order, and the structure with placeholders."""
+    leaves: list[tuple[str, Any]] = []
+
+    def walk(x: Any, key: str) -> Any:
+        if is_tensor(x):
+            leaves.append((key, x))
+            return Leaf(len(leaves) - 1)
+        if isinstance(x, dict):
+            return {_TYPE: type(x), **{k: walk(v, f"{key}.{k}") for k, v in x.items()}}
+        if isinstance(x, (tuple, list)):
+            items = [walk(v, f"{key}[{i}]") for i, v in enumerate(x)]
+            if isinstance(x, tuple) and hasattr(x, "_fields"):
+                return type(x)(*items)
+            return type(x)(items) if type(x) in (tuple, list) else list(items)
+        if dataclasses.is_dataclass(x) and not isinstance(x, type):
+            return {_PROTO: x, **{f.name: walk(getattr(x, f.name), f"{key}.{f.name}") for f in dataclasses.fields(x)}}
+        return x
+
+    template = walk(obj, prefix)
+    return leaves, template
+
+
+_TYPE = "__nbdiff_type__"
+_PROTO = "__nbdiff_dataclass__"
+
+
+def unflatten(template: Any, values: list[Any]) -> Any:
+    """Rebuild a structure from :func:`flatten`'s template with new tensor ``values``."""
+
+    def build(x: Any) -> Any:
+        if isinstance(x, Leaf):
+            return values[x.index]
+        if isinstance(x, dict):
+            items = {k: build(v) for k, v in x.items() if k not in (_TYPE, _PROTO)}
+            if _PROTO in x:
+                return dataclasses.replace(x[_PROTO], **items)
+            kind = x.get(_TYPE, dict)
+            return items if kind is dict else kind(**items)
+        if isinstance(x, tuple) and hasattr(x, "_fields"):
+            return type(x)(*[build(v) for v in x])
+        if isinstance(x, (tuple, list)):
+            return type(x)(build(v) for v in x)
+        return x
+
+    return build(template)
+
+
+def describe_non_tensors(template: Any, limit: int = 80) -> tuple[str, ...]:
+    """Short reprs of the non-tensor values inside a template, for the record."""
+    out: list[str] = []
+
+    def walk(x: Any, key: str) -> None:
+        if isinstance(x, Leaf):
+            return
+        if isinstance(x, dict):
+            for k, v in x.items():
+                if k not in (_TYPE, _PROTO):
+                    walk(v, f"{key}.{k}" if key else str(k))
+            return
+        if isinstance(x, (tuple, list)):
+            for i, v in enumerate(x):
+                walk(v, f"{key}[{i}]")
+            return
+        text = repr(x)
+        out.append(f"{key}={text if len(text) <= limit else text[: limit - 3] + '...'}")
+
+    walk(template, "")
+    return tuple(out)

@@ -1,0 +1,316 @@
+"""Record one model's layer calls, gradients and parameter gradients for one step.
+
+Hooks only take detached references (and a version number to detect later
+in-place writes); conversion to numpy happens once, in :meth:`Recorder.events`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import numpy as np
+
+from nbdiff.frameworks import Framework, Handle
+from nbdiff.trace.events import Event, Kind, Phase, TensorRecord
+from nbdiff.trace.nest import describe_non_tensors, flatten, unflatten
+from nbdiff.trace.stack import Frame, user_stack
+
+__all__ = ["Recorder", "Feed"]
+
+
+@dataclass
+class _Call:
+    """Mutable bookkeeping for one layer call while the step runs."""
+
+    order: int
+    path: str
+    layer: Any
+    call: int
+    depth: int
+    parent: int | None
+    stack: tuple[Frame, ...]
+    template: Any = None
+    inputs: list[tuple[str, Any, int]] = field(default_factory=list)
+    outputs: list[tuple[str, Any, int]] = field(default_factory=list)
+    grad_in: dict[str, Any] = field(default_factory=dict)
+    grad_out: dict[str, Any] = field(default_factory=dict)
+    args: tuple[str, ...] = ()
+    done: bool = False
+
+
+class Feed:
+    """Single-step feeding: values from the base trace given to raw layer calls."""
+
+    def __init__(self, inputs: dict[tuple[str, int], list[np.ndarray | None]], grads: dict[tuple[str, int], dict[str, np.ndarray]]):
+        self.inputs = inputs
+        """``(raw path, call)`` to base input arrays, leaf by leaf (``None``: keep raw's)."""
+        self.grads = grads
+        """``(raw path, call)`` to base output-gradient arrays, by output name."""
+
+
+class Recorder:
+    """Context manager that hooks every sublayer of ``model`` for one step.
+
+    Hooks are removed in ``__exit__`` whatever happens.
+    """
+
+    def __init__(
+        self,
+        fw: Framework,
+        model: Any,
+        *,
+        step: int = 0,
+        backward: bool = True,
+        feed: Feed | None = None,
+        keep: Callable[[str, Any], bool] | None = None,
+        stacks: bool = True,
+    ) -> None:
+        self.fw = fw
+        self.model = model
+        self.step = step
+        self.backward = backward
+        self.feed = feed
+        self.keep = keep
+        self.stacks = stacks
+        self.calls: list[_Call] = []
+        self._handles: list[Handle] = []
+        self._tensor_handles: list[Handle] = []
+        self._active: list[_Call] = []
+        self._counts: dict[str, int] = {}
+        self._inplace_guard: dict[int, list[tuple[_Call, int]]] = {}
+
+    # -- context -------------------------------------------------------------
+    def __enter__(self) -> Recorder:
+        try:
+            for path, layer in self.fw.named_layers(self.model):
+                if self.keep is not None and not self.keep(path, layer):
+                    continue
+                self._handles += self.fw.hook_forward(layer, self._pre(path), self._post())
+        except BaseException:
+            self.remove()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.remove()
+
+    def remove(self) -> None:
+        """Remove every forward hook. Tensor hooks die with their graph."""
+        for h in self._handles:
+            h.remove()
+        self._handles.clear()
+        self._active.clear()
+
+    def remove_tensor_hooks(self) -> None:
+        """Remove the gradient hooks (after backward, or when it is skipped)."""
+        for h in self._tensor_handles:
+            h.remove()
+        self._tensor_handles.clear()
+
+    # -- hooks ---------------------------------------------------------------
+    def _pre(self, path: str) -> Callable[..., Any]:
+        fw = self.fw
+
+        def pre(layer: Any, args: tuple, kwargs: dict) -> Any:
+            call_index = self._counts.get(path, 0)
+            self._counts[path] = call_index + 1
+            parent = self._active[-1] if self._active else None
+            rec = _Call(
+                order=len(self.calls),
+                path=path,
+                layer=layer,
+                call=call_index,
+                depth=len(self._active),
+                parent=parent.order if parent else None,
+                stack=user_stack(fw.source_roots) if self.stacks else (),
+            )
+            self.calls.append(rec)
+            self._active.append(rec)
+            leaves, template = flatten((args, kwargs), fw.is_tensor)
+            rec.template = template
+            rec.args = describe_non_tensors(template)
+            inplace = getattr(layer, "inplace", False) is True
+            if inplace:
+                self._protect(leaves)
+            changed = False
+            fed = self.feed.inputs.get((path, call_index)) if self.feed else None
+            new_values = []
+            for i, (key, t) in enumerate(leaves):
+                name = _input_name(key)
+                if fed is not None and i < len(fed) and fed[i] is not None and fw.shape_of(t) == fed[i].shape:
+                    base_t = fw.from_numpy(fed[i])
+                    t = fw.with_value(t, base_t) if fw.requires_grad(t) else base_t
+                    changed = True
+                kept = self._keep(rec, name, t)
+                rec.inputs.append(self._snapshot(kept, t) if inplace else kept)
+                if self.backward and fw.requires_grad(t):
+                    # A fresh autograd node per layer input gives this layer's own input gradient.
+                    t = fw.identity(t, copy=inplace)
+                    self._tensor_handles.append(fw.hook_tensor(t, self._grad_hook(rec.grad_in, name)))
+                    changed = True
+                new_values.append(t)
+            if changed:
+                return unflatten(template, new_values)
+            return None
+
+        return pre
+
+    def _post(self) -> Callable[..., Any]:
+        fw = self.fw
+
+        def post(layer: Any, args: tuple, kwargs: dict, output: Any) -> Any:
+            if not self._active:
+                return None
+            rec = self._active.pop()
+            rec.done = True
+            leaves, _ = flatten(output, fw.is_tensor, "out")
+            grads = self.feed.grads.get((rec.path, rec.call)) if self.feed else None
+            for name, t in leaves:
+                rec.outputs.append(self._keep(rec, name, t))
+                if self.backward and fw.requires_grad(t):
+                    replace = grads.get(name) if grads else None
+                    self._tensor_handles.append(fw.hook_tensor(t, self._grad_hook(rec.grad_out, name, replace)))
+            return None
+
+        return post
+
+    def _grad_hook(self, into: dict[str, Any], name: str, replace: np.ndarray | None = None) -> Callable[[Any], Any]:
+        fw = self.fw
+
+        def hook(grad: Any) -> Any:
+            if replace is not None and tuple(replace.shape) == fw.shape_of(grad):
+                grad = fw.from_numpy(replace.astype(fw.to_numpy(grad).dtype, copy=False))
+                into[name] = fw.detach(grad)
+                return grad
+            into[name] = fw.detach(grad)
+            return None
+
+        return hook
+
+    def _keep(self, rec: _Call, name: str, t: Any) -> tuple[str, Any, int]:
+        ref = self.fw.detach(t)
+        self._inplace_guard.setdefault(id(t), []).append((rec, len(rec.inputs) + len(rec.outputs)))
+        return (name, ref, self.fw.tensor_version(ref))
+
+    def _protect(self, leaves: list[tuple[str, Any]]) -> None:
+        # An in-place layer is about to overwrite its input: freeze earlier records of it.
+        for _, t in leaves:
+            for rec, _pos in self._inplace_guard.get(id(t), ()):
+                rec.inputs = [self._snapshot(x, t) for x in rec.inputs]
+                rec.outputs = [self._snapshot(x, t) for x in rec.outputs]
+
+    def _snapshot(self, item: tuple[str, Any, int], t: Any) -> tuple[str, Any, int]:
+        name, ref, version = item
+        if self.fw.tensor_version(ref) == self.fw.tensor_version(t) and self.fw.shape_of(ref) == self.fw.shape_of(t):
+            copy = self.fw.from_numpy(self.fw.to_numpy(ref))
+            return (name, copy, self.fw.tensor_version(copy))
+        return item
+
+    # -- results -------------------------------------------------------------
+    def events(self, loss: Any | None = None) -> tuple[list[Event], list[Event], list[str]]:
+        """Forward and backward events of the step, plus warnings.
+
+        Backward events come in backward order: the reverse of the forward call
+        starts, which puts every layer after its sublayers, as autograd runs them.
+        """
+        fw = self.fw
+        warnings: list[str] = []
+        forward: list[Event] = []
+        by_order: dict[int, Event] = {}
+        for rec in self.calls:
+            if not rec.done:
+                continue
+            ins = tuple(self._record(rec, n, r, v, warnings) for n, r, v in rec.inputs)
+            outs = tuple(self._record(rec, n, r, v, warnings) for n, r, v in rec.outputs)
+            ev = Event(
+                step=self.step,
+                phase=Phase.FORWARD,
+                kind=Kind.LAYER,
+                order=len(forward),
+                path=rec.path,
+                type_name=type(rec.layer).__name__,
+                call=rec.call,
+                depth=rec.depth,
+                parent=rec.parent,
+                library=fw.is_library_layer(rec.layer),
+                inputs=ins,
+                outputs=outs,
+                args=rec.args,
+                stack=rec.stack,
+                template=rec.template,
+                layer=rec.layer,
+            )
+            by_order[rec.order] = ev
+            forward.append(ev)
+        # Parent pointers refer to call order; renumber to event order.
+        renumber = {rec_order: ev.order for rec_order, ev in by_order.items()}
+        forward = [_replace_parent(e, renumber) for e in forward]
+        if loss is not None:
+            forward.append(
+                Event(self.step, Phase.FORWARD, Kind.LOSS, len(forward), "<loss>", "Loss", 0, 0, None, False,
+                      (), (self._tensor("loss", loss),))
+            )
+        backward: list[Event] = []
+        if self.backward:
+            seen_params: set[int] = set()
+            fwd_by_key = {(e.path, e.call): e for e in forward if e.kind is Kind.LAYER}
+            for rec in reversed(self.calls):
+                f = fwd_by_key.get((rec.path, rec.call))
+                if f is None:
+                    continue
+                params = []
+                for pname, p in fw.direct_params(rec.layer):
+                    if id(p) in seen_params or not fw.is_trainable(p):
+                        continue
+                    g = fw.grad_of(p)
+                    if g is not None:
+                        seen_params.add(id(p))
+                        params.append(self._tensor(pname, g))
+                grad_in = tuple(self._tensor(n, g) for n, g in rec.grad_in.items())
+                grad_out = tuple(self._tensor(n, g) for n, g in rec.grad_out.items())
+                if not (grad_in or grad_out or params):
+                    continue
+                backward.append(
+                    Event(self.step, Phase.BACKWARD, Kind.LAYER, len(backward), rec.path, f.type_name, rec.call,
+                          rec.depth, f.parent, f.library, grad_in, grad_out, tuple(params), (), rec.stack)
+                )
+        return forward, _link_backward_parents(backward), warnings
+
+    def _record(self, rec: _Call, name: str, ref: Any, version: int, warnings: list[str]) -> TensorRecord:
+        if self.fw.tensor_version(ref) != version:
+            warnings.append(
+                f"`{rec.path or '<root>'}` {name} was overwritten in place after it was recorded; "
+                "its recorded value is the overwritten one (use out-of-place ops to compare it)."
+            )
+        return self._tensor(name, ref)
+
+    def _tensor(self, name: str, t: Any) -> TensorRecord:
+        return TensorRecord(name, self.fw.shape_of(t), self.fw.dtype_name(t), self.fw.to_numpy(t))
+
+
+def _input_name(key: str) -> str:
+    """``[0][1]`` (second positional) becomes ``in[1]``; ``[1].x`` (keyword) becomes ``in.x``."""
+    return "in" + key[3:] if key.startswith("[0]") else "in" + key[3:]
+
+
+def _replace_parent(e: Event, renumber: dict[int, int]) -> Event:
+    return replace(e, parent=renumber.get(e.parent) if e.parent is not None else None)
+
+
+def _link_backward_parents(events: list[Event]) -> list[Event]:
+    """Point each backward event at its enclosing layer's backward event.
+
+    Backward order is reversed pre-order, so walking it from the end is pre-order:
+    the enclosing layer is the nearest earlier (in that walk) event of smaller depth.
+    """
+    result = list(events)
+    ancestors: list[Event] = []
+    for i in range(len(result) - 1, -1, -1):
+        e = result[i]
+        while ancestors and ancestors[-1].depth >= e.depth:
+            ancestors.pop()
+        result[i] = replace(e, parent=ancestors[-1].order if ancestors else None)
+        ancestors.append(result[i])
+    return result

@@ -1,0 +1,179 @@
+"""``assign_weight``: copy parameters and buffers from base into raw, all or nothing."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from nbdiff.align.layer_map import LayerMap
+from nbdiff.align.pairing import pair_forward
+from nbdiff.align.typemap import equivalent_types
+from nbdiff.errors import NbdiffError, WeightTransferError
+from nbdiff.frameworks import Framework, framework_of
+from nbdiff.trace.events import Event
+from nbdiff.trace.inputs import call_model, split_inputs
+from nbdiff.trace.modes import eval_mode
+from nbdiff.trace.recorder import Recorder
+from nbdiff.weights.plan import LayerWeights, convert_checked, layer_tensors, plan_layer
+
+__all__ = ["assign_weight", "WeightMap", "plan_weights", "forward_structure"]
+
+
+@dataclass(frozen=True)
+class WeightMap:
+    """Which base layer's tensors went to which raw layer, and how."""
+
+    layers: tuple[LayerWeights, ...]
+    warnings: tuple[str, ...] = ()
+
+    def by_base_path(self) -> dict[str, LayerWeights]:
+        return {lw.base_path: lw for lw in self.layers}
+
+    def __repr__(self) -> str:
+        rows = [f"  {lw.base_path or '<root>'} -> {lw.raw_path or '<root>'}  [{lw.rule}]" for lw in self.layers]
+        return "WeightMap(\n" + "\n".join(rows) + "\n)"
+
+
+def forward_structure(fw: Framework, model: Any, call: Any, side: str) -> list[Event]:
+    """Forward layer events of one no-grad, eval-mode call: the execution order, nothing changed."""
+    with eval_mode(fw, model), fw.no_grad(), Recorder(fw, model, backward=False, stacks=False) as rec:
+        call_model(model, call, side)
+    forward, _, _ = rec.events()
+    return forward
+
+
+def _owns_tensors(fw: Framework, layer: Any) -> bool:
+    return bool(fw.direct_params(layer) or fw.direct_buffers(layer))
+
+
+def _pairs_by_execution(bfw: Framework, base: Any, rfw: Framework, raw: Any, inputs: Any, layer_map: LayerMap | None) -> list[tuple[str, str]]:
+    bcall, rcall = split_inputs(inputs, bfw, rfw)
+    bev = forward_structure(bfw, base, bcall, "base")
+    rev = forward_structure(rfw, raw, rcall, "raw")
+    pairing = pair_forward(bev, rev, layer_map, dict(bfw.named_layers(base)), dict(rfw.named_layers(raw)))
+    seen: set[str] = set()
+    out = []
+    for p in pairing.pairs:
+        for bp in p.base.path.split("+"):
+            if bp not in seen:
+                seen.add(bp)
+                out.append((bp, p.raw.path))
+    return out
+
+
+def _pairs_by_structure(bfw: Framework, base: Any, rfw: Framework, raw: Any) -> list[tuple[str, str]]:
+    b = [(p, lay) for p, lay in bfw.named_layers(base) if _owns_tensors(bfw, lay)]
+    r = [(p, lay) for p, lay in rfw.named_layers(raw) if _owns_tensors(rfw, lay)]
+    problem = None
+    if len(b) != len(r):
+        problem = f"base has {len(b)} layers with weights, raw has {len(r)}"
+    else:
+        for (bp, bl), (rp, rl) in zip(b, r):
+            if not equivalent_types(type(bl).__name__, type(rl).__name__):
+                problem = f"base `{bp}` is a {type(bl).__name__} but raw `{rp}` is a {type(rl).__name__}"
+                break
+    if problem:
+        raise WeightTransferError(
+            f"Cannot pair the layers by structure: {problem}. Pass `inputs=` so nbdiff pairs them by "
+            "execution order instead (definition order does not matter then), or give a LayerMap."
+        )
+    return [(bp, rp) for (bp, _), (rp, _) in zip(b, r)]
+
+
+def plan_weights(base: Any, raw: Any, layer_map: LayerMap | None = None, inputs: Any = None) -> tuple[Framework, Framework, WeightMap]:
+    """Pair the layers and plan the copy of every tensor, without changing anything."""
+    bfw, rfw = framework_of(base, "base"), framework_of(raw, "raw")
+    if inputs is not None:
+        pairs = _pairs_by_execution(bfw, base, rfw, raw, inputs, layer_map)
+    else:
+        pairs = _pairs_by_structure(bfw, base, rfw, raw)
+    blayers, rlayers = dict(bfw.named_layers(base)), dict(rfw.named_layers(raw))
+    plans: list[LayerWeights] = []
+    covered_b: list[str] = []
+    covered_r: list[str] = []
+    done_raw: set[str] = set()
+    for bp, rp in pairs:
+        if _inside(bp, covered_b) or _inside(rp, covered_r) or rp in done_raw:
+            continue
+        bl, rl = blayers[bp], rlayers[rp]
+        try:
+            plan = plan_layer(bfw, bp, bl, rfw, rp, rl)
+        except WeightTransferError as exc:
+            raise WeightTransferError(f"{exc}\n\n{_trees(bfw, base, bp, rfw, raw, rp)}") from None
+        if plan.recursive:
+            covered_b.append(bp)
+            covered_r.append(rp)
+        if plan.recursive or _owns_tensors(bfw, bl) or _owns_tensors(rfw, rl):
+            plans.append(plan)
+            done_raw.add(rp)
+    warnings = []
+    planned_b = {p.base_path for p in plans}
+    planned_r = {p.raw_path for p in plans}
+    for p, lay in blayers.items():
+        if _owns_tensors(bfw, lay) and p not in planned_b and not _inside(p, covered_b):
+            warnings.append(f"base `{p}` ({type(lay).__name__}) has weights but was not paired (it did not run?)")
+    for p, lay in rlayers.items():
+        if _owns_tensors(rfw, lay) and p not in planned_r and not _inside(p, covered_r):
+            warnings.append(f"raw `{p}` ({type(lay).__name__}) has weights but nothing was copied into it")
+    return bfw, rfw, WeightMap(tuple(plans), tuple(warnings))
+
+
+def _inside(path: str, roots: list[str]) -> bool:
+    """Whether ``path`` lies strictly inside one of the layers at ``roots``."""
+    return any(path != r and (r == "" or path.startswith(r + ".")) for r in roots)
+
+
+def assign_weight(base: Any, raw: Any, layer_map: LayerMap | None = None, inputs: Any = None) -> WeightMap:
+    """Copy every parameter and buffer of ``base`` into ``raw``.
+
+    Works torch->paddle, paddle->torch and within one framework. With ``inputs``
+    (as for :func:`nbdiff.auto_diff`) layers are paired by execution order, from one
+    no-grad forward of each; otherwise by structure. Everything is converted and
+    checked before the first value is written; if writing still fails, raw is
+    restored, so raw is never half-copied.
+    """
+    bfw, rfw, wmap = plan_weights(base, raw, layer_map, inputs)
+    blayers, rlayers = dict(bfw.named_layers(base)), dict(rfw.named_layers(raw))
+    writes: list[tuple[Any, Any]] = []
+    for plan in wmap.layers:
+        btensors = layer_tensors(bfw, blayers[plan.base_path], plan.recursive)
+        rtensors = layer_tensors(rfw, rlayers[plan.raw_path], plan.recursive)
+        arrays = {n: bfw.to_numpy(t) for n, t in btensors.items()}
+        try:
+            out = convert_checked(plan, arrays, {n: rfw.shape_of(t) for n, t in rtensors.items()})
+        except NbdiffError as exc:
+            raise WeightTransferError(f"{exc}\n\n{_trees(bfw, base, plan.base_path, rfw, raw, plan.raw_path)}") from None
+        writes += [(rtensors[n], a) for n, a in out.items()]
+    backup = [(t, rfw.to_numpy(t).copy()) for t, _ in writes]
+    try:
+        for t, a in writes:
+            rfw.set_value(t, a)
+    except BaseException:
+        for t, a in backup:
+            rfw.set_value(t, a)
+        raise
+    return wmap
+
+
+def _trees(bfw: Framework, base: Any, bpath: str, rfw: Framework, raw: Any, rpath: str, context: int = 4) -> str:
+    return "base model:\n" + _tree(bfw, base, bpath, context) + "\nraw model:\n" + _tree(rfw, raw, rpath, context)
+
+
+def _tree(fw: Framework, model: Any, mark: str, context: int) -> str:
+    rows = []
+    at = 0
+    for i, (path, layer) in enumerate(fw.named_layers(model)):
+        depth = path.count(".") + 1 if path else 0
+        name = path.rsplit(".", 1)[-1] if path else type(model).__name__
+        shapes = ", ".join(f"{n}{tuple(fw.shape_of(t))}" for n, t in fw.direct_params(layer))
+        flag = "  <-- here" if path == mark else ""
+        if path == mark:
+            at = i
+        rows.append(f"  {'  ' * depth}{name}: {type(layer).__name__}{f' [{shapes}]' if shapes else ''}{flag}")
+    lo, hi = max(0, at - context), min(len(rows), at + context + 1)
+    cut = rows[lo:hi]
+    if lo:
+        cut.insert(0, "  ...")
+    if hi < len(rows):
+        cut.append("  ...")
+    return "\n".join(cut)

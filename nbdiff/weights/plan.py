@@ -1,0 +1,153 @@
+"""Per-layer copy plans: which tensors of a base layer become which tensors of a raw layer."""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from nbdiff.errors import WeightTransferError
+from nbdiff.frameworks import Framework
+from nbdiff.weights.rules import Arrays, Convert, find_rule, rename_rule
+
+__all__ = ["LayerWeights", "layer_tensors", "plan_layer", "all_class_names"]
+
+_ALIASES = {"scale": "weight", "_weight": "weight", "_mean": "running_mean", "_variance": "running_var"}
+_IGNORABLE = {"num_batches_tracked"}
+
+
+@dataclass(frozen=True)
+class LayerWeights:
+    """How the tensors of one base layer map onto one raw layer."""
+
+    base_path: str
+    raw_path: str
+    base_type: str
+    raw_type: str
+    rule: str
+    """Name of the layout rule used, or how the tensors were matched."""
+    recursive: bool
+    """Covers the tensors of sublayers too."""
+    convert: Convert
+    """Base arrays (relative names) to raw arrays."""
+    inverse: Convert
+    """Raw arrays back to base arrays."""
+    optional: tuple[str, ...] = ()
+    """Raw tensors that may stay as they are."""
+
+
+def all_class_names(layer: Any) -> list[str]:
+    """Class names from the most specific to the framework's base layer class."""
+    names = []
+    for c in type(layer).__mro__:
+        if c.__name__ in ("Module", "Layer", "object"):
+            break
+        names.append(c.__name__)
+    return names
+
+
+def layer_tensors(fw: Framework, layer: Any, recursive: bool = False) -> dict[str, Any]:
+    """Parameters and buffers of a layer by relative name (dotted when ``recursive``)."""
+    if not recursive:
+        return dict(fw.direct_params(layer) + fw.direct_buffers(layer))
+    out: dict[str, Any] = {}
+    for path, sub in fw.named_layers(layer):
+        prefix = f"{path}." if path else ""
+        for n, t in fw.direct_params(sub) + fw.direct_buffers(sub):
+            out[prefix + n] = t
+    return out
+
+
+def plan_layer(bfw: Framework, bpath: str, blayer: Any, rfw: Framework, rpath: str, rlayer: Any) -> LayerWeights:
+    """The copy plan for one pair of layers: a registered rule, or matching by name and shape."""
+    btype, rtype = type(blayer).__name__, type(rlayer).__name__
+    found = find_rule(bfw.name, all_class_names(blayer), rfw.name, all_class_names(rlayer))
+    if found is not None:
+        rule, inverted = found
+        conv, inv = (rule.inverse, rule.convert) if inverted else (rule.convert, rule.inverse)
+        return LayerWeights(bpath, rpath, btype, rtype, rule.name, rule.recursive, conv, inv, rule.optional)
+    if bfw.name == rfw.name:
+        ident = rename_rule({})
+        return LayerWeights(bpath, rpath, btype, rtype, "same framework, by name", False, *ident)
+    return _by_name_and_shape(bfw, bpath, blayer, rfw, rpath, rlayer)
+
+
+def _by_name_and_shape(bfw: Framework, bpath: str, blayer: Any, rfw: Framework, rpath: str, rlayer: Any) -> LayerWeights:
+    b = {n: bfw.shape_of(t) for n, t in layer_tensors(bfw, blayer).items() if n not in _IGNORABLE}
+    r = {n: rfw.shape_of(t) for n, t in layer_tensors(rfw, rlayer).items() if n not in _IGNORABLE}
+    mapping: dict[str, str] = {}
+    canon_r = {_ALIASES.get(n, n): n for n in r}
+    for n in b:
+        c = _ALIASES.get(n, n)
+        if c in canon_r:
+            mapping[n] = canon_r.pop(c)
+    left_b = [n for n in b if n not in mapping]
+    left_r = list(canon_r.values())
+    for n in left_b:
+        for m in left_r:
+            if sorted(b[n]) == sorted(r[m]):
+                mapping[n] = m
+                left_r.remove(m)
+                break
+    btype, rtype = type(blayer).__name__, type(rlayer).__name__
+    fix = (
+        f"register a rule: nbdiff.register_weight_rule(({bfw.name!r}, {btype!r}), ({rfw.name!r}, {rtype!r}), "
+        "convert=..., inverse=...), or pair these layers differently in a LayerMap"
+    )
+    unmatched = [n for n in b if n not in mapping] + left_r
+    if unmatched:
+        raise WeightTransferError(
+            f"Cannot match the tensors of base `{bpath}` ({btype}: {_shapes(b)}) with raw `{rpath}` "
+            f"({rtype}: {_shapes(r)}) by name or shape: {unmatched} have no counterpart. Fix: {fix}."
+        )
+    transpose = []
+    for n, m in mapping.items():
+        bs, rs = b[n], r[m]
+        if bs == rs:
+            if len(bs) == 2 and bs[0] == bs[1] and bs[0] > 1:
+                warnings.warn(
+                    f"nbdiff: square weight base `{bpath}.{n}` {bs} -> raw `{rpath}.{m}` copied as is; "
+                    f"torch and paddle may store it transposed. If so, {fix}.",
+                    stacklevel=4,
+                )
+        elif len(bs) == 2 and bs == rs[::-1]:
+            raise WeightTransferError(
+                f"Base `{bpath}.{n}` {bs} and raw `{rpath}.{m}` {rs} look transposed, but no rule says so "
+                f"for {btype} -> {rtype}; nbdiff never transposes on a guess. Fix: {fix}."
+            )
+        else:
+            raise WeightTransferError(
+                f"Shape of base `{bpath}.{n}` {bs} does not match raw `{rpath}.{m}` {rs}. Fix: {fix}."
+            )
+    conv, inv = rename_rule(mapping, tuple(transpose))
+    return LayerWeights(bpath, rpath, btype, rtype, "by name and shape", False, conv, inv)
+
+
+def _shapes(d: dict[str, tuple[int, ...]]) -> str:
+    return ", ".join(f"{k} {v}" for k, v in d.items()) or "no tensors"
+
+
+def convert_checked(plan: LayerWeights, arrays: Arrays, raw_shapes: dict[str, tuple[int, ...]]) -> Arrays:
+    """Apply a plan to arrays and check every produced name and shape against raw."""
+    out = plan.convert(arrays)
+    for name, arr in out.items():
+        if name not in raw_shapes:
+            raise WeightTransferError(
+                f"Rule {plan.rule!r} produced `{plan.raw_path}.{name}`, which raw {plan.raw_type} does not have "
+                f"(it has: {', '.join(raw_shapes) or 'nothing'})."
+            )
+        if tuple(np.shape(arr)) != tuple(raw_shapes[name]):
+            raise WeightTransferError(
+                f"Shape of base `{plan.base_path}` ({plan.base_type}) converted by rule {plan.rule!r} is "
+                f"{tuple(np.shape(arr))} for raw `{plan.raw_path}.{name}`, which is {tuple(raw_shapes[name])}. "
+                "Fix: pair these layers differently in a LayerMap, or register a weight rule for them."
+            )
+    missing = [n for n in raw_shapes if n not in out and n not in plan.optional and n not in _IGNORABLE]
+    if missing:
+        raise WeightTransferError(
+            f"Rule {plan.rule!r} gives no value for raw `{plan.raw_path}` tensors {missing} "
+            f"from base `{plan.base_path}` ({plan.base_type}). Fix: register a weight rule that produces them."
+        )
+    return out

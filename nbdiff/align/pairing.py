@@ -51,11 +51,11 @@ def _shapes(e: Event) -> tuple[tuple[int, ...], ...]:
 
 
 def _score(a: Event, b: Event) -> int:
-    """2: same layer type and output shapes; 1: plausible; 0: different things."""
+    """3: same type, output shapes and depth; 2: same type and shapes; 1: plausible; 0: different."""
     same_type = equivalent_types(a.type_name, b.type_name)
     same_shape = _shapes(a) == _shapes(b)
     if same_type and same_shape:
-        return 2
+        return 3 if a.depth == b.depth else 2
     if same_type or (not a.library and not b.library and same_shape and a.outputs):
         return 1
     return 0
@@ -130,7 +130,13 @@ def pair_forward(
     while i < len(b_seq) and j < len(r_seq):
         a, b = b_seq[i], r_seq[j]
         s = _score(a, b)
-        if s == 2:
+        if s >= 2:
+            pairs.append(Pair(a, b))
+            i += 1
+            j += 1
+            continue
+        if _substitution(b_seq, r_seq, i, j):
+            # Same place, same shapes, different class (say GELU vs ReLU): that is the pair.
             pairs.append(Pair(a, b))
             i += 1
             j += 1
@@ -159,10 +165,22 @@ def pair_forward(
     return Pairing(tuple(all_pairs), tuple(lost_b), tuple(lost_r), tuple(b_skip + r_skip))
 
 
+def _substitution(b_seq: list[Event], r_seq: list[Event], i: int, j: int) -> bool:
+    a, b = b_seq[i], r_seq[j]
+    if _shapes(a) != _shapes(b) or not a.outputs or a.depth != b.depth:
+        return False
+    nxt_b, nxt_r = i + 1 < len(b_seq), j + 1 < len(r_seq)
+    if not nxt_b and not nxt_r:
+        return True
+    return nxt_b and nxt_r and _score(b_seq[i + 1], r_seq[j + 1]) >= 2
+
+
 def _lookahead(b_seq: list[Event], r_seq: list[Event], i: int, j: int) -> tuple[str, int] | None:
-    for k in range(1, LOOKAHEAD + 1):
-        if j + k < len(r_seq) and _score(b_seq[i], r_seq[j + k]) == 2:
-            return ("raw", k)
-        if i + k < len(b_seq) and _score(b_seq[i + k], r_seq[j]) == 2:
-            return ("base", k)
+    """The shortest skip on one side that reaches a strong match (same depth first)."""
+    for want in (3, 2):
+        for k in range(1, LOOKAHEAD + 1):
+            if j + k < len(r_seq) and _score(b_seq[i], r_seq[j + k]) >= want:
+                return ("raw", k)
+            if i + k < len(b_seq) and _score(b_seq[i + k], r_seq[j]) >= want:
+                return ("base", k)
     return None

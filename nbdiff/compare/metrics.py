@@ -104,8 +104,15 @@ class TensorDiff:
         return self.ratio <= 1.0
 
 
-def compare_tensors(name: str, raw: np.ndarray, base: np.ndarray, tol: Tolerance, mode: str = "strict") -> TensorDiff:
-    """Compare ``raw`` against ``base`` under ``tol`` and ``mode`` (see :data:`COMPARE_MODES`)."""
+def compare_tensors(
+    name: str, raw: np.ndarray, base: np.ndarray, tol: Tolerance, mode: str = "strict", scale_hint: float = 0.0
+) -> TensorDiff:
+    """Compare ``raw`` against ``base`` under ``tol`` and ``mode`` (see :data:`COMPARE_MODES`).
+
+    ``scale_hint`` is the magnitude of the quantities this tensor was summed from,
+    when larger than the tensor itself (a bias gradient in front of a BatchNorm is
+    rounding noise of much larger terms); a scaled ``atol`` uses the larger one.
+    """
     note = ""
     if raw.shape != base.shape:
         if raw.size != base.size:
@@ -133,8 +140,8 @@ def compare_tensors(name: str, raw: np.ndarray, base: np.ndarray, tol: Tolerance
         a = np.where(np.isfinite(a), a, 0.0)
         b = np.where(np.isfinite(b), b, 0.0)
     absb = np.abs(b)
-    scale = float(absb.max())
-    atol = tol.atol * max(scale, _TINY) if tol.scaled else tol.atol
+    scale = max(float(absb.max()), scale_hint)
+    atol = (tol.atol * max(scale, _TINY) if tol.scaled else tol.atol) + tol.floor
     if mode == "strict":
         allowed = atol + tol.rtol * absb
         ratio = float(np.max(d / np.maximum(allowed, _TINY))) if worst > 0 else 0.0

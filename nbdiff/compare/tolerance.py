@@ -36,10 +36,12 @@ class Tolerance:
     """Relative tolerance, elementwise against the base value."""
     scaled: bool = False
     """Whether ``atol`` is multiplied by ``max |base|`` before use (the default)."""
+    floor: float = 0.0
+    """Absolute amount always allowed on top (rounding of quantities the tensor derives from)."""
 
     def describe(self) -> str:
         a = f"atol={self.atol:g}" + ("·max|base|" if self.scaled else "")
-        return f"{a}, rtol={self.rtol:g}"
+        return f"{a}, rtol={self.rtol:g}" + (f", floor={self.floor:.3g}" if self.floor else "")
 
 
 def _default(dtype: str) -> tuple[float, float]:

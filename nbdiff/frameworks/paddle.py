@@ -62,12 +62,12 @@ class PaddleFramework:
         return t.numpy()
 
     def from_numpy(self, array: np.ndarray, requires_grad: bool = False) -> Any:
-        t = paddle.to_tensor(np.ascontiguousarray(array))
+        t = paddle.to_tensor(np.array(array, order="C"))
         t.stop_gradient = not (requires_grad and t.is_floating_point())
         return t
 
     def set_value(self, tensor: Any, array: np.ndarray) -> None:
-        tensor.set_value(np.ascontiguousarray(array).astype(self.dtype_name(tensor), copy=False))
+        tensor.set_value(np.array(array, order="C").astype(self.dtype_name(tensor), copy=False))
 
     def grad_of(self, param: Any) -> Any | None:
         return param.grad

@@ -62,14 +62,14 @@ class TorchFramework:
         return t.cpu().numpy()
 
     def from_numpy(self, array: np.ndarray, requires_grad: bool = False) -> Any:
-        t = torch.from_numpy(np.ascontiguousarray(array).copy())
+        t = torch.from_numpy(np.array(array, copy=True, order="C"))
         if requires_grad and t.is_floating_point():
             t.requires_grad_(True)
         return t
 
     def set_value(self, tensor: Any, array: np.ndarray) -> None:
         with torch.no_grad():
-            tensor.copy_(torch.from_numpy(np.ascontiguousarray(array)).to(tensor.dtype))
+            tensor.copy_(torch.from_numpy(np.array(array, copy=True, order="C")).to(tensor.dtype))
 
     def grad_of(self, param: Any) -> Any | None:
         return param.grad

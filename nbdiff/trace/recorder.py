@@ -184,7 +184,10 @@ class Recorder:
                 grad = fw.from_numpy(replace.astype(fw.to_numpy(grad).dtype, copy=False))
                 into[name] = fw.detach(grad)
                 return grad
-            into[name] = fw.detach(grad)
+            # paddle calls a tensor's hook once per incoming contribution, torch once with the
+            # sum: adding up gives the full gradient in both.
+            g = fw.detach(grad)
+            into[name] = into[name] + g if name in into else g
             return None
 
         return hook

@@ -15,7 +15,7 @@ from nbdiff.weights.rules import Arrays, Convert, find_rule, rename_rule
 __all__ = ["LayerWeights", "layer_tensors", "plan_layer", "all_class_names"]
 
 _ALIASES = {"scale": "weight", "_weight": "weight", "_mean": "running_mean", "_variance": "running_var"}
-_IGNORABLE = {"num_batches_tracked"}
+_IGNORABLE = {"num_batches_tracked", "_dropout_state"}
 
 
 @dataclass(frozen=True)
@@ -53,10 +53,13 @@ def layer_tensors(fw: Framework, layer: Any, recursive: bool = False) -> dict[st
     if not recursive:
         return dict(fw.direct_params(layer) + fw.direct_buffers(layer))
     out: dict[str, Any] = {}
+    seen: set[int] = set()
     for path, sub in fw.named_layers(layer):
         prefix = f"{path}." if path else ""
         for n, t in fw.direct_params(sub) + fw.direct_buffers(sub):
-            out[prefix + n] = t
+            if id(t) not in seen:  # paddle RNN cells share their parent's parameters
+                seen.add(id(t))
+                out[prefix + n] = t
     return out
 
 
@@ -144,7 +147,7 @@ def convert_checked(plan: LayerWeights, arrays: Arrays, raw_shapes: dict[str, tu
                 f"{tuple(np.shape(arr))} for raw `{plan.raw_path}.{name}`, which is {tuple(raw_shapes[name])}. "
                 "Fix: pair these layers differently in a LayerMap, or register a weight rule for them."
             )
-    missing = [n for n in raw_shapes if n not in out and n not in plan.optional and n not in _IGNORABLE]
+    missing = [n for n in raw_shapes if n not in out and n not in plan.optional and n.rsplit(".", 1)[-1] not in _IGNORABLE]
     if missing:
         raise WeightTransferError(
             f"Rule {plan.rule!r} gives no value for raw `{plan.raw_path}` tensors {missing} "

@@ -129,9 +129,12 @@ def _register_builtin() -> None:
     tp(["LayerNorm"], ["LayerNorm"], same, "LayerNorm")
     tp(["GroupNorm"], ["GroupNorm"], same, "GroupNorm")
     tp(["PReLU"], ["PReLU"], rename_rule({"weight": "_weight"}), "PReLU")
-    tp(["LSTM"], ["LSTM"], same, "LSTM")
-    tp(["GRU"], ["GRU"], same, "GRU")
-    tp(["RNN"], ["SimpleRNN"], same, "RNN/SimpleRNN")
+    # paddle's RNN layers hold per-direction cells as sublayers sharing the parent's
+    # parameters, so the rule covers the whole subtree; names and gate order agree.
+    rnn = rename_rule({}, drop_back=("_dropout_state",))
+    tp(["LSTM"], ["LSTM"], rnn, "LSTM", recursive=True)
+    tp(["GRU"], ["GRU"], rnn, "GRU", recursive=True)
+    tp(["RNN"], ["SimpleRNN"], rnn, "RNN/SimpleRNN", recursive=True)
     tp(["MultiheadAttention"], ["MultiHeadAttention"], (_mha_torch_to_paddle, _mha_paddle_to_torch),
        "MultiheadAttention (packed q/k/v <-> split, weights transposed)", recursive=True)
 

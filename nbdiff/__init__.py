@@ -1,0 +1,44 @@
+"""nbdiff: find exactly where two deep-learning models that should agree stop agreeing.
+
+Importing nbdiff imports neither torch nor paddle; adapters load when a model of
+that framework is passed in.
+"""
+
+from __future__ import annotations
+
+from nbdiff.align.layer_map import LayerMap
+from nbdiff.compare.blame import Divergence, EventDiff
+from nbdiff.compare.metrics import TensorDiff
+from nbdiff.compare.tolerance import Tolerance
+from nbdiff.diff import auto_diff
+from nbdiff.errors import (
+    InputError,
+    ModelCallError,
+    NbdiffError,
+    OptionError,
+    PairingError,
+    WeightTransferError,
+)
+from nbdiff.result import DiffResult
+from nbdiff.weights import WeightMap, assign_weight, register_weight_rule
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "DiffResult",
+    "Divergence",
+    "EventDiff",
+    "InputError",
+    "LayerMap",
+    "ModelCallError",
+    "NbdiffError",
+    "OptionError",
+    "PairingError",
+    "TensorDiff",
+    "Tolerance",
+    "WeightMap",
+    "WeightTransferError",
+    "assign_weight",
+    "auto_diff",
+    "register_weight_rule",
+]

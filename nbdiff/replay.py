@@ -1,0 +1,138 @@
+"""Local error by replay: run one paired layer on the *base* side's inputs.
+
+Forward: the raw layer on base inputs, against base outputs. Backward: both layers
+on base inputs with base output gradients, comparing input and parameter
+gradients. Running state (BatchNorm statistics) is restored after every replay.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import numpy as np
+
+from nbdiff.compare.metrics import TensorDiff, compare_tensors
+from nbdiff.compare.tolerance import Tolerance
+from nbdiff.frameworks import Framework
+from nbdiff.trace.events import Event
+from nbdiff.trace.nest import flatten, unflatten
+from nbdiff.weights.plan import LayerWeights, layer_tensors
+
+__all__ = ["Replayer", "compare_param_grads", "kept_state"]
+
+TolFn = Callable[[str, str], Tolerance]
+
+
+@contextmanager
+def kept_state(fw: Framework, layer: Any) -> Iterator[None]:
+    """Restore the layer's non-trainable tensors (running statistics) on exit."""
+    saved = [(t, fw.to_numpy(t).copy()) for t in layer_tensors(fw, layer, recursive=True).values() if not fw.is_trainable(t)]
+    try:
+        yield
+    finally:
+        for t, a in saved:
+            fw.set_value(t, a)
+
+
+def magnitude(arrays: list[np.ndarray]) -> float:
+    """Largest absolute value over several arrays: the scale a backward event's rounding is relative to."""
+    return max((float(np.nanmax(np.abs(a))) for a in arrays if a.size and a.dtype.kind == "f"), default=0.0)
+
+
+def compare_param_grads(
+    base: dict[str, np.ndarray], raw: dict[str, np.ndarray], plan: LayerWeights | None, tol: TolFn, mode: str,
+    scale_hint: float = 0.0,
+) -> list[TensorDiff]:
+    """Compare parameter gradients (or updates) in raw's layout, converting base's with the layer's rule."""
+    if not base or not raw:
+        return []
+    try:
+        converted = plan.convert(dict(base)) if plan is not None else dict(base)
+    except (KeyError, ValueError):
+        return []
+    out = []
+    for name, r in raw.items():
+        b = converted.get(name)
+        if b is not None:
+            out.append(compare_tensors(name, r, b, tol(str(b.dtype), str(r.dtype)), mode, scale_hint))
+    return out
+
+
+class Replayer:
+    """Measures local errors of paired events."""
+
+    def __init__(self, bfw: Framework, rfw: Framework, plans: dict[str, LayerWeights], tol: TolFn, mode: str) -> None:
+        self.bfw, self.rfw, self.plans, self.tol, self.mode = bfw, rfw, plans, tol, mode
+
+    def _args(self, fw: Framework, template_event: Event, base_inputs: Event, grad: bool) -> tuple[Any, list[Any]] | None:
+        if len(template_event.inputs) != len(base_inputs.inputs):
+            return None
+        values = []
+        for mine, theirs in zip(template_event.inputs, base_inputs.inputs):
+            arr = theirs.value.astype(mine.value.dtype, copy=False)
+            values.append(fw.from_numpy(arr, requires_grad=grad))
+        return unflatten(template_event.template, values), values
+
+    def forward(self, base: Event, raw: Event) -> tuple[TensorDiff, ...] | None:
+        """Raw layer on base inputs, compared with base outputs."""
+        fw = self.rfw
+        built = self._args(fw, raw, base, grad=False)
+        if built is None or raw.layer is None:
+            return None
+        (args, kwargs), _ = built
+        try:
+            with kept_state(fw, raw.layer), fw.no_grad():
+                out = raw.layer(*args, **kwargs)
+        except Exception:
+            return None
+        leaves, _ = flatten(out, fw.is_tensor, "out")
+        diffs = []
+        for (name, t), b in zip(leaves, base.outputs):
+            r = fw.to_numpy(t)
+            diffs.append(compare_tensors(b.name, r, b.value, self.tol(b.dtype, fw.dtype_name(t)), self.mode))
+        return tuple(diffs) if diffs else None
+
+    def _grads(self, fw: Framework, fwd: Event, base_fwd: Event, grad_out: Event, plan_recursive: bool) -> tuple[list, dict] | None:
+        built = self._args(fw, fwd, base_fwd, grad=True)
+        if built is None or fwd.layer is None:
+            return None
+        (args, kwargs), ins = built
+        params = {n: p for n, p in layer_tensors(fw, fwd.layer, plan_recursive).items() if fw.is_trainable(p)}
+        with kept_state(fw, fwd.layer):
+            out = fwd.layer(*args, **kwargs)
+        leaves, _ = flatten(out, fw.is_tensor, "out")
+        by_name = {t.name: t.value for t in grad_out.outputs}
+        outs, gouts = [], []
+        for name, t in leaves:
+            if name in by_name and fw.requires_grad(t):
+                outs.append(t)
+                gouts.append(fw.from_numpy(by_name[name].astype(fw.to_numpy(t).dtype, copy=False)))
+        targets = [x for x in ins if fw.requires_grad(x)] + list(params.values())
+        if not outs or not targets:
+            return None
+        grads = fw.grad(outs, targets, gouts)
+        k = sum(1 for x in ins if fw.requires_grad(x))
+        in_grads = [None if g is None else fw.to_numpy(g) for g in grads[:k]]
+        p_grads = {n: fw.to_numpy(g) for n, g in zip(params, grads[k:]) if g is not None}
+        return in_grads, p_grads
+
+    def backward(self, base_fwd: Event, raw_fwd: Event, base_bwd: Event) -> tuple[TensorDiff, ...] | None:
+        """Both layers on base inputs and base output gradients; input and parameter gradients compared."""
+        plan = self.plans.get(base_fwd.path)
+        recursive = bool(plan and plan.recursive)
+        try:
+            b = self._grads(self.bfw, base_fwd, base_fwd, base_bwd, recursive)
+            r = self._grads(self.rfw, raw_fwd, base_fwd, base_bwd, recursive)
+        except Exception:
+            return None
+        if b is None or r is None:
+            return None
+        hint = magnitude([t.value for t in base_bwd.outputs] + [g for g in b[0] if g is not None] + list(b[1].values()))
+        diffs: list[TensorDiff] = []
+        for i, (gb, gr) in enumerate(zip(b[0], r[0])):
+            if gb is not None and gr is not None:
+                diffs.append(compare_tensors(f"in[{i}]", gr, gb, self.tol(str(gb.dtype), str(gr.dtype)), self.mode, hint))
+        diffs += compare_param_grads(b[1], r[1], plan, self.tol, self.mode, hint)
+        return tuple(diffs) if diffs else None

@@ -1,0 +1,79 @@
+"""The text report of a :class:`~nbdiff.result.DiffResult`."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from nbdiff.compare.blame import EventDiff
+from nbdiff.compare.metrics import TensorDiff
+from nbdiff.trace.stack import Frame
+
+if TYPE_CHECKING:
+    from nbdiff.result import DiffResult
+
+__all__ = ["render_text", "format_diff"]
+
+TREE_ROWS = 40
+
+
+def format_diff(t: TensorDiff) -> str:
+    """One line of metrics for a tensor comparison."""
+    nan = f", NaN base/raw {t.nan_base}/{t.nan_raw}" if t.nan_base or t.nan_raw else ""
+    inf = f", Inf base/raw {t.inf_base}/{t.inf_raw}" if t.inf_base or t.inf_raw else ""
+    note = f" [{t.note}]" if t.note else ""
+    return (
+        f"{t.name}: max_abs={t.max_abs:.3g} max_rel={t.max_rel:.3g} mean_abs={t.mean_abs:.3g} "
+        f"cosine={t.cosine:.6f}{nan}{inf}; {t.ratio:.3g}x what {t.mode} {t.tolerance.describe()} allows{note}"
+    )
+
+
+def _stack(frames: tuple[Frame, ...]) -> list[str]:
+    return [f'    File "{f.filename}", line {f.lineno}, in {f.function}' for f in frames] or ["    (no user frames)"]
+
+
+def _tree(events: list[EventDiff], mark: tuple[str, int] | None) -> list[str]:
+    rows = []
+    at = 0
+    for e in sorted(events, key=lambda d: d.base.order):
+        name = e.base.path or "<root>"
+        status = "ok" if e.passed else f"x {e.ratio:.3g}"
+        local = "" if e.local_ratio is None else f" (local {e.local_ratio:.3g})"
+        here = (e.base.path, e.base.call) == mark
+        if here:
+            at = len(rows)
+        raw = f"  ~ {e.raw.path or '<root>'}" if e.raw.path != e.base.path else ""
+        rows.append(f"  {'  ' * e.base.depth}{name} ({e.base.type_name}){raw}  {status}{local}{'   <--- first divergence' if here else ''}")
+    if len(rows) > TREE_ROWS:
+        lo = max(0, min(at - TREE_ROWS // 2, len(rows) - TREE_ROWS))
+        rows = (["  ..."] if lo else []) + rows[lo : lo + TREE_ROWS] + (["  ..."] if lo + TREE_ROWS < len(rows) else [])
+    return rows
+
+
+def render_text(result: DiffResult) -> str:
+    """Summary line, first divergence with metrics, a compact tree, and both stacks."""
+    head = f"nbdiff: base {result.base_framework} {result.base_model} vs raw {result.raw_framework} {result.raw_model}"
+    counts = {ph: len([e for e in result.events if e.base.phase.value == ph]) for ph in ("forward", "backward", "optimizer")}
+    lines = [
+        f"{head}: {'SUCCESS' if result else 'FAILED'}",
+        f"  compared {counts['forward']} forward, {counts['backward']} backward and {counts['optimizer']} optimizer "
+        f"events over {result.steps} step(s)",
+    ]
+    if result.unmatched_base or result.unmatched_raw:
+        lines.append(
+            f"  unpaired: {len(result.unmatched_base)} base call(s) "
+            f"{[e.path for e in result.unmatched_base[:5]]}, {len(result.unmatched_raw)} raw call(s) "
+            f"{[e.path for e in result.unmatched_raw[:5]]}"
+        )
+    for w in result.warnings[:10]:
+        lines.append(f"  warning: {w}")
+    d = result.first_divergence
+    if d is None:
+        return "\n".join(lines)
+    lines += ["", f"First divergence: {d.describe()}", f"  accumulated  {format_diff(d.metrics)}"]
+    if d.local_error is not None:
+        lines.append(f"  local        {format_diff(d.local_error)}")
+    lines.append("  (local = this event alone, run on the base side's inputs)")
+    phase_events = result.select(d.step, d.phase)
+    lines += ["", f"Tree (step {d.step}, {d.phase.value}):", *_tree(phase_events, (d.base_path, 0) if d.phase.value != "optimizer" else None)]
+    lines += ["", "Base stack (innermost first):", *_stack(d.base_stack), "Raw stack (innermost first):", *_stack(d.raw_stack)]
+    return "\n".join(lines)

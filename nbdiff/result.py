@@ -1,0 +1,54 @@
+"""``DiffResult``: the answer of a comparison, truthy when the models agree."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from nbdiff.compare.blame import Divergence, EventDiff
+from nbdiff.trace.events import Event, Phase
+
+__all__ = ["DiffResult"]
+
+
+@dataclass(frozen=True)
+class DiffResult:
+    """Everything ``auto_diff`` found. ``bool(result)`` is True when aligned."""
+
+    base_framework: str
+    raw_framework: str
+    base_model: str
+    raw_model: str
+    first_divergence: Divergence | None
+    """Where the models first disagree, or ``None``."""
+    events: tuple[EventDiff, ...]
+    """Every compared pair of events, by step, then forward/backward/optimizer, in execution order."""
+    steps: int
+    """Steps actually run (a run stops after the step where it diverged)."""
+    unmatched_base: tuple[Event, ...] = ()
+    unmatched_raw: tuple[Event, ...] = ()
+    warnings: tuple[str, ...] = ()
+    options: dict[str, Any] = field(default_factory=dict)
+    """The options used, after defaults."""
+
+    def __bool__(self) -> bool:
+        return self.first_divergence is None
+
+    @property
+    def aligned(self) -> bool:
+        return self.first_divergence is None
+
+    def select(self, step: int | None = None, phase: Phase | str | None = None) -> list[EventDiff]:
+        """Compared events of one step and/or phase."""
+        ph = Phase(phase) if phase is not None else None
+        return [e for e in self.events if (step is None or e.base.step == step) and (ph is None or e.base.phase == ph)]
+
+    def report(self) -> str:
+        """Readable text: summary, first divergence, a compact tree with it marked, both stacks."""
+        from nbdiff.report.text import render_text
+
+        return render_text(self)
+
+    def __repr__(self) -> str:
+        status = "SUCCESS" if self else f"FAILED at {self.first_divergence.describe()}"  # type: ignore[union-attr]
+        return f"<DiffResult {self.base_framework}:{self.base_model} vs {self.raw_framework}:{self.raw_model}: {status}>"

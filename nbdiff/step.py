@@ -1,0 +1,79 @@
+"""One recorded training step of one model: forward, loss, backward."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from nbdiff.errors import InputError, ModelCallError
+from nbdiff.frameworks import Framework
+from nbdiff.trace.events import Event
+from nbdiff.trace.inputs import CallArgs, call_model
+from nbdiff.trace.nest import flatten
+from nbdiff.trace.recorder import Feed, Recorder
+
+__all__ = ["StepRecord", "run_step", "run_optimizer"]
+
+
+@dataclass(frozen=True)
+class StepRecord:
+    forward: list[Event]
+    backward: list[Event]
+    warnings: list[str]
+
+
+def _loss(fw: Framework, loss_fn: Callable[[Any], Any] | None, output: Any, side: str) -> Any:
+    if loss_fn is None:
+        floats = [t for _, t in flatten(output, fw.is_tensor)[0] if fw.is_floating(t)]
+        if not floats:
+            raise InputError(f"The {side} model returned no floating tensor, so there is no default loss; pass loss_fns.")
+        return fw.mean_of(floats)
+    try:
+        loss = loss_fn(output)
+    except Exception as exc:
+        raise ModelCallError(f"The {side} loss function raised {type(exc).__name__}: {exc}") from exc
+    if not fw.is_tensor(loss) or fw.shape_of(loss) not in ((), (1,)):
+        raise InputError(f"The {side} loss function must return a scalar tensor; it returned {type(loss).__name__}.")
+    return loss
+
+
+def run_step(
+    fw: Framework,
+    model: Any,
+    call: CallArgs,
+    loss_fn: Callable[[Any], Any] | None,
+    *,
+    side: str,
+    step: int,
+    backward: bool,
+    feed: Feed | None = None,
+) -> StepRecord:
+    """Run and record one step. Hooks are gone when this returns or raises."""
+    rec = Recorder(fw, model, step=step, backward=backward, feed=feed)
+    loss = None
+    try:
+        with rec:
+            output = call_model(model, call, side)
+            if backward or loss_fn is not None:
+                loss = _loss(fw, loss_fn, output, side)
+            if backward:
+                try:
+                    fw.backward(loss)
+                except Exception as exc:
+                    raise ModelCallError(f"Backward of the {side} model raised {type(exc).__name__}: {exc}") from exc
+    finally:
+        rec.remove_tensor_hooks()
+    fwd, bwd, warnings = rec.events(loss)
+    return StepRecord(fwd, bwd, warnings)
+
+
+def run_optimizer(fw: Framework, optimizer: Any, side: str) -> None:
+    """Step a framework optimizer, or call a zero-argument callable that steps and clears."""
+    try:
+        if fw.is_optimizer(optimizer):
+            fw.optimizer_step(optimizer)
+        else:
+            optimizer()
+    except Exception as exc:
+        raise ModelCallError(f"The {side} optimizer raised {type(exc).__name__}: {exc}") from exc

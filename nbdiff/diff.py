@@ -29,6 +29,8 @@ from nbdiff.weights.plan import LayerWeights, layer_tensors
 __all__ = ["auto_diff"]
 
 PHASES = ("both", "forward", "backward")
+UPDATE_ATOL = 1e-3
+"""Default tolerance of optimizer updates, relative to the largest update of the tensor."""
 _EPS = {"float64": 2.2e-16, "float32": 1.2e-7, "float16": 9.8e-4, "bfloat16": 7.8e-3}
 
 
@@ -269,7 +271,11 @@ def _optimizer_step(step: int, plans: dict[str, LayerWeights], bfw: Framework, b
             # An update is a small difference of large numbers: allow a few roundings of the weight itself.
             scale = max((float(np.abs(v).max()) for v in _after.values() if v.size), default=0.0)
             floor = 4 * max(_EPS.get(a, _EPS["float32"]), _EPS.get(b, _EPS["float32"])) * scale
-            return replace(tol(a, b), floor=floor)
+            # Adam-like updates divide by |grad|: elements with tiny gradients change by a
+            # visible fraction of the step for rounding-level gradient differences, so updates
+            # get at least 0.1% of the largest update (a wrong learning rate is 10x beyond).
+            user = tol(a, b)
+            return replace(user, atol=max(user.atol, UPDATE_ATOL) if user.scaled else user.atol, floor=floor)
 
         tensors = compare_param_grads(bd, rd, plan, update_tol, mode)
         ev_b = Event(step, Phase.OPTIMIZER, Kind.PARAM, order, plan.base_path, plan.base_type, 0, 0, None, True, (),

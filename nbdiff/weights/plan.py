@@ -15,6 +15,7 @@ from nbdiff.weights.rules import Arrays, Convert, find_rule, rename_rule
 __all__ = ["LayerWeights", "layer_tensors", "plan_layer", "all_class_names"]
 
 _ALIASES = {"scale": "weight", "_weight": "weight", "_mean": "running_mean", "_variance": "running_var"}
+# Bookkeeping, not weights: a step counter, and paddle's RNN dropout state (shape () reading as (0,)).
 _IGNORABLE = {"num_batches_tracked", "_dropout_state"}
 
 
@@ -51,13 +52,13 @@ def all_class_names(layer: Any) -> list[str]:
 def layer_tensors(fw: Framework, layer: Any, recursive: bool = False) -> dict[str, Any]:
     """Parameters and buffers of a layer by relative name (dotted when ``recursive``)."""
     if not recursive:
-        return dict(fw.direct_params(layer) + fw.direct_buffers(layer))
+        return {n: t for n, t in fw.direct_params(layer) + fw.direct_buffers(layer) if n not in _IGNORABLE}
     out: dict[str, Any] = {}
     seen: set[int] = set()
     for path, sub in fw.named_layers(layer):
         prefix = f"{path}." if path else ""
         for n, t in fw.direct_params(sub) + fw.direct_buffers(sub):
-            if id(t) not in seen:  # paddle RNN cells share their parent's parameters
+            if id(t) not in seen and n not in _IGNORABLE:  # paddle RNN cells share their parent's parameters
                 seen.add(id(t))
                 out[prefix + n] = t
     return out
@@ -72,8 +73,13 @@ def plan_layer(bfw: Framework, bpath: str, blayer: Any, rfw: Framework, rpath: s
         conv, inv = (rule.inverse, rule.convert) if inverted else (rule.convert, rule.inverse)
         return LayerWeights(bpath, rpath, btype, rtype, rule.name, rule.recursive, conv, inv, rule.optional)
     if bfw.name == rfw.name:
-        ident = rename_rule({})
-        return LayerWeights(bpath, rpath, btype, rtype, "same framework, by name", False, *ident)
+        # A framework layer with the same tensors is copied whole, which covers sublayers that
+        # never run as modules (torch MultiheadAttention's out_proj); user layers stay per layer.
+        whole = False
+        if bfw.is_library_layer(blayer) and rfw.is_library_layer(rlayer):
+            bt, rt = layer_tensors(bfw, blayer, True), layer_tensors(rfw, rlayer, True)
+            whole = {n: bfw.shape_of(t) for n, t in bt.items()} == {n: rfw.shape_of(t) for n, t in rt.items()}
+        return LayerWeights(bpath, rpath, btype, rtype, "same framework, by name", whole, *rename_rule({}))
     return _by_name_and_shape(bfw, bpath, blayer, rfw, rpath, rlayer)
 
 

@@ -69,7 +69,8 @@ def _pairs_by_structure(bfw: Framework, base: Any, rfw: Framework, raw: Any) -> 
         problem = f"base has {len(b)} layers with weights, raw has {len(r)}"
     else:
         for (bp, bl), (rp, rl) in zip(b, r):
-            if not equivalent_types(type(bl).__name__, type(rl).__name__):
+            custom = not bfw.is_library_layer(bl) and not rfw.is_library_layer(rl)
+            if not custom and not equivalent_types(type(bl).__name__, type(rl).__name__):
                 problem = f"base `{bp}` is a {type(bl).__name__} but raw `{rp}` is a {type(rl).__name__}"
                 break
     if problem:

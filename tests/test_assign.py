@@ -1,0 +1,107 @@
+"""Every layout rule, both directions: copy, then run both layers on one input."""
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+paddle = pytest.importorskip("paddle")
+
+import nbdiff  # noqa: E402
+
+LAYERS = {
+    "linear": (lambda: torch.nn.Linear(6, 5), lambda: paddle.nn.Linear(6, 5), (4, 6)),
+    "conv1d": (lambda: torch.nn.Conv1d(3, 4, 3), lambda: paddle.nn.Conv1D(3, 4, 3), (2, 3, 9)),
+    "conv2d": (lambda: torch.nn.Conv2d(3, 4, 3), lambda: paddle.nn.Conv2D(3, 4, 3), (2, 3, 6, 6)),
+    "conv3d": (lambda: torch.nn.Conv3d(2, 3, 3), lambda: paddle.nn.Conv3D(2, 3, 3), (1, 2, 5, 5, 5)),
+    "convT2d": (lambda: torch.nn.ConvTranspose2d(3, 4, 3), lambda: paddle.nn.Conv2DTranspose(3, 4, 3), (2, 3, 5, 5)),
+    "bn2d": (lambda: torch.nn.BatchNorm2d(3), lambda: paddle.nn.BatchNorm2D(3), (4, 3, 5, 5)),
+    "ln": (lambda: torch.nn.LayerNorm(6), lambda: paddle.nn.LayerNorm(6), (4, 6)),
+    "gn": (lambda: torch.nn.GroupNorm(2, 4), lambda: paddle.nn.GroupNorm(2, 4), (2, 4, 3, 3)),
+    "in2d": (lambda: torch.nn.InstanceNorm2d(3, affine=True), lambda: paddle.nn.InstanceNorm2D(3), (2, 3, 4, 4)),
+    "prelu": (lambda: torch.nn.PReLU(3), lambda: paddle.nn.PReLU(3), (2, 3, 4)),
+    "lstm": (lambda: torch.nn.LSTM(4, 5, num_layers=2, batch_first=True, bidirectional=True),
+             lambda: paddle.nn.LSTM(4, 5, num_layers=2, direction="bidirect"), (2, 3, 4)),
+    "gru": (lambda: torch.nn.GRU(4, 5, batch_first=True), lambda: paddle.nn.GRU(4, 5), (2, 3, 4)),
+    "rnn": (lambda: torch.nn.RNN(4, 5, batch_first=True), lambda: paddle.nn.SimpleRNN(4, 5), (2, 3, 4)),
+}
+
+
+def _run(layer, x):
+    out = layer(torch.tensor(x) if isinstance(layer, torch.nn.Module) else paddle.to_tensor(x))
+    out = out[0] if isinstance(out, tuple) else out
+    return out.detach().numpy() if isinstance(out, torch.Tensor) else out.numpy()
+
+
+@pytest.mark.parametrize("direction", ["t2p", "p2t"])
+@pytest.mark.parametrize("name", sorted(LAYERS))
+def test_rule_makes_layers_agree(name, direction):
+    make_t, make_p, shape = LAYERS[name]
+    t, p = make_t(), make_p()
+    base, raw = (t, p) if direction == "t2p" else (p, t)
+    with torch.no_grad():
+        for prm in t.parameters():
+            prm.uniform_(-0.5, 0.5)
+    if direction == "p2t":
+        for prm in p.parameters():
+            prm.set_value(np.random.uniform(-0.5, 0.5, prm.shape).astype("float32"))
+    x = np.random.RandomState(1).randn(*shape).astype("float32")
+    nbdiff.assign_weight(base, raw, inputs=x)
+    np.testing.assert_allclose(_run(raw, x), _run(base, x), rtol=1e-4, atol=1e-5)
+
+
+def test_mha_packed_and_split_both_directions():
+    for kdim in (None, 6):
+        t = torch.nn.MultiheadAttention(8, 2, batch_first=True, kdim=kdim, vdim=kdim)
+        p = paddle.nn.MultiHeadAttention(8, 2, kdim=kdim, vdim=kdim)
+        q = np.random.randn(2, 3, 8).astype("float32")
+        kv = np.random.randn(2, 4, kdim or 8).astype("float32")
+        nbdiff.assign_weight(t, p, inputs=((torch.tensor(q), torch.tensor(kv), torch.tensor(kv)),
+                                           (paddle.to_tensor(q), paddle.to_tensor(kv), paddle.to_tensor(kv))))
+        out_t = t(torch.tensor(q), torch.tensor(kv), torch.tensor(kv))[0].detach().numpy()
+        np.testing.assert_allclose(p(paddle.to_tensor(q), paddle.to_tensor(kv), paddle.to_tensor(kv)).numpy(), out_t, atol=1e-5)
+        t2 = torch.nn.MultiheadAttention(8, 2, batch_first=True, kdim=kdim, vdim=kdim)
+        nbdiff.assign_weight(p, t2, inputs=((paddle.to_tensor(q), paddle.to_tensor(kv), paddle.to_tensor(kv)),
+                                            (torch.tensor(q), torch.tensor(kv), torch.tensor(kv))))
+        np.testing.assert_allclose(t2(torch.tensor(q), torch.tensor(kv), torch.tensor(kv))[0].detach().numpy(), out_t, atol=1e-5)
+
+
+def test_buffers_copied_and_wrong_shape_leaves_raw_untouched():
+    t = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.BatchNorm1d(3))
+    t[1].running_mean.fill_(0.7)
+    p = paddle.nn.Sequential(paddle.nn.Linear(4, 3), paddle.nn.BatchNorm1D(3))
+    nbdiff.assign_weight(t, p, inputs=np.random.randn(5, 4).astype("float32"))
+    np.testing.assert_allclose(p[1]._mean.numpy(), 0.7)
+    bad = paddle.nn.Sequential(paddle.nn.Linear(4, 3), paddle.nn.BatchNorm1D(3))
+    before = {n: v.numpy().copy() for n, v in bad.state_dict().items()}
+    t_bad = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.BatchNorm1d(3))
+    t_bad[0] = torch.nn.Linear(4, 3)
+    t_bad[1] = torch.nn.BatchNorm1d(3)
+    with pytest.raises(nbdiff.WeightTransferError, match="bn|1|Shape"):
+        wrong = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.BatchNorm1d(3))
+        wrong[1].running_mean = torch.zeros(5)
+        nbdiff.assign_weight(wrong, bad)
+    for n, v in bad.state_dict().items():
+        np.testing.assert_array_equal(v.numpy(), before[n])
+
+
+def test_unknown_square_weight_warns_and_transposed_raises():
+    class TW(torch.nn.Module):
+        def __init__(self, shape):
+            super().__init__()
+            self.w = torch.nn.Parameter(torch.randn(*shape))
+
+        def forward(self, x):
+            return x @ self.w
+
+    class PW(paddle.nn.Layer):
+        def __init__(self, shape):
+            super().__init__()
+            self.w = self.create_parameter(list(shape))
+
+        def forward(self, x):
+            return paddle.matmul(x, self.w)
+
+    with pytest.warns(UserWarning, match="register_weight_rule"):
+        nbdiff.assign_weight(TW((3, 3)), PW((3, 3)))
+    with pytest.raises(nbdiff.WeightTransferError, match="register_weight_rule"):
+        nbdiff.assign_weight(TW((3, 4)), PW((4, 3)))

@@ -1,0 +1,33 @@
+import numpy as np
+
+from nbdiff.compare.metrics import compare_tensors, cosine, max_abs, max_rel, nan_count
+from nbdiff.compare.tolerance import resolve_tolerance
+
+
+def test_pure_metrics():
+    a, b = np.array([1.0, 2.0, 4.0]), np.array([1.0, 2.5, 4.0])
+    assert max_abs(a, b) == 0.5
+    assert max_rel(a, b) == 0.2
+    assert abs(cosine(a, a) - 1) < 1e-12
+    assert nan_count(np.array([np.nan, 1.0])) == 1
+
+
+def test_scaled_default_atol_ignores_rounding_near_zero():
+    b = np.array([1.0, 1e-9], dtype=np.float32)
+    a = b + np.array([1e-7, 1e-7], dtype=np.float32)
+    assert compare_tensors("x", a, b, resolve_tolerance(None, None, "float32")).passed
+    assert not compare_tensors("x", a, b, resolve_tolerance(0.0, 1e-7, "float32")).passed
+
+
+def test_nan_mismatch_is_a_divergence_not_a_crash():
+    d = compare_tensors("x", np.array([np.nan, 1.0]), np.array([0.0, 1.0]), resolve_tolerance(None, None, "float32"))
+    assert not d.passed and d.nan_raw == 1 and d.nan_base == 0
+
+
+def test_modes():
+    b = np.array([1.0, -1.0])
+    a = np.array([-1.0, 1.0])
+    tol = resolve_tolerance(None, None, "float32")
+    assert not compare_tensors("x", a, b, tol, "strict").passed
+    assert compare_tensors("x", a, b, tol, "mean").passed
+    assert compare_tensors("x", a, b, tol, "abs_mean").passed

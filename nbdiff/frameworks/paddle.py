@@ -96,9 +96,6 @@ class PaddleFramework:
     def with_value(self, tensor: Any, value: Any) -> Any:
         return tensor + (value.astype(tensor.dtype) - tensor.detach())
 
-    def add_const(self, tensor: Any, value: float) -> Any:
-        return tensor + value
-
     def hook_forward(self, layer: Any, pre: Callable[..., Any], post: Callable[..., Any]) -> list:
         return [
             layer.register_forward_pre_hook(pre, with_kwargs=True),

@@ -98,9 +98,6 @@ class TorchFramework:
     def with_value(self, tensor: Any, value: Any) -> Any:
         return tensor + (value.to(tensor.dtype) - tensor.detach())
 
-    def add_const(self, tensor: Any, value: float) -> Any:
-        return tensor + value
-
     def hook_forward(self, layer: Any, pre: Callable[..., Any], post: Callable[..., Any]) -> list:
         return [
             layer.register_forward_pre_hook(pre, with_kwargs=True),

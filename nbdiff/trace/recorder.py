@@ -79,7 +79,7 @@ class Recorder:
         self._tensor_handles: list[Handle] = []
         self._active: list[_Call] = []
         self._counts: dict[str, int] = {}
-        self._inplace_guard: dict[int, list[tuple[_Call, int]]] = {}
+        self._inplace_guard: dict[int, list[_Call]] = {}
 
     # -- context -------------------------------------------------------------
     def __enter__(self) -> Recorder:
@@ -194,13 +194,13 @@ class Recorder:
 
     def _keep(self, rec: _Call, name: str, t: Any) -> tuple[str, Any, int]:
         ref = self.fw.detach(t)
-        self._inplace_guard.setdefault(id(t), []).append((rec, len(rec.inputs) + len(rec.outputs)))
+        self._inplace_guard.setdefault(id(t), []).append(rec)
         return (name, ref, self.fw.tensor_version(ref))
 
     def _protect(self, leaves: list[tuple[str, Any]]) -> None:
         # An in-place layer is about to overwrite its input: freeze earlier records of it.
         for _, t in leaves:
-            for rec, _pos in self._inplace_guard.get(id(t), ()):
+            for rec in self._inplace_guard.get(id(t), ()):
                 rec.inputs = [self._snapshot(x, t) for x in rec.inputs]
                 rec.outputs = [self._snapshot(x, t) for x in rec.outputs]
 
@@ -295,7 +295,7 @@ class Recorder:
 
 def _input_name(key: str) -> str:
     """``[0][1]`` (second positional) becomes ``in[1]``; ``[1].x`` (keyword) becomes ``in.x``."""
-    return "in" + key[3:] if key.startswith("[0]") else "in" + key[3:]
+    return "in" + key[3:]
 
 
 def _replace_parent(e: Event, renumber: dict[int, int]) -> Event:

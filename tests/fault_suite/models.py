@@ -65,20 +65,24 @@ def _ns(fw: str):
     )
 
 
+def _pattern(shape) -> np.ndarray:
+    """1 + a fixed +-1% pattern, the same on both sides."""
+    return (1 + 0.01 * np.cos(np.arange(int(np.prod(shape))))).reshape(shape).astype("float32")
+
+
 def _perturbed_linear(ns, i, o, fw):
     """A Linear whose weight is off by 1% (a fixed pattern) when it runs."""
 
     class Linear(ns["linear"]):
         def forward(self, x):
             w = self.weight
-            pattern = np.cos(np.arange(int(np.prod(w.shape)))).reshape(w.shape).astype("float32") * 0.01
             if fw == "torch":
                 import torch
 
-                return ns["linear_f"](x, w * (1 + torch.from_numpy(pattern)), self.bias)
+                return ns["linear_f"](x, w * torch.from_numpy(_pattern(w.shape)), self.bias)
             import paddle
 
-            return paddle.nn.functional.linear(x, w * (1 + paddle.to_tensor(pattern)), self.bias)
+            return paddle.nn.functional.linear(x, w * paddle.to_tensor(_pattern(w.shape)), self.bias)
 
     return Linear(i, o)
 
@@ -149,14 +153,13 @@ def _perturbed_conv(ns, i, o, fw):
     class Conv(type(ns["conv"](1, 1, 3))):
         def forward(self, x):
             w = self.weight
-            pattern = 1 + 0.01 * np.cos(np.arange(int(np.prod(w.shape)))).reshape(w.shape).astype("float32")
             if fw == "torch":
                 import torch
 
-                return torch.nn.functional.conv2d(x, w * torch.from_numpy(pattern), self.bias, padding=1)
+                return torch.nn.functional.conv2d(x, w * torch.from_numpy(_pattern(w.shape)), self.bias, padding=1)
             import paddle
 
-            return paddle.nn.functional.conv2d(x, w * paddle.to_tensor(pattern), self.bias, padding=1)
+            return paddle.nn.functional.conv2d(x, w * paddle.to_tensor(_pattern(w.shape)), self.bias, padding=1)
 
     return Conv(i, o, 3, padding=1)
 

@@ -73,18 +73,24 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=5)
     args = ap.parse_args()
     for name, (make, shape) in CASES.items():
-        t, p = make("torch"), make("paddle")
-        x = np.random.RandomState(0).randn(*shape).astype("float32")
-        nbdiff.assign_weight(t, p, inputs=x)
-        bare(t, p, x)  # warm-up
-        rss0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-        tb = timed(lambda: bare(t, p, x), args.rounds)
-        ta = timed(lambda: nbdiff.auto_diff(t, p, x), args.rounds)
-        rss1 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-        ts = timed(lambda: nbdiff.auto_diff(t, p, x, single_step=True), args.rounds)
-        ok = bool(nbdiff.auto_diff(t, p, x))
-        print(f"{name:12s} bare {tb * 1e3:8.1f} ms | auto_diff {ta * 1e3:8.1f} ms ({ta / tb:.2f}x) | "
-              f"single_step {ts * 1e3:8.1f} ms ({ts / tb:.2f}x) | peak RSS +{(rss1 - rss0) / 1024:.0f} MiB | aligned={ok}")
+        run_case(name, make, shape, args.rounds)
+
+
+def run_case(name: str, make, shape: tuple[int, ...], rounds: int) -> None:
+    t, p = make("torch"), make("paddle")
+    x = np.random.RandomState(0).randn(*shape).astype("float32")
+    nbdiff.assign_weight(t, p, inputs=x)
+    bare(t, p, x)  # warm-up
+    rss0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    tb = timed(lambda: bare(t, p, x), rounds)
+    ta = timed(lambda: nbdiff.auto_diff(t, p, x), rounds)
+    rss1 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    ts = timed(lambda: nbdiff.auto_diff(t, p, x, single_step=True), rounds)
+    ok = bool(nbdiff.auto_diff(t, p, x))
+    print(
+        f"{name:12s} bare {tb * 1e3:8.1f} ms | auto_diff {ta * 1e3:8.1f} ms ({ta / tb:.2f}x) | "
+        f"single_step {ts * 1e3:8.1f} ms ({ts / tb:.2f}x) | peak RSS +{(rss1 - rss0) / 1024:.0f} MiB | aligned={ok}"
+    )
 
 
 if __name__ == "__main__":

@@ -115,11 +115,13 @@ def auto_diff(
             warnings += [f"base: {w}" for w in brec.warnings] + [f"raw: {w}" for w in rrec.warnings]
             pairing = _pair(brec, rrec, layer_map, bfw, base, rfw, raw)
             fwd = _forward_diffs(pairing, brec, rrec, tol, compare_mode)
-            bwd = _backward_diffs(pairing, brec, rrec, plans, bfw, base, rfw, raw, tol, compare_mode) if backward else []
+            bwd = (
+                _backward_diffs(pairing, brec, rrec, plans, bfw, base, rfw, raw, tol, compare_mode) if backward else []
+            )
             if divergence is None and diff_phase != "backward":
                 divergence, fwd = blame_events(fwd, lambda d: _local_forward(replayer, d))
             if divergence is None and bwd:
-                divergence, bwd = blame_events(bwd, lambda d: _local_backward(replayer, brec, rrec, d))
+                divergence, bwd = blame_events(bwd, lambda d, b=brec, r=rrec: _local_backward(replayer, b, r, d))
             events += fwd + bwd
             if opts is not None and backward:
                 odiffs = _optimizer_step(step, plans, bfw, base, opts[0], rfw, raw, opts[1], tol, compare_mode)
@@ -142,12 +144,22 @@ def auto_diff(
         unmatched_base=pairing.unmatched_base if pairing else (),
         unmatched_raw=pairing.unmatched_raw if pairing else (),
         warnings=tuple(warnings),
-        options=dict(atol=atol, rtol=rtol, compare_mode=compare_mode, auto_init=auto_init, diff_phase=diff_phase,
-                     single_step=single_step, steps=steps, weight_map=wmap),
+        options=dict(
+            atol=atol,
+            rtol=rtol,
+            compare_mode=compare_mode,
+            auto_init=auto_init,
+            diff_phase=diff_phase,
+            single_step=single_step,
+            steps=steps,
+            weight_map=wmap,
+        ),
     )
 
 
-def _pair(brec: StepRecord, rrec: StepRecord, layer_map: LayerMap | None, bfw: Framework, base: Any, rfw: Framework, raw: Any) -> Pairing:
+def _pair(
+    brec: StepRecord, rrec: StepRecord, layer_map: LayerMap | None, bfw: Framework, base: Any, rfw: Framework, raw: Any
+) -> Pairing:
     b = [e for e in brec.forward if e.kind is Kind.LAYER]
     r = [e for e in rrec.forward if e.kind is Kind.LAYER]
     pairing = pair_forward(b, r, layer_map, dict(bfw.named_layers(base)), dict(rfw.named_layers(raw)))
@@ -155,7 +167,9 @@ def _pair(brec: StepRecord, rrec: StepRecord, layer_map: LayerMap | None, bfw: F
     if not pairing.pairs or len(pairing.unmatched_base) * 2 > nb or len(pairing.unmatched_raw) * 2 > nr:
         ub = pairing.unmatched_base[0] if pairing.unmatched_base else None
         ur = pairing.unmatched_raw[0] if pairing.unmatched_raw else None
-        show = lambda e: "none" if e is None else f"`{e.path or '<root>'}` ({e.type_name}, outputs {[t.shape for t in e.outputs]})"  # noqa: E731
+        show = lambda e: (
+            "none" if e is None else f"`{e.path or '<root>'}` ({e.type_name}, outputs {[t.shape for t in e.outputs]})"
+        )  # noqa: E731
         raise PairingError(
             f"The two models' layer calls could not be paired: {len(pairing.unmatched_base)} of {nb} base and "
             f"{len(pairing.unmatched_raw)} of {nr} raw calls have no counterpart. First unpaired: base {show(ub)}, "
@@ -165,8 +179,13 @@ def _pair(brec: StepRecord, rrec: StepRecord, layer_map: LayerMap | None, bfw: F
     return pairing
 
 
-def _records(raw: Sequence[TensorRecord], base: Sequence[TensorRecord], tol: Callable[[str, str], Tolerance], mode: str,
-             scale_hint: float = 0.0) -> list[TensorDiff]:
+def _records(
+    raw: Sequence[TensorRecord],
+    base: Sequence[TensorRecord],
+    tol: Callable[[str, str], Tolerance],
+    mode: str,
+    scale_hint: float = 0.0,
+) -> list[TensorDiff]:
     by_name = {t.name: t for t in base}
     out = []
     for i, r in enumerate(raw):
@@ -176,7 +195,9 @@ def _records(raw: Sequence[TensorRecord], base: Sequence[TensorRecord], tol: Cal
     return out
 
 
-def _forward_diffs(pairing: Pairing, brec: StepRecord, rrec: StepRecord, tol: Callable[[str, str], Tolerance], mode: str) -> list[EventDiff]:
+def _forward_diffs(
+    pairing: Pairing, brec: StepRecord, rrec: StepRecord, tol: Callable[[str, str], Tolerance], mode: str
+) -> list[EventDiff]:
     diffs = [EventDiff(p.base, p.raw, tuple(_records(p.raw.outputs, p.base.outputs, tol, mode))) for p in pairing.pairs]
     ordered = post_order(diffs)
     bl = [e for e in brec.forward if e.kind is Kind.LOSS]
@@ -195,8 +216,18 @@ def _param_grads(fw: Framework, layer: Any, recursive: bool) -> dict[str, np.nda
     return out
 
 
-def _backward_diffs(pairing: Pairing, brec: StepRecord, rrec: StepRecord, plans: dict[str, LayerWeights],
-                    bfw: Framework, base: Any, rfw: Framework, raw: Any, tol: Callable[[str, str], Tolerance], mode: str) -> list[EventDiff]:
+def _backward_diffs(
+    pairing: Pairing,
+    brec: StepRecord,
+    rrec: StepRecord,
+    plans: dict[str, LayerWeights],
+    bfw: Framework,
+    base: Any,
+    rfw: Framework,
+    raw: Any,
+    tol: Callable[[str, str], Tolerance],
+    mode: str,
+) -> list[EventDiff]:
     bb = {(e.path, e.call): e for e in brec.backward}
     rb = {(e.path, e.call): e for e in rrec.backward}
     blayers, rlayers = dict(bfw.named_layers(base)), dict(rfw.named_layers(raw))
@@ -211,7 +242,9 @@ def _backward_diffs(pairing: Pairing, brec: StepRecord, rrec: StepRecord, plans:
         hint = magnitude([t.value for t in b.outputs + b.inputs] + list(bgrads.values()))
         tensors = _records(r.inputs, b.inputs, tol, mode, hint)
         if own:
-            tensors += compare_param_grads(bgrads, _param_grads(rfw, rlayers[p.raw.path], plan.recursive), plan, tol, mode, hint)
+            tensors += compare_param_grads(
+                bgrads, _param_grads(rfw, rlayers[p.raw.path], plan.recursive), plan, tol, mode, hint
+            )
         diffs.append(EventDiff(b, r, tuple(tensors)))
     return sorted(diffs, key=lambda d: d.base.order)
 
@@ -222,8 +255,12 @@ def _local_forward(replayer: Replayer, d: EventDiff) -> tuple[TensorDiff, ...] |
     return replayer.forward(d.base, d.raw)
 
 
-def _local_backward(replayer: Replayer, brec: StepRecord, rrec: StepRecord, d: EventDiff) -> tuple[TensorDiff, ...] | None:
-    bf = next((e for e in brec.forward if e.kind is Kind.LAYER and (e.path, e.call) == (d.base.path, d.base.call)), None)
+def _local_backward(
+    replayer: Replayer, brec: StepRecord, rrec: StepRecord, d: EventDiff
+) -> tuple[TensorDiff, ...] | None:
+    bf = next(
+        (e for e in brec.forward if e.kind is Kind.LAYER and (e.path, e.call) == (d.base.path, d.base.call)), None
+    )
     rf = next((e for e in rrec.forward if e.kind is Kind.LAYER and (e.path, e.call) == (d.raw.path, d.raw.call)), None)
     if bf is None or rf is None:
         return None
@@ -250,12 +287,24 @@ def _snapshot(fw: Framework, model: Any, plans: dict[str, LayerWeights], side: s
     out = {}
     for plan in plans.values():
         layer = layers[plan.base_path if side == "base" else plan.raw_path]
-        out[plan.base_path] = {n: fw.to_numpy(p).copy() for n, p in layer_tensors(fw, layer, plan.recursive).items() if fw.is_trainable(p)}
+        out[plan.base_path] = {
+            n: fw.to_numpy(p).copy() for n, p in layer_tensors(fw, layer, plan.recursive).items() if fw.is_trainable(p)
+        }
     return out
 
 
-def _optimizer_step(step: int, plans: dict[str, LayerWeights], bfw: Framework, base: Any, bopt: Any,
-                    rfw: Framework, raw: Any, ropt: Any, tol: Callable[[str, str], Tolerance], mode: str) -> list[EventDiff]:
+def _optimizer_step(
+    step: int,
+    plans: dict[str, LayerWeights],
+    bfw: Framework,
+    base: Any,
+    bopt: Any,
+    rfw: Framework,
+    raw: Any,
+    ropt: Any,
+    tol: Callable[[str, str], Tolerance],
+    mode: str,
+) -> list[EventDiff]:
     before = (_snapshot(bfw, base, plans, "base"), _snapshot(rfw, raw, plans, "raw"))
     run_optimizer(bfw, bopt, "base")
     run_optimizer(rfw, ropt, "raw")
@@ -278,10 +327,34 @@ def _optimizer_step(step: int, plans: dict[str, LayerWeights], bfw: Framework, b
             return replace(user, atol=max(user.atol, UPDATE_ATOL) if user.scaled else user.atol, floor=floor)
 
         tensors = compare_param_grads(bd, rd, plan, update_tol, mode)
-        ev_b = Event(step, Phase.OPTIMIZER, Kind.PARAM, order, plan.base_path, plan.base_type, 0, 0, None, True, (),
-                     tuple(TensorRecord(n, v.shape, str(v.dtype), v) for n, v in bd.items()))
-        ev_r = Event(step, Phase.OPTIMIZER, Kind.PARAM, order, plan.raw_path, plan.raw_type, 0, 0, None, True, (),
-                     tuple(TensorRecord(n, v.shape, str(v.dtype), v) for n, v in rd.items()))
+        ev_b = Event(
+            step,
+            Phase.OPTIMIZER,
+            Kind.PARAM,
+            order,
+            plan.base_path,
+            plan.base_type,
+            0,
+            0,
+            None,
+            True,
+            (),
+            tuple(TensorRecord(n, v.shape, str(v.dtype), v) for n, v in bd.items()),
+        )
+        ev_r = Event(
+            step,
+            Phase.OPTIMIZER,
+            Kind.PARAM,
+            order,
+            plan.raw_path,
+            plan.raw_type,
+            0,
+            0,
+            None,
+            True,
+            (),
+            tuple(TensorRecord(n, v.shape, str(v.dtype), v) for n, v in rd.items()),
+        )
         diffs.append(EventDiff(ev_b, ev_r, tuple(tensors)))
     return diffs
 

@@ -28,7 +28,9 @@ TolFn = Callable[[str, str], Tolerance]
 @contextmanager
 def kept_state(fw: Framework, layer: Any) -> Iterator[None]:
     """Restore the layer's non-trainable tensors (running statistics) on exit."""
-    saved = [(t, fw.to_numpy(t).copy()) for t in layer_tensors(fw, layer, recursive=True).values() if not fw.is_trainable(t)]
+    saved = [
+        (t, fw.to_numpy(t).copy()) for t in layer_tensors(fw, layer, recursive=True).values() if not fw.is_trainable(t)
+    ]
     try:
         yield
     finally:
@@ -42,7 +44,11 @@ def magnitude(arrays: list[np.ndarray]) -> float:
 
 
 def compare_param_grads(
-    base: dict[str, np.ndarray], raw: dict[str, np.ndarray], plan: LayerWeights | None, tol: TolFn, mode: str,
+    base: dict[str, np.ndarray],
+    raw: dict[str, np.ndarray],
+    plan: LayerWeights | None,
+    tol: TolFn,
+    mode: str,
     scale_hint: float = 0.0,
 ) -> list[TensorDiff]:
     """Compare parameter gradients (or updates) in raw's layout, converting base's with the layer's rule."""
@@ -66,7 +72,9 @@ class Replayer:
     def __init__(self, bfw: Framework, rfw: Framework, plans: dict[str, LayerWeights], tol: TolFn, mode: str) -> None:
         self.bfw, self.rfw, self.plans, self.tol, self.mode = bfw, rfw, plans, tol, mode
 
-    def _args(self, fw: Framework, template_event: Event, base_inputs: Event, grad: bool) -> tuple[Any, list[Any]] | None:
+    def _args(
+        self, fw: Framework, template_event: Event, base_inputs: Event, grad: bool
+    ) -> tuple[Any, list[Any]] | None:
         if len(template_event.inputs) != len(base_inputs.inputs):
             return None
         values = []
@@ -89,12 +97,14 @@ class Replayer:
             return None
         leaves, _ = flatten(out, fw.is_tensor, "out")
         diffs = []
-        for (name, t), b in zip(leaves, base.outputs):
+        for (_, t), b in zip(leaves, base.outputs):
             r = fw.to_numpy(t)
             diffs.append(compare_tensors(b.name, r, b.value, self.tol(b.dtype, fw.dtype_name(t)), self.mode))
         return tuple(diffs) if diffs else None
 
-    def _grads(self, fw: Framework, fwd: Event, base_fwd: Event, grad_out: Event, plan_recursive: bool) -> tuple[list, dict] | None:
+    def _grads(
+        self, fw: Framework, fwd: Event, base_fwd: Event, grad_out: Event, plan_recursive: bool
+    ) -> tuple[list, dict] | None:
         built = self._args(fw, fwd, base_fwd, grad=True)
         if built is None or fwd.layer is None:
             return None
@@ -133,6 +143,8 @@ class Replayer:
         diffs: list[TensorDiff] = []
         for i, (gb, gr) in enumerate(zip(b[0], r[0])):
             if gb is not None and gr is not None:
-                diffs.append(compare_tensors(f"in[{i}]", gr, gb, self.tol(str(gb.dtype), str(gr.dtype)), self.mode, hint))
+                diffs.append(
+                    compare_tensors(f"in[{i}]", gr, gb, self.tol(str(gb.dtype), str(gr.dtype)), self.mode, hint)
+                )
         diffs += compare_param_grads(b[1], r[1], plan, self.tol, self.mode, hint)
         return tuple(diffs) if diffs else None

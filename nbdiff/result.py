@@ -51,4 +51,6 @@ class DiffResult:
 
     def __repr__(self) -> str:
         status = "SUCCESS" if self else f"FAILED at {self.first_divergence.describe()}"  # type: ignore[union-attr]
-        return f"<DiffResult {self.base_framework}:{self.base_model} vs {self.raw_framework}:{self.raw_model}: {status}>"
+        return (
+            f"<DiffResult {self.base_framework}:{self.base_model} vs {self.raw_framework}:{self.raw_model}: {status}>"
+        )

@@ -27,7 +27,9 @@ def _loss(fw: Framework, loss_fn: Callable[[Any], Any] | None, output: Any, side
     if loss_fn is None:
         floats = [t for _, t in flatten(output, fw.is_tensor)[0] if fw.is_floating(t)]
         if not floats:
-            raise InputError(f"The {side} model returned no floating tensor, so there is no default loss; pass loss_fns.")
+            raise InputError(
+                f"The {side} model returned no floating tensor, so there is no default loss; pass loss_fns."
+            )
         return fw.mean_of(floats)
     try:
         loss = loss_fn(output)

@@ -19,8 +19,11 @@ LAYERS = {
     "gn": (lambda: torch.nn.GroupNorm(2, 4), lambda: paddle.nn.GroupNorm(2, 4), (2, 4, 3, 3)),
     "in2d": (lambda: torch.nn.InstanceNorm2d(3, affine=True), lambda: paddle.nn.InstanceNorm2D(3), (2, 3, 4, 4)),
     "prelu": (lambda: torch.nn.PReLU(3), lambda: paddle.nn.PReLU(3), (2, 3, 4)),
-    "lstm": (lambda: torch.nn.LSTM(4, 5, num_layers=2, batch_first=True, bidirectional=True),
-             lambda: paddle.nn.LSTM(4, 5, num_layers=2, direction="bidirect"), (2, 3, 4)),
+    "lstm": (
+        lambda: torch.nn.LSTM(4, 5, num_layers=2, batch_first=True, bidirectional=True),
+        lambda: paddle.nn.LSTM(4, 5, num_layers=2, direction="bidirect"),
+        (2, 3, 4),
+    ),
     "gru": (lambda: torch.nn.GRU(4, 5, batch_first=True), lambda: paddle.nn.GRU(4, 5), (2, 3, 4)),
     "rnn": (lambda: torch.nn.RNN(4, 5, batch_first=True), lambda: paddle.nn.SimpleRNN(4, 5), (2, 3, 4)),
 }
@@ -55,14 +58,30 @@ def test_mha_packed_and_split_both_directions():
         p = paddle.nn.MultiHeadAttention(8, 2, kdim=kdim, vdim=kdim)
         q = np.random.randn(2, 3, 8).astype("float32")
         kv = np.random.randn(2, 4, kdim or 8).astype("float32")
-        nbdiff.assign_weight(t, p, inputs=((torch.tensor(q), torch.tensor(kv), torch.tensor(kv)),
-                                           (paddle.to_tensor(q), paddle.to_tensor(kv), paddle.to_tensor(kv))))
+        nbdiff.assign_weight(
+            t,
+            p,
+            inputs=(
+                (torch.tensor(q), torch.tensor(kv), torch.tensor(kv)),
+                (paddle.to_tensor(q), paddle.to_tensor(kv), paddle.to_tensor(kv)),
+            ),
+        )
         out_t = t(torch.tensor(q), torch.tensor(kv), torch.tensor(kv))[0].detach().numpy()
-        np.testing.assert_allclose(p(paddle.to_tensor(q), paddle.to_tensor(kv), paddle.to_tensor(kv)).numpy(), out_t, atol=1e-5)
+        np.testing.assert_allclose(
+            p(paddle.to_tensor(q), paddle.to_tensor(kv), paddle.to_tensor(kv)).numpy(), out_t, atol=1e-5
+        )
         t2 = torch.nn.MultiheadAttention(8, 2, batch_first=True, kdim=kdim, vdim=kdim)
-        nbdiff.assign_weight(p, t2, inputs=((paddle.to_tensor(q), paddle.to_tensor(kv), paddle.to_tensor(kv)),
-                                            (torch.tensor(q), torch.tensor(kv), torch.tensor(kv))))
-        np.testing.assert_allclose(t2(torch.tensor(q), torch.tensor(kv), torch.tensor(kv))[0].detach().numpy(), out_t, atol=1e-5)
+        nbdiff.assign_weight(
+            p,
+            t2,
+            inputs=(
+                (paddle.to_tensor(q), paddle.to_tensor(kv), paddle.to_tensor(kv)),
+                (torch.tensor(q), torch.tensor(kv), torch.tensor(kv)),
+            ),
+        )
+        np.testing.assert_allclose(
+            t2(torch.tensor(q), torch.tensor(kv), torch.tensor(kv))[0].detach().numpy(), out_t, atol=1e-5
+        )
 
 
 def test_buffers_copied_and_wrong_shape_leaves_raw_untouched():
@@ -105,3 +124,17 @@ def test_unknown_square_weight_warns_and_transposed_raises():
         nbdiff.assign_weight(TW((3, 3)), PW((3, 3)))
     with pytest.raises(nbdiff.WeightTransferError, match="register_weight_rule"):
         nbdiff.assign_weight(TW((3, 4)), PW((4, 3)))
+
+
+@pytest.mark.parametrize("direction", ["t2p", "p2t"])
+def test_structure_pairing_treats_attention_as_one_unit(direction):
+    # Regression: torch MHA has 2 weight-owning layers, paddle's 4 (q/k/v/out projections);
+    # without inputs the structure pairing refused the pair.
+    t = torch.nn.MultiheadAttention(8, 2, batch_first=True)
+    p = paddle.nn.MultiHeadAttention(8, 2)
+    base, raw = (t, p) if direction == "t2p" else (p, t)
+    nbdiff.assign_weight(base, raw)
+    x = np.random.RandomState(2).randn(2, 3, 8).astype("float32")
+    out_t = t(*(torch.tensor(x),) * 3, need_weights=False)[0].detach().numpy()
+    out_p = p(*(paddle.to_tensor(x),) * 3).numpy()
+    np.testing.assert_allclose(out_p, out_t, rtol=1e-4, atol=1e-5)

@@ -9,16 +9,11 @@ import nbdiff  # noqa: E402
 from tests.fault_suite.models import BUGS, BUILDERS, inputs  # noqa: E402
 
 DIRECTIONS = [("torch", "paddle"), ("paddle", "torch"), ("torch", "torch"), ("paddle", "paddle")]
-# Known false alarm, see the issue note: torch vs paddle MultiheadAttention value-input
-# gradient as recorded through per-layer identity views differs; under investigation.
-KNOWN = {("torch", "paddle", "transformer"), ("paddle", "torch", "transformer")}
 
 
 @pytest.mark.parametrize("bfw,rfw", DIRECTIONS)
 @pytest.mark.parametrize("kind", sorted(BUILDERS))
 def test_equivalent_pairs_pass_with_defaults(bfw, rfw, kind):
-    if (bfw, rfw, kind) in KNOWN:
-        pytest.xfail("MHA value-gradient recording across frameworks (see issue note)")
     result = nbdiff.auto_diff(BUILDERS[kind](bfw), BUILDERS[kind](rfw), inputs(kind))
     assert result, result.report()
 
@@ -43,14 +38,18 @@ def test_optimizer_bug_blames_the_parameter(bfw, rfw):
 
     def opt(fw, model, slow_fc2):
         if fw == "torch":
-            groups = [{"params": model.fc2.parameters(), "lr": 0.11 if slow_fc2 else 0.1},
-                      {"params": [p for n, p in model.named_parameters() if not n.startswith("fc2.")]}]
+            groups = [
+                {"params": model.fc2.parameters(), "lr": 0.11 if slow_fc2 else 0.1},
+                {"params": [p for n, p in model.named_parameters() if not n.startswith("fc2.")]},
+            ]
             return torch.optim.SGD(groups, lr=0.1)
         rest = [p for n, p in model.named_parameters() if not n.startswith("fc2.")]
         groups = [{"params": model.fc2.parameters(), "learning_rate": 1.1 if slow_fc2 else 1.0}, {"params": rest}]
         return paddle.optimizer.SGD(learning_rate=0.1, parameters=groups)
 
-    result = nbdiff.auto_diff(base, raw, inputs("mlp"), optimizers=[opt(bfw, base, False), opt(rfw, raw, True)], steps=3)
+    result = nbdiff.auto_diff(
+        base, raw, inputs("mlp"), optimizers=[opt(bfw, base, False), opt(rfw, raw, True)], steps=3
+    )
     d = result.first_divergence
     assert d is not None and d.phase.value == "optimizer" and d.where == "parameter", result.report()
     assert d.base_path == "fc2" and d.parameter in ("fc2.weight", "fc2.bias")

@@ -60,7 +60,9 @@ class LayerMap:
         return self
 
     # -- queries ---------------------------------------------------------------
-    def explicit_pairs(self, base_layers: dict[str, Any], raw_layers: dict[str, Any]) -> list[tuple[tuple[str, ...], str]]:
+    def explicit_pairs(
+        self, base_layers: dict[str, Any], raw_layers: dict[str, Any]
+    ) -> list[tuple[tuple[str, ...], str]]:
         """The ``map`` as ``((base paths...), raw path)`` pairs, checked against both models."""
         out = []
         for b, r in self.map.items():

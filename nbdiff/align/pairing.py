@@ -73,7 +73,9 @@ def _ancestors(events: list[Event]) -> dict[int, list[Event]]:
     return out
 
 
-def _filter(events: list[Event], layer_map: LayerMap | None, side: str, cut: set[str]) -> tuple[list[Event], list[tuple[str, str]]]:
+def _filter(
+    events: list[Event], layer_map: LayerMap | None, side: str, cut: set[str]
+) -> tuple[list[Event], list[tuple[str, str]]]:
     anc = _ancestors(events)
     kept, skipped = [], []
     for e in events:
@@ -100,8 +102,12 @@ def _explicit(base: list[Event], raw: list[Event], groups: list[tuple[tuple[str,
                 break
             b = firsts[k]
             if len(base_paths) > 1:
-                b = replace(b, path="+".join(base_paths), outputs=lasts[k].outputs, type_name="+".join(
-                    next(e.type_name for e in base if e.path == p) for p in base_paths))
+                b = replace(
+                    b,
+                    path="+".join(base_paths),
+                    outputs=lasts[k].outputs,
+                    type_name="+".join(next(e.type_name for e in base if e.path == p) for p in base_paths),
+                )
             pairs.append(Pair(b, r, explicit=True))
     return pairs
 

@@ -85,8 +85,13 @@ class Divergence:
         if self.where == "between":
             prev, nxt = self.between
             place = (
-                f"after `{prev}`" if prev and not nxt else f"before `{nxt}`" if nxt and not prev
-                else f"between `{prev}` and `{nxt}`" if prev else "before any sublayer"
+                f"after `{prev}`"
+                if prev and not nxt
+                else f"before `{nxt}`"
+                if nxt and not prev
+                else f"between `{prev}` and `{nxt}`"
+                if prev
+                else "before any sublayer"
             )
             return f"{head}: code of `{b}` ({self.base_type}) itself, {place} (raw `{r}`)"
         tail = " (inherited: no single layer exceeds tolerance on its own)" if self.inherited else ""
@@ -167,7 +172,9 @@ def _label(d: EventDiff) -> str:
     return (d.base.path or "<root>") + (f"#{d.base.call}" if d.base.call else "")
 
 
-def _divergence(d: EventDiff, where: str, between: tuple[str | None, str | None] = (None, None), inherited: bool = False) -> Divergence:
+def _divergence(
+    d: EventDiff, where: str, between: tuple[str | None, str | None] = (None, None), inherited: bool = False
+) -> Divergence:
     worst = worst_of(d.tensors)
     assert worst is not None
     local = worst_of(d.local) if d.local else None

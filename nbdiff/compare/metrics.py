@@ -116,8 +116,23 @@ def compare_tensors(
     note = ""
     if raw.shape != base.shape:
         if raw.size != base.size:
-            return TensorDiff(name, base.shape, raw.shape, np.inf, np.inf, np.inf, 0.0, 0, 0, 0, 0, np.inf, tol, mode,
-                              f"shape {raw.shape} vs base {base.shape}")
+            return TensorDiff(
+                name,
+                base.shape,
+                raw.shape,
+                np.inf,
+                np.inf,
+                np.inf,
+                0.0,
+                0,
+                0,
+                0,
+                0,
+                np.inf,
+                tol,
+                mode,
+                f"shape {raw.shape} vs base {base.shape}",
+            )
         note = f"shape {raw.shape} vs base {base.shape}, compared flattened"
         raw = raw.reshape(base.shape)
     a, b = _pair(raw, base)
@@ -153,5 +168,16 @@ def compare_tensors(
         raise ValueError(f"compare_mode {mode!r} is not one of {COMPARE_MODES}")
     rel = float(np.max(d / np.maximum(absb, _TINY))) if worst > 0 else 0.0
     return TensorDiff(
-        name, tuple(base.shape), tuple(raw.shape), worst, rel, float(d.mean()), cosine(a, b), *counts, ratio, tol, mode, note
+        name,
+        tuple(base.shape),
+        tuple(raw.shape),
+        worst,
+        rel,
+        float(d.mean()),
+        cosine(a, b),
+        *counts,
+        ratio,
+        tol,
+        mode,
+        note,
     )

@@ -87,6 +87,11 @@ class PaddleFramework:
     def detach(self, tensor: Any) -> Any:
         return tensor.detach()
 
+    def hold_grad(self, grad: Any) -> Any:
+        # paddle calls hooks once per contribution and then adds the next ones into that same
+        # buffer in place: without a copy, a layer input's gradient would read as the total.
+        return grad.detach().clone()
+
     def tensor_version(self, tensor: Any) -> int:
         return int(tensor.inplace_version)
 
@@ -114,12 +119,8 @@ class PaddleFramework:
     def backward(self, loss: Any) -> None:
         loss.backward()
 
-    def grad(
-        self, outputs: Sequence[Any], inputs: Sequence[Any], grad_outputs: Sequence[Any]
-    ) -> list[Any | None]:
-        return list(
-            paddle.grad(list(outputs), list(inputs), list(grad_outputs), allow_unused=True)
-        )
+    def grad(self, outputs: Sequence[Any], inputs: Sequence[Any], grad_outputs: Sequence[Any]) -> list[Any | None]:
+        return list(paddle.grad(list(outputs), list(inputs), list(grad_outputs), allow_unused=True))
 
     def mean_of(self, tensors: Sequence[Any]) -> Any:
         flat = [t.reshape([-1]).astype("float32") if t.dtype != paddle.float64 else t.reshape([-1]) for t in tensors]

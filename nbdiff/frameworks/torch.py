@@ -89,6 +89,10 @@ class TorchFramework:
     def detach(self, tensor: Any) -> Any:
         return tensor.detach()
 
+    def hold_grad(self, grad: Any) -> Any:
+        # autograd hands hooks the summed gradient and never steals a buffer still referenced.
+        return grad.detach()
+
     def tensor_version(self, tensor: Any) -> int:
         return int(tensor._version)
 
@@ -116,12 +120,8 @@ class TorchFramework:
     def backward(self, loss: Any) -> None:
         loss.backward()
 
-    def grad(
-        self, outputs: Sequence[Any], inputs: Sequence[Any], grad_outputs: Sequence[Any]
-    ) -> list[Any | None]:
-        return list(
-            torch.autograd.grad(list(outputs), list(inputs), list(grad_outputs), allow_unused=True)
-        )
+    def grad(self, outputs: Sequence[Any], inputs: Sequence[Any], grad_outputs: Sequence[Any]) -> list[Any | None]:
+        return list(torch.autograd.grad(list(outputs), list(inputs), list(grad_outputs), allow_unused=True))
 
     def mean_of(self, tensors: Sequence[Any]) -> Any:
         flat = [t.reshape(-1).float() if t.dtype != torch.float64 else t.reshape(-1) for t in tensors]

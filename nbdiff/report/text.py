@@ -42,7 +42,9 @@ def _tree(events: list[EventDiff], mark: tuple[str, int] | None) -> list[str]:
         if here:
             at = len(rows)
         raw = f"  ~ {e.raw.path or '<root>'}" if e.raw.path != e.base.path else ""
-        rows.append(f"  {'  ' * e.base.depth}{name} ({e.base.type_name}){raw}  {status}{local}{'   <--- first divergence' if here else ''}")
+        rows.append(
+            f"  {'  ' * e.base.depth}{name} ({e.base.type_name}){raw}  {status}{local}{'   <--- first divergence' if here else ''}"
+        )
     if len(rows) > TREE_ROWS:
         lo = max(0, min(at - TREE_ROWS // 2, len(rows) - TREE_ROWS))
         rows = (["  ..."] if lo else []) + rows[lo : lo + TREE_ROWS] + (["  ..."] if lo + TREE_ROWS < len(rows) else [])
@@ -52,7 +54,9 @@ def _tree(events: list[EventDiff], mark: tuple[str, int] | None) -> list[str]:
 def render_text(result: DiffResult) -> str:
     """Summary line, first divergence with metrics, a compact tree, and both stacks."""
     head = f"nbdiff: base {result.base_framework} {result.base_model} vs raw {result.raw_framework} {result.raw_model}"
-    counts = {ph: len([e for e in result.events if e.base.phase.value == ph]) for ph in ("forward", "backward", "optimizer")}
+    counts = {
+        ph: len([e for e in result.events if e.base.phase.value == ph]) for ph in ("forward", "backward", "optimizer")
+    }
     lines = [
         f"{head}: {'SUCCESS' if result else 'FAILED'}",
         f"  compared {counts['forward']} forward, {counts['backward']} backward and {counts['optimizer']} optimizer "
@@ -74,6 +78,16 @@ def render_text(result: DiffResult) -> str:
         lines.append(f"  local        {format_diff(d.local_error)}")
     lines.append("  (local = this event alone, run on the base side's inputs)")
     phase_events = result.select(d.step, d.phase)
-    lines += ["", f"Tree (step {d.step}, {d.phase.value}):", *_tree(phase_events, (d.base_path, 0) if d.phase.value != "optimizer" else None)]
-    lines += ["", "Base stack (innermost first):", *_stack(d.base_stack), "Raw stack (innermost first):", *_stack(d.raw_stack)]
+    lines += [
+        "",
+        f"Tree (step {d.step}, {d.phase.value}):",
+        *_tree(phase_events, (d.base_path, 0) if d.phase.value != "optimizer" else None),
+    ]
+    lines += [
+        "",
+        "Base stack (innermost first):",
+        *_stack(d.base_stack),
+        "Raw stack (innermost first):",
+        *_stack(d.raw_stack),
+    ]
     return "\n".join(lines)

@@ -43,7 +43,11 @@ class _Call:
 class Feed:
     """Single-step feeding: values from the base trace given to raw layer calls."""
 
-    def __init__(self, inputs: dict[tuple[str, int], list[np.ndarray | None]], grads: dict[tuple[str, int], dict[str, np.ndarray]]):
+    def __init__(
+        self,
+        inputs: dict[tuple[str, int], list[np.ndarray | None]],
+        grads: dict[tuple[str, int], dict[str, np.ndarray]],
+    ):
         self.inputs = inputs
         """``(raw path, call)`` to base input arrays, leaf by leaf (``None``: keep raw's)."""
         self.grads = grads
@@ -182,11 +186,11 @@ class Recorder:
         def hook(grad: Any) -> Any:
             if replace is not None and tuple(replace.shape) == fw.shape_of(grad):
                 grad = fw.from_numpy(replace.astype(fw.to_numpy(grad).dtype, copy=False))
-                into[name] = fw.detach(grad)
+                into[name] = fw.hold_grad(grad)
                 return grad
             # paddle calls a tensor's hook once per incoming contribution, torch once with the
             # sum: adding up gives the full gradient in both.
-            g = fw.detach(grad)
+            g = fw.hold_grad(grad)
             into[name] = into[name] + g if name in into else g
             return None
 
@@ -252,8 +256,20 @@ class Recorder:
         forward = [_replace_parent(e, renumber) for e in forward]
         if loss is not None:
             forward.append(
-                Event(self.step, Phase.FORWARD, Kind.LOSS, len(forward), "<loss>", "Loss", 0, 0, None, False,
-                      (), (self._tensor("loss", loss),))
+                Event(
+                    self.step,
+                    Phase.FORWARD,
+                    Kind.LOSS,
+                    len(forward),
+                    "<loss>",
+                    "Loss",
+                    0,
+                    0,
+                    None,
+                    False,
+                    (),
+                    (self._tensor("loss", loss),),
+                )
             )
         backward: list[Event] = []
         if self.backward:
@@ -276,8 +292,23 @@ class Recorder:
                 if not (grad_in or grad_out or params):
                     continue
                 backward.append(
-                    Event(self.step, Phase.BACKWARD, Kind.LAYER, len(backward), rec.path, f.type_name, rec.call,
-                          rec.depth, f.parent, f.library, grad_in, grad_out, tuple(params), (), rec.stack)
+                    Event(
+                        self.step,
+                        Phase.BACKWARD,
+                        Kind.LAYER,
+                        len(backward),
+                        rec.path,
+                        f.type_name,
+                        rec.call,
+                        rec.depth,
+                        f.parent,
+                        f.library,
+                        grad_in,
+                        grad_out,
+                        tuple(params),
+                        (),
+                        rec.stack,
+                    )
                 )
         return forward, _link_backward_parents(backward), warnings
 

@@ -14,7 +14,8 @@ from nbdiff.trace.events import Event
 from nbdiff.trace.inputs import call_model, split_inputs
 from nbdiff.trace.modes import eval_mode
 from nbdiff.trace.recorder import Recorder
-from nbdiff.weights.plan import LayerWeights, convert_checked, layer_tensors, plan_layer
+from nbdiff.weights.plan import LayerWeights, all_class_names, convert_checked, layer_tensors, plan_layer
+from nbdiff.weights.rules import covers_sublayers
 
 __all__ = ["assign_weight", "WeightMap", "plan_weights", "forward_structure"]
 
@@ -46,7 +47,9 @@ def _owns_tensors(fw: Framework, layer: Any) -> bool:
     return bool(fw.direct_params(layer) or fw.direct_buffers(layer))
 
 
-def _pairs_by_execution(bfw: Framework, base: Any, rfw: Framework, raw: Any, inputs: Any, layer_map: LayerMap | None) -> list[tuple[str, str]]:
+def _pairs_by_execution(
+    bfw: Framework, base: Any, rfw: Framework, raw: Any, inputs: Any, layer_map: LayerMap | None
+) -> list[tuple[str, str]]:
     bcall, rcall = split_inputs(inputs, bfw, rfw)
     bev = forward_structure(bfw, base, bcall, "base")
     rev = forward_structure(rfw, raw, rcall, "raw")
@@ -61,9 +64,23 @@ def _pairs_by_execution(bfw: Framework, base: Any, rfw: Framework, raw: Any, inp
     return out
 
 
+def _weight_units(fw: Framework, model: Any) -> list[tuple[str, Any]]:
+    """Layers that own tensors, in definition order; a layer with a recursive rule is one unit."""
+    units: list[tuple[str, Any]] = []
+    whole: list[str] = []
+    for path, layer in fw.named_layers(model):
+        if _inside(path, whole):
+            continue
+        if fw.is_library_layer(layer) and covers_sublayers(fw.name, all_class_names(layer)):
+            whole.append(path)
+            units.append((path, layer))
+        elif _owns_tensors(fw, layer):
+            units.append((path, layer))
+    return units
+
+
 def _pairs_by_structure(bfw: Framework, base: Any, rfw: Framework, raw: Any) -> list[tuple[str, str]]:
-    b = [(p, lay) for p, lay in bfw.named_layers(base) if _owns_tensors(bfw, lay)]
-    r = [(p, lay) for p, lay in rfw.named_layers(raw) if _owns_tensors(rfw, lay)]
+    b, r = _weight_units(bfw, base), _weight_units(rfw, raw)
     problem = None
     if len(b) != len(r):
         problem = f"base has {len(b)} layers with weights, raw has {len(r)}"
@@ -81,7 +98,9 @@ def _pairs_by_structure(bfw: Framework, base: Any, rfw: Framework, raw: Any) -> 
     return [(bp, rp) for (bp, _), (rp, _) in zip(b, r)]
 
 
-def plan_weights(base: Any, raw: Any, layer_map: LayerMap | None = None, inputs: Any = None) -> tuple[Framework, Framework, WeightMap]:
+def plan_weights(
+    base: Any, raw: Any, layer_map: LayerMap | None = None, inputs: Any = None
+) -> tuple[Framework, Framework, WeightMap]:
     """Pair the layers and plan the copy of every tensor, without changing anything."""
     bfw, rfw = framework_of(base, "base"), framework_of(raw, "raw")
     if inputs is not None:
@@ -143,7 +162,9 @@ def assign_weight(base: Any, raw: Any, layer_map: LayerMap | None = None, inputs
         try:
             out = convert_checked(plan, arrays, {n: rfw.shape_of(t) for n, t in rtensors.items()})
         except NbdiffError as exc:
-            raise WeightTransferError(f"{exc}\n\n{_trees(bfw, base, plan.base_path, rfw, raw, plan.raw_path)}") from None
+            raise WeightTransferError(
+                f"{exc}\n\n{_trees(bfw, base, plan.base_path, rfw, raw, plan.raw_path)}"
+            ) from None
         writes += [(rtensors[n], a) for n, a in out.items()]
     backup = [(t, rfw.to_numpy(t).copy()) for t, _ in writes]
     try:

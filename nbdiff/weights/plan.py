@@ -83,7 +83,9 @@ def plan_layer(bfw: Framework, bpath: str, blayer: Any, rfw: Framework, rpath: s
     return _by_name_and_shape(bfw, bpath, blayer, rfw, rpath, rlayer)
 
 
-def _by_name_and_shape(bfw: Framework, bpath: str, blayer: Any, rfw: Framework, rpath: str, rlayer: Any) -> LayerWeights:
+def _by_name_and_shape(
+    bfw: Framework, bpath: str, blayer: Any, rfw: Framework, rpath: str, rlayer: Any
+) -> LayerWeights:
     b = {n: bfw.shape_of(t) for n, t in layer_tensors(bfw, blayer).items() if n not in _IGNORABLE}
     r = {n: rfw.shape_of(t) for n, t in layer_tensors(rfw, rlayer).items() if n not in _IGNORABLE}
     mapping: dict[str, str] = {}
@@ -153,7 +155,9 @@ def convert_checked(plan: LayerWeights, arrays: Arrays, raw_shapes: dict[str, tu
                 f"{tuple(np.shape(arr))} for raw `{plan.raw_path}.{name}`, which is {tuple(raw_shapes[name])}. "
                 "Fix: pair these layers differently in a LayerMap, or register a weight rule for them."
             )
-    missing = [n for n in raw_shapes if n not in out and n not in plan.optional and n.rsplit(".", 1)[-1] not in _IGNORABLE]
+    missing = [
+        n for n in raw_shapes if n not in out and n not in plan.optional and n.rsplit(".", 1)[-1] not in _IGNORABLE
+    ]
     if missing:
         raise WeightTransferError(
             f"Rule {plan.rule!r} gives no value for raw `{plan.raw_path}` tensors {missing} "

@@ -15,7 +15,7 @@ import numpy as np
 
 from nbdiff.errors import OptionError
 
-__all__ = ["WeightRule", "register_weight_rule", "find_rule", "rename_rule", "RULES"]
+__all__ = ["WeightRule", "register_weight_rule", "find_rule", "covers_sublayers", "rename_rule", "RULES"]
 
 Arrays = dict[str, np.ndarray]
 Convert = Callable[[Arrays], Arrays]
@@ -80,7 +80,9 @@ def _key(x: tuple[str, str] | type) -> tuple[str, str]:
     raise OptionError(f"A weight rule side must be (framework, class name) or a layer class, not {x!r}.")
 
 
-def find_rule(base_fw: str, base_classes: list[str], raw_fw: str, raw_classes: list[str]) -> tuple[WeightRule, bool] | None:
+def find_rule(
+    base_fw: str, base_classes: list[str], raw_fw: str, raw_classes: list[str]
+) -> tuple[WeightRule, bool] | None:
     """The most specific rule for these classes (MRO order), and whether to use its inverse."""
     for bc in base_classes:
         for rc in raw_classes:
@@ -93,7 +95,19 @@ def find_rule(base_fw: str, base_classes: list[str], raw_fw: str, raw_classes: l
     return None
 
 
-def rename_rule(mapping: dict[str, str], transpose: tuple[str, ...] = (), drop: tuple[str, ...] = (), drop_back: tuple[str, ...] = ()) -> tuple[Convert, Convert]:
+def covers_sublayers(fw: str, classes: list[str]) -> bool:
+    """Whether a recursive rule exists for one of these classes: the layer is copied as one unit."""
+    return any(
+        rule.recursive and ((fw, c) == rule.base or (fw, c) == rule.raw) for rule in RULES.values() for c in classes
+    )
+
+
+def rename_rule(
+    mapping: dict[str, str],
+    transpose: tuple[str, ...] = (),
+    drop: tuple[str, ...] = (),
+    drop_back: tuple[str, ...] = (),
+) -> tuple[Convert, Convert]:
     """A rule that renames tensors and transposes some 2-D ones. Unlisted names pass through."""
     back = {v: k for k, v in mapping.items()}
 
@@ -101,30 +115,49 @@ def rename_rule(mapping: dict[str, str], transpose: tuple[str, ...] = (), drop: 
         return {mapping.get(k, k): (v.T if k in transpose else v) for k, v in arrays.items() if k not in drop}
 
     def inverse(arrays: Arrays) -> Arrays:
-        return {back.get(k, k): (v.T if back.get(k, k) in transpose else v) for k, v in arrays.items() if k not in drop_back}
+        return {
+            back.get(k, k): (v.T if back.get(k, k) in transpose else v) for k, v in arrays.items() if k not in drop_back
+        }
 
     return convert, inverse
 
 
 def _register_builtin() -> None:
-    def tp(torch_names: list[str], paddle_names: list[str], conv: tuple[Convert, Convert], name: str, recursive: bool = False, optional: tuple[str, ...] = ()) -> None:
+    def tp(
+        torch_names: list[str],
+        paddle_names: list[str],
+        conv: tuple[Convert, Convert],
+        name: str,
+        recursive: bool = False,
+        optional: tuple[str, ...] = (),
+    ) -> None:
         for t in torch_names:
             for p in paddle_names:
-                register_weight_rule(("torch", t), ("paddle", p), *conv, name=name, recursive=recursive, optional=optional)
+                register_weight_rule(
+                    ("torch", t), ("paddle", p), *conv, name=name, recursive=recursive, optional=optional
+                )
 
     same = rename_rule({})
     tp(["Linear"], ["Linear"], rename_rule({}, transpose=("weight",)), "Linear (weight transposed)")
     for n in ("1", "2", "3"):
         tp([f"Conv{n}d"], [f"Conv{n}D"], same, f"Conv{n}D")
         tp([f"ConvTranspose{n}d"], [f"Conv{n}DTranspose"], same, f"Conv{n}DTranspose")
-        tp([f"BatchNorm{n}d"], [f"BatchNorm{n}D", "BatchNorm"] if n == "2" else [f"BatchNorm{n}D"],
-           rename_rule({"running_mean": "_mean", "running_var": "_variance"}, drop=("num_batches_tracked",)),
-           f"BatchNorm{n}D (running stats renamed)", optional=("num_batches_tracked",))
+        tp(
+            [f"BatchNorm{n}d"],
+            [f"BatchNorm{n}D", "BatchNorm"] if n == "2" else [f"BatchNorm{n}D"],
+            rename_rule({"running_mean": "_mean", "running_var": "_variance"}, drop=("num_batches_tracked",)),
+            f"BatchNorm{n}D (running stats renamed)",
+            optional=("num_batches_tracked",),
+        )
         # torch's affine pair is weight/bias and off by default; paddle's is scale/bias and
         # always there (initialised to 1 and 0, which equals no affine).
-        tp([f"InstanceNorm{n}d"], [f"InstanceNorm{n}D"],
-           rename_rule({"weight": "scale"}, drop=("running_mean", "running_var", "num_batches_tracked")),
-           f"InstanceNorm{n}D (weight <-> scale)", optional=("scale", "bias", "weight"))
+        tp(
+            [f"InstanceNorm{n}d"],
+            [f"InstanceNorm{n}D"],
+            rename_rule({"weight": "scale"}, drop=("running_mean", "running_var", "num_batches_tracked")),
+            f"InstanceNorm{n}D (weight <-> scale)",
+            optional=("scale", "bias", "weight"),
+        )
     tp(["Embedding"], ["Embedding"], same, "Embedding")
     tp(["LayerNorm"], ["LayerNorm"], same, "LayerNorm")
     tp(["GroupNorm"], ["GroupNorm"], same, "GroupNorm")
@@ -135,8 +168,13 @@ def _register_builtin() -> None:
     tp(["LSTM"], ["LSTM"], rnn, "LSTM", recursive=True)
     tp(["GRU"], ["GRU"], rnn, "GRU", recursive=True)
     tp(["RNN"], ["SimpleRNN"], rnn, "RNN/SimpleRNN", recursive=True)
-    tp(["MultiheadAttention"], ["MultiHeadAttention"], (_mha_torch_to_paddle, _mha_paddle_to_torch),
-       "MultiheadAttention (packed q/k/v <-> split, weights transposed)", recursive=True)
+    tp(
+        ["MultiheadAttention"],
+        ["MultiHeadAttention"],
+        (_mha_torch_to_paddle, _mha_paddle_to_torch),
+        "MultiheadAttention (packed q/k/v <-> split, weights transposed)",
+        recursive=True,
+    )
 
 
 def _mha_torch_to_paddle(a: Arrays) -> Arrays:
@@ -150,7 +188,9 @@ def _mha_torch_to_paddle(a: Arrays) -> Arrays:
     if "out_proj.bias" in a:
         out["out_proj.bias"] = a["out_proj.bias"]
     if "bias_k" in a or "bias_v" in a:
-        raise OptionError("torch MultiheadAttention(add_bias_kv=True) has no paddle counterpart; register a weight rule.")
+        raise OptionError(
+            "torch MultiheadAttention(add_bias_kv=True) has no paddle counterpart; register a weight rule."
+        )
     return out
 
 

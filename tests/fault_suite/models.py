@@ -29,12 +29,22 @@ def _ns(fw: str):
                 return g * (1 - y * y) * (0.9 if ctx.wrong else 1.0), None
 
         return dict(
-            Base=torch.nn.Module, linear=torch.nn.Linear, conv=lambda i, o, k: torch.nn.Conv2d(i, o, k, padding=1),
-            bn=lambda c, eps=1e-5: torch.nn.BatchNorm2d(c, eps=eps), ln=lambda d, eps=1e-5: torch.nn.LayerNorm(d, eps=eps),
-            gelu=torch.nn.GELU, relu=torch.nn.ReLU, gelu_f=F.gelu, relu_f=F.relu, linear_f=F.linear,
-            mha=lambda d, h: torch.nn.MultiheadAttention(d, h, batch_first=True), mha_call=lambda m, x: m(x, x, x, need_weights=False)[0],
-            lstm=lambda i, h: torch.nn.LSTM(i, h, batch_first=True), pool=lambda: torch.nn.AdaptiveAvgPool2d(1),
-            flatten=lambda x: x.flatten(1), tanh_fn=lambda x, wrong: Tanh.apply(x, wrong),
+            Base=torch.nn.Module,
+            linear=torch.nn.Linear,
+            conv=lambda i, o, k: torch.nn.Conv2d(i, o, k, padding=1),
+            bn=lambda c, eps=1e-5: torch.nn.BatchNorm2d(c, eps=eps),
+            ln=lambda d, eps=1e-5: torch.nn.LayerNorm(d, eps=eps),
+            gelu=torch.nn.GELU,
+            relu=torch.nn.ReLU,
+            gelu_f=F.gelu,
+            relu_f=F.relu,
+            linear_f=F.linear,
+            mha=lambda d, h: torch.nn.MultiheadAttention(d, h, batch_first=True),
+            mha_call=lambda m, x: m(x, x, x, need_weights=False)[0],
+            lstm=lambda i, h: torch.nn.LSTM(i, h, batch_first=True),
+            pool=lambda: torch.nn.AdaptiveAvgPool2d(1),
+            flatten=lambda x: x.flatten(1),
+            tanh_fn=lambda x, wrong: Tanh.apply(x, wrong),
         )
     import paddle
     import paddle.nn.functional as F
@@ -54,14 +64,22 @@ def _ns(fw: str):
             return g * (1 - y * y) * (0.9 if ctx.wrong else 1.0)
 
     return dict(
-        Base=paddle.nn.Layer, linear=paddle.nn.Linear, conv=lambda i, o, k: paddle.nn.Conv2D(i, o, k, padding=1),
+        Base=paddle.nn.Layer,
+        linear=paddle.nn.Linear,
+        conv=lambda i, o, k: paddle.nn.Conv2D(i, o, k, padding=1),
         bn=lambda c, eps=1e-5: paddle.nn.BatchNorm2D(c, epsilon=eps, momentum=0.9),
         ln=lambda d, eps=1e-5: paddle.nn.LayerNorm(d, epsilon=eps),
-        gelu=paddle.nn.GELU, relu=paddle.nn.ReLU, gelu_f=F.gelu, relu_f=F.relu,
+        gelu=paddle.nn.GELU,
+        relu=paddle.nn.ReLU,
+        gelu_f=F.gelu,
+        relu_f=F.relu,
         linear_f=lambda x, w, b: F.linear(x, w.T, b),
-        mha=lambda d, h: paddle.nn.MultiHeadAttention(d, h), mha_call=lambda m, x: m(x, x, x),
-        lstm=lambda i, h: paddle.nn.LSTM(i, h), pool=lambda: paddle.nn.AdaptiveAvgPool2D(1),
-        flatten=lambda x: x.flatten(1), tanh_fn=lambda x, wrong: PTanh.apply(x, wrong),
+        mha=lambda d, h: paddle.nn.MultiHeadAttention(d, h),
+        mha_call=lambda m, x: m(x, x, x),
+        lstm=lambda i, h: paddle.nn.LSTM(i, h),
+        pool=lambda: paddle.nn.AdaptiveAvgPool2D(1),
+        flatten=lambda x: x.flatten(1),
+        tanh_fn=lambda x, wrong: PTanh.apply(x, wrong),
     )
 
 

@@ -1,0 +1,123 @@
+"""The recorder: forward events, per-layer gradients, in-place layers, hook removal."""
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+paddle = pytest.importorskip("paddle")
+
+from nbdiff.frameworks import framework_of  # noqa: E402
+from nbdiff.trace.recorder import Recorder  # noqa: E402
+
+
+def _three_way(fw_name):
+    """A layer that takes one tensor three times (self-attention style) with distinct weights."""
+    if fw_name == "torch":
+
+        class Mix(torch.nn.Module):
+            def forward(self, q, k, v):
+                return q * 1.0 + k * 2.0 + v * 3.0
+
+        class Net(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.lin = torch.nn.Linear(4, 4)
+                self.mix = Mix()
+
+            def forward(self, x):
+                h = self.lin(x)
+                return self.mix(h, h, h)
+
+        return Net(), lambda a: torch.tensor(a, requires_grad=True)
+
+    class PMix(paddle.nn.Layer):
+        def forward(self, q, k, v):
+            return q * 1.0 + k * 2.0 + v * 3.0
+
+    class PNet(paddle.nn.Layer):
+        def __init__(self):
+            super().__init__()
+            self.lin = paddle.nn.Linear(4, 4)
+            self.mix = PMix()
+
+        def forward(self, x):
+            h = self.lin(x)
+            return self.mix(h, h, h)
+
+    return PNet(), lambda a: paddle.to_tensor(a, stop_gradient=False)
+
+
+def _record(model, x):
+    fw = framework_of(model, "model")
+    with Recorder(fw, model) as rec:
+        out = model(x)
+        loss = out.sum()
+    fw.backward(loss)
+    rec.remove_tensor_hooks()
+    return rec.events(loss)
+
+
+@pytest.mark.parametrize("fw_name", ["torch", "paddle"])
+def test_same_tensor_passed_three_times_gets_each_inputs_own_gradient(fw_name):
+    # Regression: paddle accumulated later contributions into the buffer handed to the first
+    # hook, so the value input of attention read as the total gradient.
+    model, tensor = _three_way(fw_name)
+    _, backward, _ = _record(model, tensor(np.ones((2, 4), "float32")))
+    mix = next(e for e in backward if e.path == "mix")
+    grads = {t.name: t.value for t in mix.inputs}
+    for name, factor in (("in[0]", 1.0), ("in[1]", 2.0), ("in[2]", 3.0)):
+        np.testing.assert_allclose(grads[name], np.full((2, 4), factor))
+    lin = next(e for e in backward if e.path == "lin")
+    np.testing.assert_allclose(lin.outputs[0].value, np.full((2, 4), 6.0))
+
+
+@pytest.mark.parametrize("fw_name", ["torch", "paddle"])
+def test_forward_events_are_preorder_with_parents_and_stacks(fw_name):
+    model, tensor = _three_way(fw_name)
+    forward, backward, warnings = _record(model, tensor(np.ones((2, 4), "float32")))
+    layers = [e for e in forward if e.kind.value == "layer"]
+    assert [e.path for e in layers] == ["", "lin", "mix"]
+    assert [e.parent for e in layers] == [None, 0, 0]
+    assert layers[2].inputs[0].shape == (2, 4) and len(layers[2].inputs) == 3
+    assert any("test_recorder.py" in f.filename for f in layers[1].stack)
+    assert [e.path for e in backward] == ["mix", "lin", ""]
+    assert warnings == []
+
+
+@pytest.mark.parametrize("fw_name", ["torch", "paddle"])
+def test_hooks_are_removed_when_the_model_raises(fw_name):
+    model, tensor = _three_way(fw_name)
+    fw = framework_of(model, "model")
+    with pytest.raises(ValueError), Recorder(fw, model):
+        model(tensor(np.ones((2, 4), "float32")))
+        raise ValueError("boom")
+    # A second recorder sees each call exactly once: nothing from the first one is left.
+    _, backward, _ = _record(model, tensor(np.ones((2, 4), "float32")))
+    assert [e.path for e in backward] == ["mix", "lin", ""]
+    assert len(model._forward_pre_hooks) == 0
+
+
+def test_inplace_layer_input_is_snapshotted():
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = torch.nn.Linear(3, 3)
+            self.act = torch.nn.ReLU(inplace=True)
+
+        def forward(self, x):
+            return self.act(self.lin(x))
+
+    model = Net()
+    with torch.no_grad():
+        model.lin.weight.copy_(torch.eye(3))
+        model.lin.bias.zero_()
+    x = torch.tensor(np.array([[-1.0, 2.0, -3.0]], "float32"))
+    with torch.no_grad(), Recorder(framework_of(model, "m"), model, backward=False) as rec:
+        model(x)
+    forward, _, _ = rec.events()
+    lin = next(e for e in forward if e.path == "lin")
+    act = next(e for e in forward if e.path == "act")
+    # The Linear output as it was, negative entries included, not the ReLU'd tensor.
+    np.testing.assert_array_equal(lin.outputs[0].value, [[-1.0, 2.0, -3.0]])
+    np.testing.assert_array_equal(act.inputs[0].value, [[-1.0, 2.0, -3.0]])
+    np.testing.assert_array_equal(act.outputs[0].value, [[0.0, 2.0, 0.0]])

@@ -31,3 +31,10 @@ def test_modes():
     assert not compare_tensors("x", a, b, tol, "strict").passed
     assert compare_tensors("x", a, b, tol, "mean").passed
     assert compare_tensors("x", a, b, tol, "abs_mean").passed
+
+
+def test_scalars_and_empty_tensors_compare():
+    tol = resolve_tolerance(None, None, "float32", "float32")
+    assert compare_tensors("loss", np.float32(1.5), np.float32(1.5), tol).ratio == 0.0
+    assert compare_tensors("loss", np.array(2.0, "float32"), np.array(1.0, "float32"), tol).ratio > 1
+    assert compare_tensors("e", np.zeros((0, 3), "float32"), np.zeros((0, 3), "float32"), tol).passed

@@ -121,3 +121,14 @@ def test_inplace_layer_input_is_snapshotted():
     np.testing.assert_array_equal(lin.outputs[0].value, [[-1.0, 2.0, -3.0]])
     np.testing.assert_array_equal(act.inputs[0].value, [[-1.0, 2.0, -3.0]])
     np.testing.assert_array_equal(act.outputs[0].value, [[0.0, 2.0, 0.0]])
+
+
+@pytest.mark.parametrize("fw_name", ["torch", "paddle"])
+def test_recorded_parameter_gradients_survive_clearing(fw_name):
+    # to_numpy shares memory; paddle's clear_gradients zeroes gradients in place.
+    model, tensor = _three_way(fw_name)
+    _, backward, _ = _record(model, tensor(np.ones((2, 4), "float32")))
+    framework_of(model, "model").zero_grad(model, None)
+    lin = next(e for e in backward if e.path == "lin")
+    weight_grad = next(t for t in lin.params if t.name == "weight")
+    np.testing.assert_allclose(weight_grad.value, np.full((4, 4), 12.0))

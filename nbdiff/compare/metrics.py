@@ -56,13 +56,14 @@ def mean_abs(a: np.ndarray, b: np.ndarray) -> float:
 def cosine(a: np.ndarray, b: np.ndarray) -> float:
     """Cosine similarity of the flattened arrays (1.0 when both are zero)."""
     a, b = _pair(a, b)
-    a, b = a.ravel().astype(np.float64), b.ravel().astype(np.float64)
-    na, nb = float(np.linalg.norm(a)), float(np.linalg.norm(b))
+    a, b = a.ravel(), b.ravel()
+    # BLAS dot products in the arrays' own dtype: no float64 copies; ample for a diagnostic.
+    na, nb = float(np.sqrt(np.dot(a, a))), float(np.sqrt(np.dot(b, b)))
     if na == 0.0 and nb == 0.0:
         return 1.0
-    if na == 0.0 or nb == 0.0:
+    if na == 0.0 or nb == 0.0 or not np.isfinite(na * nb):
         return 0.0
-    return float(np.dot(a, b) / (na * nb))
+    return min(1.0, max(-1.0, float(np.dot(a, b)) / (na * nb)))
 
 
 def nan_count(x: np.ndarray) -> int:
@@ -138,9 +139,12 @@ def compare_tensors(
     a, b = _pair(raw, base)
     if a.dtype.kind not in "fc":
         a, b = a.astype(np.float64), b.astype(np.float64)
+    if a.ndim == 0:  # scalars: keep array semantics for the in-place passes below
+        a, b = a.reshape(1), b.reshape(1)
     if a.size == 0:
         return TensorDiff(name, base.shape, raw.shape, 0.0, 0.0, 0.0, 1.0, 0, 0, 0, 0, 0.0, tol, mode, note)
-    d = np.abs(a - b)
+    d = np.subtract(a, b)
+    np.abs(d, out=d)
     worst = float(d.max())
     counts = (0, 0, 0, 0)
     if not np.isfinite(worst):
@@ -154,19 +158,31 @@ def compare_tensors(
         worst = float(d.max())
         a = np.where(np.isfinite(a), a, 0.0)
         b = np.where(np.isfinite(b), b, 0.0)
+    # One pass each, reusing two buffers: this runs on every recorded tensor.
     absb = np.abs(b)
     scale = max(float(absb.max()), scale_hint)
     atol = (tol.atol * max(scale, _TINY) if tol.scaled else tol.atol) + tol.floor
+    buf = np.empty_like(d)
     if mode == "strict":
-        allowed = atol + tol.rtol * absb
-        ratio = float(np.max(d / np.maximum(allowed, _TINY))) if worst > 0 else 0.0
+        if worst > 0:
+            np.multiply(absb, tol.rtol, out=buf)
+            buf += max(atol, _TINY)
+            np.divide(d, buf, out=buf)
+            ratio = float(buf.max())
+        else:
+            ratio = 0.0
     elif mode in ("mean", "abs_mean"):
         ma, mb = (a.mean(), b.mean()) if mode == "mean" else (np.abs(a).mean(), absb.mean())
         err = abs(float(ma) - float(mb)) if np.isfinite(worst) else np.inf
         ratio = err / max(atol + tol.rtol * abs(float(mb)), _TINY) if err > 0 else 0.0
     else:
         raise ValueError(f"compare_mode {mode!r} is not one of {COMPARE_MODES}")
-    rel = float(np.max(d / np.maximum(absb, _TINY))) if worst > 0 else 0.0
+    if worst > 0:
+        np.maximum(absb, _TINY, out=absb)
+        np.divide(d, absb, out=absb)
+        rel = float(absb.max())
+    else:
+        rel = 0.0
     return TensorDiff(
         name,
         tuple(base.shape),

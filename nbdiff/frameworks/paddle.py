@@ -58,7 +58,10 @@ class PaddleFramework:
     def to_numpy(self, tensor: Any) -> np.ndarray:
         t = tensor.detach()
         if t.dtype == paddle.bfloat16:
-            t = t.astype("float32")
+            return t.astype("float32").numpy()
+        if t.place.is_cpu_place():
+            # Zero-copy, like torch's .numpy(): Tensor.numpy() copies and costs ~10x more.
+            return np.from_dlpack(t)
         return t.numpy()
 
     def from_numpy(self, array: np.ndarray, requires_grad: bool = False) -> Any:

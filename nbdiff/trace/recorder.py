@@ -286,7 +286,8 @@ class Recorder:
                     g = fw.grad_of(p)
                     if g is not None:
                         seen_params.add(id(p))
-                        params.append(self._tensor(pname, g))
+                        # A copy: clearing gradients zeroes paddle's in place.
+                        params.append(self._tensor(pname, g, copy=True))
                 grad_in = tuple(self._tensor(n, g) for n, g in rec.grad_in.items())
                 grad_out = tuple(self._tensor(n, g) for n, g in rec.grad_out.items())
                 if not (grad_in or grad_out or params):
@@ -320,8 +321,9 @@ class Recorder:
             )
         return self._tensor(name, ref)
 
-    def _tensor(self, name: str, t: Any) -> TensorRecord:
-        return TensorRecord(name, self.fw.shape_of(t), self.fw.dtype_name(t), self.fw.to_numpy(t))
+    def _tensor(self, name: str, t: Any, copy: bool = False) -> TensorRecord:
+        value = self.fw.to_numpy(t)
+        return TensorRecord(name, self.fw.shape_of(t), self.fw.dtype_name(t), value.copy() if copy else value)
 
 
 def _input_name(key: str) -> str:

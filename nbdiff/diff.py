@@ -14,16 +14,16 @@ from nbdiff.align.pairing import Pairing, pair_forward
 from nbdiff.compare.blame import Divergence, EventDiff, blame_events, post_order
 from nbdiff.compare.metrics import COMPARE_MODES, TensorDiff, compare_tensors
 from nbdiff.compare.tolerance import Tolerance, resolve_tolerance
-from nbdiff.errors import InputError, OptionError, PairingError
+from nbdiff.errors import InputError, OptionError, PairingError, WeightTransferError
 from nbdiff.frameworks import Framework, framework_of
-from nbdiff.replay import Replayer, compare_param_grads, magnitude
+from nbdiff.replay import Replayer, compare_param_grads, largest_shape, magnitude
 from nbdiff.result import DiffResult
 from nbdiff.step import StepRecord, run_optimizer, run_step
 from nbdiff.trace.events import Event, Kind, Phase, TensorRecord
 from nbdiff.trace.inputs import split_inputs
-from nbdiff.trace.modes import no_dropout, training_flags
+from nbdiff.trace.modes import no_dropout, restore_state, save_state, training_flags
 from nbdiff.trace.recorder import Feed
-from nbdiff.weights.assign import assign_weight, plan_weights
+from nbdiff.weights.assign import WeightMap, assign_weight, execution_pairs, plan_pairs, plan_weights, write_weights
 from nbdiff.weights.plan import LayerWeights, layer_tensors
 
 __all__ = ["auto_diff"]
@@ -80,8 +80,7 @@ def auto_diff(
     _check_options(loss_fns, optimizers, compare_mode, diff_phase, steps)
     bfw, rfw = framework_of(base, "base"), framework_of(raw, "raw")
     bcall, rcall = split_inputs(inputs, bfw, rfw)
-    wmap = assign_weight(base, raw, layer_map, inputs) if auto_init else plan_weights(base, raw, layer_map, inputs)[2]
-    plans = wmap.by_base_path()
+    copied = _first_copy(bfw, base, rfw, raw, layer_map, inputs) if auto_init else None
     losses = list(loss_fns) if loss_fns is not None else [None, None]
     opts = list(optimizers) if optimizers is not None else None
     backward = diff_phase != "forward"
@@ -89,39 +88,56 @@ def auto_diff(
     def tol(a: str, b: str) -> Tolerance:
         return resolve_tolerance(atol, rtol, a, b)
 
-    replayer = Replayer(bfw, rfw, plans, tol, compare_mode)
+    def run_pair(step: int, pairing: Pairing | None) -> tuple[StepRecord, StepRecord, Pairing]:
+        for fw, model, opt in ((bfw, base, opts[0] if opts else None), (rfw, raw, opts[1] if opts else None)):
+            fw.zero_grad(model, opt)
+            fw.seed(step)
+        brec = run_step(bfw, base, bcall, losses[0], side="base", step=step, backward=backward)
+        feed = None
+        if single_step:
+            if pairing is None:
+                # The pairing of this step's calls is needed before raw runs: take it from a first raw run.
+                probe = run_step(rfw, raw, rcall, losses[1], side="raw", step=step, backward=False)
+                pairing = _pair(brec, probe, layer_map, bfw, base, rfw, raw)
+            feed = _feed(brec, pairing, diff_phase)
+        rrec = run_step(rfw, raw, rcall, losses[1], side="raw", step=step, backward=backward, feed=feed)
+        return brec, rrec, _pair(brec, rrec, layer_map, bfw, base, rfw, raw)
+
     events: list[EventDiff] = []
-    warnings: list[str] = list(wmap.warnings)
+    warnings: list[str] = []
     divergence: Divergence | None = None
     pairing: Pairing | None = None
+    wmap: WeightMap | None = None
     done = 0
     with ExitStack() as stack:
         for fw, model in ((bfw, base), (rfw, raw)):
             stack.enter_context(training_flags(fw, model))
             stack.enter_context(no_dropout(fw, model))
             stack.callback(fw.zero_grad, model, None)
+        initial = (save_state(bfw, base), save_state(rfw, raw)) if copied is not None else None
         for step in range(steps):
-            for fw, model, opt in ((bfw, base, opts[0] if opts else None), (rfw, raw, opts[1] if opts else None)):
-                fw.zero_grad(model, opt)
-                fw.seed(step)
-            brec = run_step(bfw, base, bcall, losses[0], side="base", step=step, backward=backward)
-            feed = _feed(brec, pairing, diff_phase) if single_step and pairing is not None else None
-            if single_step and pairing is None:
-                # The pairing of this step's calls is needed before raw runs: take it from a first raw run.
-                probe = run_step(rfw, raw, rcall, losses[1], side="raw", step=step, backward=False)
-                pairing = _pair(brec, probe, layer_map, bfw, base, rfw, raw)
-                feed = _feed(brec, pairing, diff_phase)
-            rrec = run_step(rfw, raw, rcall, losses[1], side="raw", step=step, backward=backward, feed=feed)
+            brec, rrec, pairing = run_pair(step, pairing)
+            if wmap is None:
+                # Weights pair by execution order: this step's pairing decides. A structure copy
+                # that paired any layer differently is redone from it, and the step run again.
+                wmap = plan_pairs(bfw, base, rfw, raw, execution_pairs(pairing))
+                if copied is not None and initial is not None and not copied.covers(wmap):
+                    restore_state(bfw, initial[0])
+                    restore_state(rfw, initial[1])
+                    write_weights(bfw, base, rfw, raw, wmap)
+                    brec, rrec, pairing = run_pair(step, pairing)
+                warnings += wmap.warnings
+                plans = wmap.by_base_path()
+                replayer = Replayer(bfw, rfw, plans, tol, compare_mode)
             warnings += [f"base: {w}" for w in brec.warnings] + [f"raw: {w}" for w in rrec.warnings]
-            pairing = _pair(brec, rrec, layer_map, bfw, base, rfw, raw)
             fwd = _forward_diffs(pairing, brec, rrec, tol, compare_mode)
             bwd = (
                 _backward_diffs(pairing, brec, rrec, plans, bfw, base, rfw, raw, tol, compare_mode) if backward else []
             )
             if divergence is None and diff_phase != "backward":
-                divergence, fwd = blame_events(fwd, lambda d: _local_forward(replayer, d))
+                divergence, fwd = blame_events(fwd, lambda d, rp=replayer: _local_forward(rp, d))
             if divergence is None and bwd:
-                divergence, bwd = blame_events(bwd, lambda d, b=brec, r=rrec: _local_backward(replayer, b, r, d))
+                divergence, bwd = blame_events(bwd, lambda d, rp=replayer, b=brec, r=rrec: _local_backward(rp, b, r, d))
             events += fwd + bwd
             if opts is not None and backward:
                 odiffs = _optimizer_step(step, plans, bfw, base, opts[0], rfw, raw, opts[1], tol, compare_mode)
@@ -155,6 +171,25 @@ def auto_diff(
             weight_map=wmap,
         ),
     )
+
+
+def _first_copy(
+    bfw: Framework, base: Any, rfw: Framework, raw: Any, layer_map: LayerMap | None, inputs: Any
+) -> WeightMap:
+    """Copy base weights into raw before the first step.
+
+    By structure when that pairs every layer (no extra forward pass); ``auto_diff``
+    checks it against the execution pairing of step 0. Otherwise by execution order,
+    from one no-grad forward of each model.
+    """
+    if layer_map is None or not layer_map.map:
+        try:
+            wmap = plan_weights(base, raw)[2]
+            write_weights(bfw, base, rfw, raw, wmap)
+            return wmap
+        except WeightTransferError:
+            pass
+    return assign_weight(base, raw, layer_map, inputs)
 
 
 def _pair(
@@ -243,7 +278,13 @@ def _backward_diffs(
         tensors = _records(r.inputs, b.inputs, tol, mode, hint)
         if own:
             tensors += compare_param_grads(
-                bgrads, _param_grads(rfw, rlayers[p.raw.path], plan.recursive), plan, tol, mode, hint
+                bgrads,
+                _param_grads(rfw, rlayers[p.raw.path], plan.recursive),
+                plan,
+                tol,
+                mode,
+                hint,
+                largest_shape(b.outputs),
             )
         diffs.append(EventDiff(b, r, tuple(tensors)))
     return sorted(diffs, key=lambda d: d.base.order)

@@ -7,40 +7,33 @@ gradients. Running state (BatchNorm statistics) is restored after every replay.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+import math
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
 from nbdiff.compare.metrics import TensorDiff, compare_tensors
-from nbdiff.compare.tolerance import Tolerance
+from nbdiff.compare.tolerance import Tolerance, summed_terms
 from nbdiff.frameworks import Framework
-from nbdiff.trace.events import Event
+from nbdiff.trace.events import Event, TensorRecord
+from nbdiff.trace.modes import kept_state
 from nbdiff.trace.nest import flatten, unflatten
 from nbdiff.weights.plan import LayerWeights, layer_tensors
 
-__all__ = ["Replayer", "compare_param_grads", "kept_state"]
+__all__ = ["Replayer", "compare_param_grads", "largest_shape", "magnitude"]
 
 TolFn = Callable[[str, str], Tolerance]
-
-
-@contextmanager
-def kept_state(fw: Framework, layer: Any) -> Iterator[None]:
-    """Restore the layer's non-trainable tensors (running statistics) on exit."""
-    saved = [
-        (t, fw.to_numpy(t).copy()) for t in layer_tensors(fw, layer, recursive=True).values() if not fw.is_trainable(t)
-    ]
-    try:
-        yield
-    finally:
-        for t, a in saved:
-            fw.set_value(t, a)
 
 
 def magnitude(arrays: list[np.ndarray]) -> float:
     """Largest absolute value over several arrays: the scale a backward event's rounding is relative to."""
     return max((float(np.nanmax(np.abs(a))) for a in arrays if a.size and a.dtype.kind == "f"), default=0.0)
+
+
+def largest_shape(records: tuple[TensorRecord, ...]) -> tuple[int, ...]:
+    """Shape of the largest of these tensors (a layer's main output), ``()`` if none."""
+    return max((tuple(t.shape) for t in records), key=math.prod, default=())
 
 
 def compare_param_grads(
@@ -50,8 +43,13 @@ def compare_param_grads(
     tol: TolFn,
     mode: str,
     scale_hint: float = 0.0,
+    grad_out_shape: tuple[int, ...] = (),
 ) -> list[TensorDiff]:
-    """Compare parameter gradients (or updates) in raw's layout, converting base's with the layer's rule."""
+    """Compare parameter gradients (or updates) in raw's layout, converting base's with the layer's rule.
+
+    With ``grad_out_shape`` (the layer's output gradient), ``scale_hint`` grows with the
+    square root of the number of terms summed into each gradient element.
+    """
     if not base or not raw:
         return []
     try:
@@ -62,7 +60,10 @@ def compare_param_grads(
     for name, r in raw.items():
         b = converted.get(name)
         if b is not None:
-            out.append(compare_tensors(name, r, b, tol(str(b.dtype), str(r.dtype)), mode, scale_hint))
+            hint = (
+                scale_hint * math.sqrt(summed_terms(tuple(r.shape), grad_out_shape)) if grad_out_shape else scale_hint
+            )
+            out.append(compare_tensors(name, r, b, tol(str(b.dtype), str(r.dtype)), mode, hint))
     return out
 
 
@@ -146,5 +147,5 @@ class Replayer:
                 diffs.append(
                     compare_tensors(f"in[{i}]", gr, gb, self.tol(str(gb.dtype), str(gr.dtype)), self.mode, hint)
                 )
-        diffs += compare_param_grads(b[1], r[1], plan, self.tol, self.mode, hint)
+        diffs += compare_param_grads(b[1], r[1], plan, self.tol, self.mode, hint, largest_shape(base_bwd.outputs))
         return tuple(diffs) if diffs else None

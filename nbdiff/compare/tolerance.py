@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["Tolerance", "DEFAULTS", "resolve_tolerance"]
+__all__ = ["Tolerance", "DEFAULTS", "resolve_tolerance", "summed_terms"]
 
 DEFAULTS: dict[str, tuple[float, float]] = {
     # dtype: (atol relative to max|base|, rtol)
@@ -60,3 +60,19 @@ def resolve_tolerance(atol: float | None, rtol: float | None, *dtypes: str) -> T
     if atol is None:
         return Tolerance(d_atol, d_rtol if rtol is None else float(rtol), scaled=True)
     return Tolerance(float(atol), d_rtol if rtol is None else float(rtol), scaled=False)
+
+
+def summed_terms(param_shape: tuple[int, ...], grad_out_shape: tuple[int, ...]) -> int:
+    """How many output-gradient elements add up into one element of a parameter's gradient.
+
+    A parameter gradient sums over every output position its element touches: the
+    batch (and spatial) positions of its output channel. Rounding noise grows with
+    the square root of that count, so a bias gradient in front of a BatchNorm (an
+    exact zero computed from 30,000 terms) would otherwise read as a divergence.
+    The channel is the largest parameter dimension found in the output's shape.
+    """
+    total = 1
+    for n in grad_out_shape:
+        total *= int(n)
+    channels = max((int(n) for n in param_shape if int(n) in grad_out_shape), default=0)
+    return max(1, total // channels) if channels else 1

@@ -89,9 +89,9 @@ class TorchFramework:
     def detach(self, tensor: Any) -> Any:
         return tensor.detach()
 
-    def hold_grad(self, grad: Any) -> Any:
+    def hold_grad(self, grad: Any) -> np.ndarray:
         # autograd hands hooks the summed gradient and never steals a buffer still referenced.
-        return grad.detach()
+        return self.to_numpy(grad)
 
     def tensor_version(self, tensor: Any) -> int:
         return int(tensor._version)

@@ -6,9 +6,40 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+import numpy as np
+
 from nbdiff.frameworks import Framework
 
-__all__ = ["training_flags", "no_dropout", "eval_mode"]
+__all__ = ["training_flags", "no_dropout", "eval_mode", "kept_state", "save_state", "restore_state"]
+
+SavedState = list[tuple[Any, np.ndarray]]
+
+
+def save_state(fw: Framework, model: Any) -> SavedState:
+    """Copies of the non-trainable tensors (running statistics, counters) of a model or layer."""
+    saved = []
+    for _, layer in fw.named_layers(model):
+        for _, t in fw.direct_params(layer) + fw.direct_buffers(layer):
+            value = fw.to_numpy(t)
+            # size 0: paddle RNN's dropout state, shape () but reads as (0,); nothing to keep.
+            if not fw.is_trainable(t) and value.size:
+                saved.append((t, value.copy()))
+    return saved
+
+
+def restore_state(fw: Framework, saved: SavedState) -> None:
+    for t, a in saved:
+        fw.set_value(t, a)
+
+
+@contextmanager
+def kept_state(fw: Framework, model: Any) -> Iterator[None]:
+    """Restore the non-trainable tensors (running statistics) on exit."""
+    saved = save_state(fw, model)
+    try:
+        yield
+    finally:
+        restore_state(fw, saved)
 
 
 @contextmanager

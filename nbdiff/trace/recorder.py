@@ -34,8 +34,8 @@ class _Call:
     template: Any = None
     inputs: list[tuple[str, Any, int]] = field(default_factory=list)
     outputs: list[tuple[str, Any, int]] = field(default_factory=list)
-    grad_in: dict[str, Any] = field(default_factory=dict)
-    grad_out: dict[str, Any] = field(default_factory=dict)
+    grad_in: dict[str, TensorRecord] = field(default_factory=dict)
+    grad_out: dict[str, TensorRecord] = field(default_factory=dict)
     args: tuple[str, ...] = ()
     done: bool = False
 
@@ -180,18 +180,21 @@ class Recorder:
 
         return post
 
-    def _grad_hook(self, into: dict[str, Any], name: str, replace: np.ndarray | None = None) -> Callable[[Any], Any]:
+    def _grad_hook(
+        self, into: dict[str, TensorRecord], name: str, replace: np.ndarray | None = None
+    ) -> Callable[[Any], Any]:
         fw = self.fw
 
         def hook(grad: Any) -> Any:
             if replace is not None and tuple(replace.shape) == fw.shape_of(grad):
-                grad = fw.from_numpy(replace.astype(fw.to_numpy(grad).dtype, copy=False))
-                into[name] = fw.hold_grad(grad)
-                return grad
+                fed = replace.astype(fw.to_numpy(grad).dtype, copy=False)
+                into[name] = TensorRecord(name, fw.shape_of(grad), fw.dtype_name(grad), fed)
+                return fw.from_numpy(fed)
             # paddle calls a tensor's hook once per incoming contribution, torch once with the
             # sum: adding up gives the full gradient in both.
             g = fw.hold_grad(grad)
-            into[name] = into[name] + g if name in into else g
+            prev = into.get(name)
+            into[name] = TensorRecord(name, fw.shape_of(grad), fw.dtype_name(grad), prev.value + g if prev else g)
             return None
 
         return hook
@@ -288,8 +291,8 @@ class Recorder:
                         seen_params.add(id(p))
                         # A copy: clearing gradients zeroes paddle's in place.
                         params.append(self._tensor(pname, g, copy=True))
-                grad_in = tuple(self._tensor(n, g) for n, g in rec.grad_in.items())
-                grad_out = tuple(self._tensor(n, g) for n, g in rec.grad_out.items())
+                grad_in = tuple(rec.grad_in.values())
+                grad_out = tuple(rec.grad_out.values())
                 if not (grad_in or grad_out or params):
                     continue
                 backward.append(

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from nbdiff.align.layer_map import LayerMap
-from nbdiff.align.pairing import pair_forward
+from nbdiff.align.pairing import Pairing, pair_forward
 from nbdiff.align.typemap import equivalent_types
 from nbdiff.errors import NbdiffError, WeightTransferError
 from nbdiff.frameworks import Framework, framework_of
@@ -17,7 +17,15 @@ from nbdiff.trace.recorder import Recorder
 from nbdiff.weights.plan import LayerWeights, all_class_names, convert_checked, layer_tensors, plan_layer
 from nbdiff.weights.rules import covers_sublayers
 
-__all__ = ["assign_weight", "WeightMap", "plan_weights", "forward_structure"]
+__all__ = [
+    "assign_weight",
+    "WeightMap",
+    "plan_weights",
+    "plan_pairs",
+    "write_weights",
+    "execution_pairs",
+    "forward_structure",
+]
 
 
 @dataclass(frozen=True)
@@ -29,6 +37,11 @@ class WeightMap:
 
     def by_base_path(self) -> dict[str, LayerWeights]:
         return {lw.base_path: lw for lw in self.layers}
+
+    def covers(self, other: WeightMap) -> bool:
+        """Whether every layer pair of ``other`` is paired the same way here."""
+        mine = {(lw.base_path, lw.raw_path) for lw in self.layers}
+        return all((lw.base_path, lw.raw_path) in mine for lw in other.layers)
 
     def __repr__(self) -> str:
         rows = [f"  {lw.base_path or '<root>'} -> {lw.raw_path or '<root>'}  [{lw.rule}]" for lw in self.layers]
@@ -47,13 +60,8 @@ def _owns_tensors(fw: Framework, layer: Any) -> bool:
     return bool(fw.direct_params(layer) or fw.direct_buffers(layer))
 
 
-def _pairs_by_execution(
-    bfw: Framework, base: Any, rfw: Framework, raw: Any, inputs: Any, layer_map: LayerMap | None
-) -> list[tuple[str, str]]:
-    bcall, rcall = split_inputs(inputs, bfw, rfw)
-    bev = forward_structure(bfw, base, bcall, "base")
-    rev = forward_structure(rfw, raw, rcall, "raw")
-    pairing = pair_forward(bev, rev, layer_map, dict(bfw.named_layers(base)), dict(rfw.named_layers(raw)))
+def execution_pairs(pairing: Pairing) -> list[tuple[str, str]]:
+    """``(base path, raw path)`` of paired layer calls, first call of each base layer only."""
     seen: set[str] = set()
     out = []
     for p in pairing.pairs:
@@ -62,6 +70,15 @@ def _pairs_by_execution(
                 seen.add(bp)
                 out.append((bp, p.raw.path))
     return out
+
+
+def _pairs_by_execution(
+    bfw: Framework, base: Any, rfw: Framework, raw: Any, inputs: Any, layer_map: LayerMap | None
+) -> list[tuple[str, str]]:
+    bcall, rcall = split_inputs(inputs, bfw, rfw)
+    bev = forward_structure(bfw, base, bcall, "base")
+    rev = forward_structure(rfw, raw, rcall, "raw")
+    return execution_pairs(pair_forward(bev, rev, layer_map, dict(bfw.named_layers(base)), dict(rfw.named_layers(raw))))
 
 
 def _weight_units(fw: Framework, model: Any) -> list[tuple[str, Any]]:
@@ -107,6 +124,11 @@ def plan_weights(
         pairs = _pairs_by_execution(bfw, base, rfw, raw, inputs, layer_map)
     else:
         pairs = _pairs_by_structure(bfw, base, rfw, raw)
+    return bfw, rfw, plan_pairs(bfw, base, rfw, raw, pairs)
+
+
+def plan_pairs(bfw: Framework, base: Any, rfw: Framework, raw: Any, pairs: list[tuple[str, str]]) -> WeightMap:
+    """The copy plan for these ``(base path, raw path)`` layer pairs."""
     blayers, rlayers = dict(bfw.named_layers(base)), dict(rfw.named_layers(raw))
     plans: list[LayerWeights] = []
     covered_b: list[str] = []
@@ -135,7 +157,7 @@ def plan_weights(
     for p, lay in rlayers.items():
         if _owns_tensors(rfw, lay) and p not in planned_r and not _inside(p, covered_r):
             warnings.append(f"raw `{p}` ({type(lay).__name__}) has weights but nothing was copied into it")
-    return bfw, rfw, WeightMap(tuple(plans), tuple(warnings))
+    return WeightMap(tuple(plans), tuple(warnings))
 
 
 def _inside(path: str, roots: list[str]) -> bool:
@@ -153,6 +175,12 @@ def assign_weight(base: Any, raw: Any, layer_map: LayerMap | None = None, inputs
     restored, so raw is never half-copied.
     """
     bfw, rfw, wmap = plan_weights(base, raw, layer_map, inputs)
+    write_weights(bfw, base, rfw, raw, wmap)
+    return wmap
+
+
+def write_weights(bfw: Framework, base: Any, rfw: Framework, raw: Any, wmap: WeightMap) -> None:
+    """Convert every planned tensor, then write them all; on failure raw is restored."""
     blayers, rlayers = dict(bfw.named_layers(base)), dict(rfw.named_layers(raw))
     writes: list[tuple[Any, Any]] = []
     for plan in wmap.layers:
@@ -174,7 +202,6 @@ def assign_weight(base: Any, raw: Any, layer_map: LayerMap | None = None, inputs
         for t, a in backup:
             rfw.set_value(t, a)
         raise
-    return wmap
 
 
 def _trees(bfw: Framework, base: Any, bpath: str, rfw: Framework, raw: Any, rpath: str, context: int = 4) -> str:

@@ -1,6 +1,6 @@
 """Cost of auto_diff relative to the bare cost: both models' forward+backward, back to back.
 
-Run: .venv/bin/python benchmarks/bench_overhead.py [--rounds N]
+Run: .venv/bin/python benchmarks/bench_overhead.py [--rounds N] [--only NAME]
 Prints, per model pair, the median time of bare / auto_diff / single_step and the
 ratios, plus the extra peak RSS of auto_diff over the bare run.
 """
@@ -59,20 +59,25 @@ def bare(t, p, x):
     p.clear_gradients()
 
 
-def timed(fn, rounds):
-    times = []
+def interleaved(fns: dict, rounds: int) -> dict:
+    """Median seconds of each function, run in turn every round, so drift hits all alike."""
+    times: dict = {k: [] for k in fns}
     for _ in range(rounds):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
+        for k, fn in fns.items():
+            t0 = time.perf_counter()
+            fn()
+            times[k].append(time.perf_counter() - t0)
+    return {k: statistics.median(v) for k, v in times.items()}
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--only", choices=sorted(CASES), help="run one pair")
     args = ap.parse_args()
     for name, (make, shape) in CASES.items():
+        if args.only and name != args.only:
+            continue
         run_case(name, make, shape, args.rounds)
 
 
@@ -80,13 +85,19 @@ def run_case(name: str, make, shape: tuple[int, ...], rounds: int) -> None:
     t, p = make("torch"), make("paddle")
     x = np.random.RandomState(0).randn(*shape).astype("float32")
     nbdiff.assign_weight(t, p, inputs=x)
-    bare(t, p, x)  # warm-up
+    bare(t, p, x)  # warm-up, and the bare peak memory
     rss0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    tb = timed(lambda: bare(t, p, x), rounds)
-    ta = timed(lambda: nbdiff.auto_diff(t, p, x), rounds)
-    rss1 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    ts = timed(lambda: nbdiff.auto_diff(t, p, x, single_step=True), rounds)
     ok = bool(nbdiff.auto_diff(t, p, x))
+    rss1 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    med = interleaved(
+        {
+            "bare": lambda: bare(t, p, x),
+            "auto": lambda: nbdiff.auto_diff(t, p, x),
+            "single": lambda: nbdiff.auto_diff(t, p, x, single_step=True),
+        },
+        rounds,
+    )
+    tb, ta, ts = med["bare"], med["auto"], med["single"]
     print(
         f"{name:12s} bare {tb * 1e3:8.1f} ms | auto_diff {ta * 1e3:8.1f} ms ({ta / tb:.2f}x) | "
         f"single_step {ts * 1e3:8.1f} ms ({ts / tb:.2f}x) | peak RSS +{(rss1 - rss0) / 1024:.0f} MiB | aligned={ok}"

@@ -20,9 +20,9 @@ from nbdiff.replay import Replayer, compare_param_grads, largest_shape, magnitud
 from nbdiff.result import DiffResult
 from nbdiff.step import StepRecord, run_optimizer, run_step
 from nbdiff.trace.events import Event, Kind, Phase, TensorRecord
-from nbdiff.trace.inputs import split_inputs
-from nbdiff.trace.modes import no_dropout, restore_state, save_state, training_flags
-from nbdiff.trace.recorder import Feed
+from nbdiff.trace.inputs import CallArgs, call_model, split_inputs
+from nbdiff.trace.modes import kept_state, no_dropout, restore_state, save_state, training_flags
+from nbdiff.trace.recorder import Feed, Recorder
 from nbdiff.weights.assign import WeightMap, assign_weight, execution_pairs, plan_pairs, plan_weights, write_weights
 from nbdiff.weights.plan import LayerWeights, layer_tensors
 
@@ -97,8 +97,7 @@ def auto_diff(
         if single_step:
             if pairing is None:
                 # The pairing of this step's calls is needed before raw runs: take it from a first raw run.
-                probe = run_step(rfw, raw, rcall, losses[1], side="raw", step=step, backward=False)
-                pairing = _pair(brec, probe, layer_map, bfw, base, rfw, raw)
+                pairing = _pair(brec, _probe(rfw, raw, rcall), layer_map, bfw, base, rfw, raw)
             feed = _feed(brec, pairing, diff_phase)
         rrec = run_step(rfw, raw, rcall, losses[1], side="raw", step=step, backward=backward, feed=feed)
         return brec, rrec, _pair(brec, rrec, layer_map, bfw, base, rfw, raw)
@@ -114,17 +113,21 @@ def auto_diff(
             stack.enter_context(training_flags(fw, model))
             stack.enter_context(no_dropout(fw, model))
             stack.callback(fw.zero_grad, model, None)
-        initial = (save_state(bfw, base), save_state(rfw, raw)) if copied is not None else None
+        initial = [save_state(bfw, base), save_state(rfw, raw)]
+        if opts is None:
+            # Not training: running statistics end as they were (raw's as copied from base).
+            stack.callback(lambda: (restore_state(bfw, initial[0]), restore_state(rfw, initial[1])))
         for step in range(steps):
             brec, rrec, pairing = run_pair(step, pairing)
             if wmap is None:
                 # Weights pair by execution order: this step's pairing decides. A structure copy
                 # that paired any layer differently is redone from it, and the step run again.
                 wmap = plan_pairs(bfw, base, rfw, raw, execution_pairs(pairing))
-                if copied is not None and initial is not None and not copied.covers(wmap):
+                if copied is not None and not copied.covers(wmap):
                     restore_state(bfw, initial[0])
                     restore_state(rfw, initial[1])
                     write_weights(bfw, base, rfw, raw, wmap)
+                    initial[1] = save_state(rfw, raw)
                     brec, rrec, pairing = run_pair(step, pairing)
                 warnings += wmap.warnings
                 plans = wmap.by_base_path()
@@ -173,6 +176,14 @@ def auto_diff(
     )
 
 
+def _probe(fw: Framework, model: Any, call: CallArgs) -> StepRecord:
+    """The layer calls of one forward, without gradients and leaving running statistics as they were."""
+    with fw.no_grad(), kept_state(fw, model), Recorder(fw, model, backward=False, stacks=False) as rec:
+        call_model(model, call, "raw")
+    forward, _, warnings = rec.events()
+    return StepRecord(forward, [], warnings)
+
+
 def _first_copy(
     bfw: Framework, base: Any, rfw: Framework, raw: Any, layer_map: LayerMap | None, inputs: Any
 ) -> WeightMap:
@@ -200,8 +211,9 @@ def _pair(
     pairing = pair_forward(b, r, layer_map, dict(bfw.named_layers(base)), dict(rfw.named_layers(raw)))
     nb, nr = len(pairing.pairs) + len(pairing.unmatched_base), len(pairing.pairs) + len(pairing.unmatched_raw)
     if not pairing.pairs or len(pairing.unmatched_base) * 2 > nb or len(pairing.unmatched_raw) * 2 > nr:
-        ub = pairing.unmatched_base[0] if pairing.unmatched_base else None
-        ur = pairing.unmatched_raw[0] if pairing.unmatched_raw else None
+        # The roots rarely tell the user anything: name the first unpaired sublayers.
+        ub = next((e for e in pairing.unmatched_base if e.path), next(iter(pairing.unmatched_base), None))
+        ur = next((e for e in pairing.unmatched_raw if e.path), next(iter(pairing.unmatched_raw), None))
         show = lambda e: (
             "none" if e is None else f"`{e.path or '<root>'}` ({e.type_name}, outputs {[t.shape for t in e.outputs]})"
         )  # noqa: E731

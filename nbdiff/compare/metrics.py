@@ -5,6 +5,7 @@ Nothing here loops over elements in Python.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -105,6 +106,26 @@ class TensorDiff:
         return self.ratio <= 1.0
 
 
+_SCRATCH: dict[np.dtype, np.ndarray] = {}
+_SCRATCH_MAX = 1 << 22
+"""Elements; larger tensors get fresh arrays so the cache never holds more than ~100 MB."""
+
+
+def _scratch(shape: tuple[int, ...], dtype: np.dtype) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Three work arrays of ``shape``, reused across calls.
+
+    Fresh multi-megabyte arrays cost more in page faults than the arithmetic on them;
+    nothing returned by :func:`compare_tensors` keeps a reference to these.
+    """
+    n = math.prod(shape)
+    if n > _SCRATCH_MAX:
+        return np.empty(shape, dtype), np.empty(shape, dtype), np.empty(shape, dtype)
+    pool = _SCRATCH.get(dtype)
+    if pool is None or pool.shape[1] < n:
+        pool = _SCRATCH[dtype] = np.empty((3, n), dtype)
+    return pool[0, :n].reshape(shape), pool[1, :n].reshape(shape), pool[2, :n].reshape(shape)
+
+
 def compare_tensors(
     name: str, raw: np.ndarray, base: np.ndarray, tol: Tolerance, mode: str = "strict", scale_hint: float = 0.0
 ) -> TensorDiff:
@@ -143,7 +164,8 @@ def compare_tensors(
         a, b = a.reshape(1), b.reshape(1)
     if a.size == 0:
         return TensorDiff(name, base.shape, raw.shape, 0.0, 0.0, 0.0, 1.0, 0, 0, 0, 0, 0.0, tol, mode, note)
-    d = np.subtract(a, b)
+    d, absb, buf = _scratch(a.shape, a.dtype)
+    np.subtract(a, b, out=d)
     np.abs(d, out=d)
     worst = float(d.max())
     counts = (0, 0, 0, 0)
@@ -159,10 +181,9 @@ def compare_tensors(
         a = np.where(np.isfinite(a), a, 0.0)
         b = np.where(np.isfinite(b), b, 0.0)
     # One pass each, reusing two buffers: this runs on every recorded tensor.
-    absb = np.abs(b)
+    np.abs(b, out=absb)
     scale = max(float(absb.max()), scale_hint)
     atol = (tol.atol * max(scale, _TINY) if tol.scaled else tol.atol) + tol.floor
-    buf = np.empty_like(d)
     if mode == "strict":
         if worst > 0:
             np.multiply(absb, tol.rtol, out=buf)

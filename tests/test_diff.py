@@ -1,0 +1,165 @@
+"""auto_diff end to end: weight pairing by execution, state left as found, and every bad input."""
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+paddle = pytest.importorskip("paddle")
+
+import nbdiff  # noqa: E402
+from nbdiff.errors import InputError, ModelCallError, OptionError, PairingError  # noqa: E402
+from tests.fault_suite.models import BUILDERS, inputs  # noqa: E402
+
+X = inputs("mlp")
+
+
+def _no_hooks(model):
+    if isinstance(model, torch.nn.Module):
+        return all(not m._forward_pre_hooks and not m._forward_hooks for m in model.modules())
+    return all(not m._forward_pre_hooks and not m._forward_post_hooks for m in model.sublayers(include_self=True))
+
+
+class TorchSwapped(torch.nn.Module):
+    """Two same-shape Linears defined in the opposite order to their use."""
+
+    def __init__(self):
+        super().__init__()
+        self.second = torch.nn.Linear(8, 8)
+        self.first = torch.nn.Linear(8, 8)
+
+    def forward(self, x):
+        return self.second(torch.tanh(self.first(x)))
+
+
+class PaddleInOrder(paddle.nn.Layer):
+    def __init__(self):
+        super().__init__()
+        self.first = paddle.nn.Linear(8, 8)
+        self.second = paddle.nn.Linear(8, 8)
+
+    def forward(self, x):
+        return self.second(paddle.tanh(self.first(x)))
+
+
+def test_definition_order_does_not_decide_the_weight_copy():
+    # The structure copy pairs `second` with `first` (same shapes); the execution pairing of
+    # step 0 must catch it, copy again and rerun, so the equivalent pair passes.
+    x = np.random.RandomState(0).randn(4, 8).astype("float32")
+    result = nbdiff.auto_diff(TorchSwapped(), PaddleInOrder(), x)
+    assert result, result.report()
+    pairs = {(lw.base_path, lw.raw_path) for lw in result.options["weight_map"].layers}
+    assert pairs == {("first", "first"), ("second", "second")}
+
+
+@pytest.mark.parametrize("single_step", [False, True])
+def test_running_statistics_are_left_as_found(single_step):
+    base, raw = BUILDERS["cnn"]("torch"), BUILDERS["cnn"]("paddle")
+    before = base.bn1.running_mean.detach().numpy().copy()
+    result = nbdiff.auto_diff(base, raw, inputs("cnn"), single_step=single_step)
+    assert result, result.report()
+    np.testing.assert_array_equal(base.bn1.running_mean.detach().numpy(), before)
+    np.testing.assert_array_equal(raw.bn1._mean.numpy(), before)
+
+
+def test_auto_init_false_leaves_raw_weights_untouched():
+    base, raw = BUILDERS["mlp"]("torch"), BUILDERS["mlp"]("paddle")
+    before = raw.fc1.weight.numpy().copy()
+    result = nbdiff.auto_diff(base, raw, X, auto_init=False)
+    assert not result  # independent random initialisations
+    np.testing.assert_array_equal(raw.fc1.weight.numpy(), before)
+
+
+def test_inputs_that_are_not_a_pair():
+    with pytest.raises(InputError, match="pair"):
+        nbdiff.auto_diff(BUILDERS["mlp"]("torch"), BUILDERS["mlp"]("paddle"), [X, X, X])
+
+
+class Exploding(paddle.nn.Layer):
+    def __init__(self, error):
+        super().__init__()
+        self.fc1 = paddle.nn.Linear(16, 8)
+        self.error = error
+
+    def forward(self, x):
+        self.fc1(x)  # hooks are live when the error comes
+        raise self.error
+
+
+class TorchSmall(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc1 = torch.nn.Linear(16, 8)
+
+    def forward(self, x):
+        return self.fc1(x)
+
+
+def test_a_model_that_raises_names_the_model_and_keeps_the_users_error():
+    base, raw = TorchSmall(), Exploding(ValueError("bad reshape in user code"))
+    base.eval()
+    with pytest.raises(ModelCallError, match="raw model") as info:
+        nbdiff.auto_diff(base, raw, X)
+    assert isinstance(info.value.__cause__, ValueError)
+    assert _no_hooks(base) and _no_hooks(raw)
+    assert not base.training and raw.training
+
+
+def test_keyboard_interrupt_leaves_no_hooks_and_restores_modes():
+    base, raw = TorchSmall(), Exploding(KeyboardInterrupt())
+    raw.eval()
+    with pytest.raises(KeyboardInterrupt):
+        nbdiff.auto_diff(base, raw, X)
+    assert _no_hooks(base) and _no_hooks(raw)
+    assert base.training and not raw.training
+
+
+def test_steps_without_optimizers():
+    with pytest.raises(OptionError, match="optimizers"):
+        nbdiff.auto_diff(BUILDERS["mlp"]("torch"), BUILDERS["mlp"]("paddle"), X, steps=3)
+
+
+def test_unpairable_structure_names_both_sides_and_suggests_a_layer_map():
+    class Convs(paddle.nn.Layer):
+        def __init__(self):
+            super().__init__()
+            self.a = paddle.nn.Conv1D(1, 2, 3)
+            self.b = paddle.nn.Conv1D(2, 1, 3)
+
+        def forward(self, x):
+            return self.b(self.a(x.reshape([8, 1, 16])))
+
+    with pytest.raises(PairingError) as info:
+        nbdiff.auto_diff(TorchSmall(), Convs(), X, auto_init=False)
+    message = str(info.value)
+    assert "`fc1` (Linear" in message and "`a` (Conv1D" in message and "LayerMap(" in message
+
+
+def test_nan_outputs_are_a_divergence_with_counts():
+    class NaNs(paddle.nn.Layer):
+        def __init__(self):
+            super().__init__()
+            self.fc1 = paddle.nn.Linear(16, 8)
+
+        def forward(self, x):
+            return paddle.log(self.fc1(x) - 1e9)  # log of negatives: NaN
+
+    result = nbdiff.auto_diff(TorchSmall(), NaNs(), X)
+    d = result.first_divergence
+    assert d is not None and d.phase.value == "forward" and d.metrics.nan_raw > 0, result.report()
+
+
+def test_different_dtypes_compare_at_the_looser_tolerance():
+    base = BUILDERS["mlp"]("torch").double()
+    result = nbdiff.auto_diff(base, BUILDERS["mlp"]("paddle"), (X.astype("float64"), X))
+    assert result, result.report()
+    assert result.events[0].tensors[0].tolerance.rtol == pytest.approx(1e-4)
+
+
+@pytest.mark.parametrize("bfw,rfw", [("torch", "paddle"), ("paddle", "torch")])
+def test_a_model_with_no_sublayers(bfw, rfw):
+    make = {"torch": lambda: torch.nn.Linear(16, 4), "paddle": lambda: paddle.nn.Linear(16, 4)}
+    result = nbdiff.auto_diff(make[bfw](), make[rfw](), X)
+    assert result, result.report()
+    raw = make[rfw]()
+    result = nbdiff.auto_diff(make[bfw](), raw, X, loss_fns=[None, lambda out: (out * 1.01).mean()])
+    assert result.first_divergence is not None

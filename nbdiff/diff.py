@@ -20,9 +20,10 @@ from nbdiff.replay import Replayer, compare_param_grads, largest_shape, magnitud
 from nbdiff.result import DiffResult
 from nbdiff.step import StepRecord, run_optimizer, run_step
 from nbdiff.trace.events import Event, Kind, Phase, TensorRecord
-from nbdiff.trace.inputs import CallArgs, call_model, split_inputs
-from nbdiff.trace.modes import kept_state, no_dropout, restore_state, save_state, training_flags
-from nbdiff.trace.recorder import Feed, Recorder
+from nbdiff.trace.inputs import split_inputs
+from nbdiff.trace.modes import no_dropout, restore_state, save_state, training_flags
+from nbdiff.trace.recorder import Feed
+from nbdiff.trace.structure import forward_structure
 from nbdiff.weights.assign import WeightMap, assign_weight, execution_pairs, plan_pairs, plan_weights, write_weights
 from nbdiff.weights.plan import LayerWeights, layer_tensors
 
@@ -97,7 +98,8 @@ def auto_diff(
         if single_step:
             if pairing is None:
                 # The pairing of this step's calls is needed before raw runs: take it from a first raw run.
-                pairing = _pair(brec, _probe(rfw, raw, rcall), layer_map, bfw, base, rfw, raw)
+                probe = StepRecord(forward_structure(rfw, raw, rcall, "raw", train=True), [], [])
+                pairing = _pair(brec, probe, layer_map, bfw, base, rfw, raw)
             feed = _feed(brec, pairing, diff_phase)
         rrec = run_step(rfw, raw, rcall, losses[1], side="raw", step=step, backward=backward, feed=feed)
         return brec, rrec, _pair(brec, rrec, layer_map, bfw, base, rfw, raw)
@@ -174,14 +176,6 @@ def auto_diff(
             weight_map=wmap,
         ),
     )
-
-
-def _probe(fw: Framework, model: Any, call: CallArgs) -> StepRecord:
-    """The layer calls of one forward, without gradients and leaving running statistics as they were."""
-    with fw.no_grad(), kept_state(fw, model), Recorder(fw, model, backward=False, stacks=False) as rec:
-        call_model(model, call, "raw")
-    forward, _, warnings = rec.events()
-    return StepRecord(forward, [], warnings)
 
 
 def _first_copy(

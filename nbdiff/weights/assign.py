@@ -10,10 +10,8 @@ from nbdiff.align.pairing import Pairing, pair_forward
 from nbdiff.align.typemap import equivalent_types
 from nbdiff.errors import NbdiffError, WeightTransferError
 from nbdiff.frameworks import Framework, framework_of
-from nbdiff.trace.events import Event
-from nbdiff.trace.inputs import call_model, split_inputs
-from nbdiff.trace.modes import eval_mode
-from nbdiff.trace.recorder import Recorder
+from nbdiff.trace.inputs import split_inputs
+from nbdiff.trace.structure import forward_structure
 from nbdiff.weights.plan import LayerWeights, all_class_names, convert_checked, layer_tensors, plan_layer
 from nbdiff.weights.rules import covers_sublayers
 
@@ -24,7 +22,6 @@ __all__ = [
     "plan_pairs",
     "write_weights",
     "execution_pairs",
-    "forward_structure",
 ]
 
 
@@ -46,14 +43,6 @@ class WeightMap:
     def __repr__(self) -> str:
         rows = [f"  {lw.base_path or '<root>'} -> {lw.raw_path or '<root>'}  [{lw.rule}]" for lw in self.layers]
         return "WeightMap(\n" + "\n".join(rows) + "\n)"
-
-
-def forward_structure(fw: Framework, model: Any, call: Any, side: str) -> list[Event]:
-    """Forward layer events of one no-grad, eval-mode call: the execution order, nothing changed."""
-    with eval_mode(fw, model), fw.no_grad(), Recorder(fw, model, backward=False, stacks=False) as rec:
-        call_model(model, call, side)
-    forward, _, _ = rec.events()
-    return forward
 
 
 def _owns_tensors(fw: Framework, layer: Any) -> bool:

@@ -1,0 +1,26 @@
+"""The layer calls of one forward pass, for pairing only: no gradients, nothing changed."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from nbdiff.frameworks import Framework
+from nbdiff.trace.events import Event
+from nbdiff.trace.inputs import CallArgs, call_model
+from nbdiff.trace.modes import eval_mode, kept_state
+from nbdiff.trace.recorder import Recorder
+
+__all__ = ["forward_structure"]
+
+
+def forward_structure(fw: Framework, model: Any, call: CallArgs, side: str, *, train: bool = False) -> list[Event]:
+    """Forward layer events of one no-grad call, in execution order.
+
+    In eval mode by default. ``train=True`` keeps the model's modes (a step's control
+    flow may depend on them) and restores its running statistics afterwards.
+    """
+    modes = kept_state(fw, model) if train else eval_mode(fw, model)
+    with modes, fw.no_grad(), Recorder(fw, model, backward=False, stacks=False) as rec:
+        call_model(model, call, side)
+    forward, _, _ = rec.events()
+    return forward

@@ -19,6 +19,8 @@ demo: $(STAMP)
 	$(BIN)/python examples/quickstart.py
 
 test: $(STAMP)
+	$(BIN)/ruff check nbdiff tests benchmarks examples
+	$(BIN)/ruff format --check nbdiff tests benchmarks examples
 	$(BIN)/python -m pytest -q -p no:cacheprovider
 
 lint: $(STAMP)

@@ -199,9 +199,10 @@ def compare_tensors(
     else:
         raise ValueError(f"compare_mode {mode!r} is not one of {COMPARE_MODES}")
     if worst > 0:
-        np.maximum(absb, _TINY, out=absb)
-        np.divide(d, absb, out=absb)
-        rel = float(absb.max())
+        # 0/0 (equal zeros) is NaN and skipped by fmax; x/0 is inf: an error where base is exactly 0.
+        with np.errstate(divide="ignore", invalid="ignore"):
+            np.divide(d, absb, out=absb)
+        rel = float(np.fmax.reduce(absb, axis=None))
     else:
         rel = 0.0
     return TensorDiff(

@@ -1,0 +1,312 @@
+// nbdiff's notebook view: paired trees, tensor panel, stack panel and replay.
+// One self-contained ES module (anywidget loads it from a blob: URL, so no imports),
+// no network, no bundler. The tree is virtualised: only the rows in view exist in
+// the DOM, so 10,000 rows draw as fast as 50.
+
+const ROW = 22; // px, fixed row height for virtual scrolling
+
+function h(tag, props = {}, ...children) {
+  const el = document.createElement(tag);
+  for (const [k, v] of Object.entries(props)) {
+    if (k === "class") el.className = v;
+    else if (k === "style") el.style.cssText = v;
+    else if (k.startsWith("on")) el.addEventListener(k.slice(2), v);
+    else if (k === "dataset") Object.assign(el.dataset, v);
+    else el.setAttribute(k, v);
+  }
+  for (const c of children) if (c != null) el.append(c);
+  return el;
+}
+
+function fmt(x) {
+  if (x === null || x === undefined) return "–";
+  if (typeof x !== "number") return String(x);
+  if (x >= 1e299) return "inf";
+  if (x === 0) return "0";
+  const a = Math.abs(x);
+  return a >= 1e4 || a < 1e-3 ? x.toExponential(2) : x.toPrecision(4).replace(/\.?0+$/, "");
+}
+
+function colour(node) {
+  const r = node.status === "blamed" || node.status === "local" ? node.local ?? node.ratio : node.ratio;
+  if (node.status === "ok" || r === null) return "var(--nbd-ok)";
+  const k = Math.min(1, Math.log10(Math.max(r, 1)) / 4); // 1x .. 10^4x
+  if (node.status === "inherited") return `rgba(240, 173, 78, ${0.25 + 0.5 * k})`;
+  return `rgba(217, 83, 79, ${0.35 + 0.55 * k})`;
+}
+
+function labUrl(relpath) {
+  // The kernel runs in the notebook's folder: the notebook's own URL gives that folder.
+  const m = location.pathname.match(/^(.*?)\/(?:lab(?:\/workspaces\/[^/]+)?\/tree|notebooks|tree)\/(.*)$/);
+  if (!m) return null;
+  const dir = decodeURIComponent(m[2]).split("/").slice(0, -1).join("/");
+  return `${m[1]}/lab/tree/${encodeURI(dir ? dir + "/" + relpath : relpath)}`;
+}
+
+function render({ model, el }) {
+  const nodes = () => model.get("nodes");
+  const kids = new Map();
+  const collapsed = new Set();
+  let visible = [];
+  let replayAt = -1;
+
+  const summary = h("div", { class: "nbd-summary" });
+  const onlyBad = h("input", { type: "checkbox", class: "nbd-only-bad" });
+  const search = h("input", { type: "search", class: "nbd-search", placeholder: "search layers" });
+  const slider = h("input", { type: "range", class: "nbd-slider", min: "0", max: "0", value: "0" });
+  const replayLabel = h("span", { class: "nbd-replay-label" });
+  const btn = (text, title, fn) => h("button", { class: "nbd-btn", title, onclick: fn }, text);
+  const toolbar = h(
+    "div",
+    { class: "nbd-toolbar" },
+    h("label", {}, onlyBad, " only diverging"),
+    search,
+    h(
+      "span",
+      { class: "nbd-replay" },
+      btn("⏮", "first event", () => replay(0)),
+      btn("◀", "previous event", () => replay(replayAt - 1)),
+      slider,
+      btn("▶", "next event", () => replay(replayAt + 1)),
+      btn("⏭", "last event", () => replay(model.get("order").length - 1)),
+      replayLabel,
+    ),
+  );
+  const header = h(
+    "div",
+    { class: "nbd-row nbd-header" },
+    h("span", { class: "nbd-cell nbd-base" }, "base"),
+    h("span", { class: "nbd-cell nbd-raw" }, "raw"),
+    h("span", { class: "nbd-cell nbd-err" }, "error / tol"),
+  );
+  const spacer = h("div", { class: "nbd-spacer" });
+  const rows = h("div", { class: "nbd-rows" });
+  const scroller = h("div", { class: "nbd-scroll" }, spacer, rows);
+  const tree = h("div", { class: "nbd-tree" }, header, scroller);
+  const panel = h("div", { class: "nbd-panel" }, h("div", { class: "nbd-hint" }, "Click a row to see its tensors."));
+  const stack = h("div", { class: "nbd-stack" });
+  const source = h("div", { class: "nbd-source" });
+  const side = h("div", { class: "nbd-side" }, panel, stack, source);
+  el.append(h("div", { class: "nbd" }, summary, toolbar, h("div", { class: "nbd-main" }, tree, side)));
+
+  function index() {
+    kids.clear();
+    for (const n of nodes()) (kids.get(n.parent) ?? kids.set(n.parent, []).get(n.parent)).push(n);
+  }
+
+  function keep() {
+    // Rows shown by the filters: matches plus their ancestors.
+    const q = search.value.trim().toLowerCase();
+    const bad = onlyBad.checked;
+    if (!q && !bad) return null;
+    const all = nodes();
+    const shown = new Set();
+    for (const n of all) {
+      const hit = (!bad || n.status !== "ok") && (!q || `${n.base} ${n.raw} ${n.base_type} ${n.raw_type}`.toLowerCase().includes(q));
+      if (!hit || n.event < 0) continue;
+      for (let p = n; p && !shown.has(p.id); p = all[p.parent]) shown.add(p.id);
+    }
+    return shown;
+  }
+
+  function flatten() {
+    const shown = keep();
+    visible = [];
+    const walk = (parent) => {
+      for (const n of kids.get(parent) ?? []) {
+        if (shown && !shown.has(n.id)) continue;
+        visible.push(n);
+        if (!collapsed.has(n.id) || shown) walk(n.id);
+      }
+    };
+    walk(-1);
+    spacer.style.height = `${visible.length * ROW}px`;
+    draw();
+  }
+
+  function draw() {
+    const top = scroller.scrollTop;
+    const first = Math.max(0, Math.floor(top / ROW) - 10);
+    const last = Math.min(visible.length, Math.ceil((top + scroller.clientHeight) / ROW) + 10);
+    const selected = model.get("selected");
+    const out = [];
+    for (let i = first; i < last; i++) {
+      const n = visible[i];
+      const hasKids = kids.has(n.id);
+      const twisty = hasKids ? (collapsed.has(n.id) ? "▸" : "▾") : " ";
+      const err = n.event < 0 ? fmt(n.ratio) : n.local !== null ? `${fmt(n.ratio)} (local ${fmt(n.local)})` : fmt(n.ratio);
+      const row = h(
+        "div",
+        {
+          class: `nbd-row nbd-${n.status}${n.id === selected ? " nbd-selected" : ""}${n.event < 0 ? " nbd-group" : ""}`,
+          style: `top:${i * ROW}px;background:${colour(n)}`,
+          dataset: { id: n.id },
+          title: `${n.base_type} ~ ${n.raw_type}`,
+        },
+        h(
+          "span",
+          { class: "nbd-cell nbd-base", style: `padding-left:${4 + n.depth * 14}px` },
+          h("span", { class: "nbd-twisty", dataset: { toggle: n.id } }, twisty),
+          n.event < 0 ? n.label : `${n.base || "<root>"} `,
+          n.event < 0 ? null : h("small", {}, n.base_type),
+        ),
+        h("span", { class: "nbd-cell nbd-raw" }, n.event < 0 ? "" : `${n.raw || "<root>"} `, n.event < 0 ? null : h("small", {}, n.raw_type)),
+        h("span", { class: "nbd-cell nbd-err" }, n.status === "blamed" ? `◀ ${err}` : err),
+      );
+      out.push(row);
+    }
+    rows.replaceChildren(...out);
+  }
+
+  function reveal(id) {
+    const all = nodes();
+    for (let p = all[id] && all[all[id].parent]; p; p = all[p.parent]) collapsed.delete(p.id);
+    flatten();
+    const i = visible.findIndex((n) => n.id === id);
+    if (i >= 0 && (i * ROW < scroller.scrollTop || (i + 1) * ROW > scroller.scrollTop + scroller.clientHeight)) {
+      scroller.scrollTop = Math.max(0, i * ROW - scroller.clientHeight / 3);
+    }
+    draw();
+  }
+
+  function select(id) {
+    model.set("selected", id);
+    model.save_changes();
+    reveal(id);
+  }
+
+  function replay(i) {
+    const order = model.get("order");
+    if (!order.length) return;
+    replayAt = Math.max(0, Math.min(order.length - 1, i));
+    slider.value = String(replayAt);
+    const n = nodes()[order[replayAt]];
+    replayLabel.textContent = `${replayAt + 1}/${order.length} · step ${n.step} ${n.phase}`;
+    select(order[replayAt]);
+  }
+
+  rows.addEventListener("click", (ev) => {
+    const toggle = ev.target.closest("[data-toggle]");
+    if (toggle && kids.has(Number(toggle.dataset.toggle))) {
+      const id = Number(toggle.dataset.toggle);
+      collapsed.has(id) ? collapsed.delete(id) : collapsed.add(id);
+      flatten();
+      return;
+    }
+    const row = ev.target.closest(".nbd-row");
+    if (row) {
+      const id = Number(row.dataset.id);
+      const at = model.get("order").indexOf(id);
+      if (at >= 0) {
+        replayAt = at;
+        slider.value = String(at);
+      }
+      select(id);
+    }
+  });
+  scroller.addEventListener("scroll", () => requestAnimationFrame(draw));
+  onlyBad.addEventListener("change", flatten);
+  search.addEventListener("input", flatten);
+  slider.addEventListener("input", () => replay(Number(slider.value)));
+
+  function statsCells(s) {
+    if (!s) return [h("td", { colspan: "6" }, "layout differs (see the raw side)")];
+    return ["min", "max", "mean", "std"].map((k) => h("td", {}, fmt(s[k]))).concat([h("td", {}, `${s.nan ?? 0}/${s.inf ?? 0}`), h("td", {}, `${s.dtype} ${JSON.stringify(s.shape)}`)]);
+  }
+
+  function drawDetail() {
+    const d = model.get("detail");
+    if (!d || !d.node) return;
+    const n = d.node;
+    const parts = [h("div", { class: "nbd-title" }, n.event < 0 ? n.label : `${n.base || "<root>"} (${n.base_type}) ~ ${n.raw || "<root>"} (${n.raw_type}) · step ${n.step} ${n.phase}`)];
+    for (const t of d.tensors) {
+      const m = t.metrics;
+      parts.push(
+        h(
+          "div",
+          { class: `nbd-tensor${m.passed ? "" : " nbd-fail"}` },
+          h("div", { class: "nbd-tname" }, `${m.name}: ${fmt(m.ratio)}x of tolerance (${m.tolerance}, ${m.mode})${m.note ? " · " + m.note : ""}`),
+          h(
+            "table",
+            { class: "nbd-metrics" },
+            h("tr", {}, ...["max abs", "max rel", "mean abs", "cosine", "NaN b/r", "Inf b/r"].map((x) => h("th", {}, x))),
+            h("tr", {}, h("td", {}, fmt(m.max_abs)), h("td", {}, fmt(m.max_rel)), h("td", {}, fmt(m.mean_abs)), h("td", {}, fmt(m.cosine)), h("td", {}, m.nan.join("/")), h("td", {}, m.inf.join("/"))),
+            t.local ? h("tr", { class: "nbd-local" }, h("td", { colspan: "6" }, `local (same inputs): ${fmt(t.local.ratio)}x, max abs ${fmt(t.local.max_abs)}`)) : null,
+          ),
+          h(
+            "table",
+            { class: "nbd-stats" },
+            h("tr", {}, h("th", {}), ...["min", "max", "mean", "std", "NaN/Inf", "dtype shape"].map((x) => h("th", {}, x))),
+            h("tr", {}, h("th", {}, "base"), ...statsCells(t.base)),
+            h("tr", {}, h("th", {}, "raw"), ...statsCells(t.raw)),
+          ),
+        ),
+      );
+    }
+    const plots = d.plots || {};
+    if (plots.histogram) {
+      parts.push(h("div", { class: "nbd-plots" }, h("img", { src: plots.histogram, alt: "error histogram" }), h("img", { src: plots.heatmap, alt: "error heatmap" })));
+    }
+    panel.replaceChildren(...parts);
+    const frames = [];
+    for (const sideName of ["base", "raw"]) {
+      frames.push(h("div", { class: "nbd-stack-title" }, `${sideName} stack (innermost first)`));
+      (d.stacks[sideName] || []).forEach((f, i) => {
+        frames.push(
+          h(
+            "div",
+            {
+              class: "nbd-frame",
+              dataset: { side: sideName, index: i },
+              onclick: () => {
+                model.set("frame_request", { side: sideName, index: i, nonce: Date.now() });
+                model.save_changes();
+              },
+            },
+            `${f.file.split("/").pop()}:${f.line} in ${f.function}`,
+          ),
+        );
+      });
+    }
+    stack.replaceChildren(...frames);
+    source.replaceChildren();
+  }
+
+  function drawSource() {
+    const s = model.get("source");
+    if (!s || !s.kind) return;
+    const lines = s.lines.map((text, i) =>
+      h("div", { class: `nbd-src-line${s.first + i === s.line ? " nbd-src-here" : ""}` }, h("span", { class: "nbd-lineno" }, String(s.first + i)), text),
+    );
+    const href = s.relpath ? labUrl(s.relpath) : null;
+    const title = s.kind === "cell" ? `notebook cell, line ${s.line}` : `${s.file}:${s.line}`;
+    source.replaceChildren(
+      h("div", { class: "nbd-src-title" }, title, " ", href ? h("a", { href, target: "_blank", class: "nbd-open" }, "open in JupyterLab") : null),
+      h("pre", { class: "nbd-src" }, ...lines),
+    );
+  }
+
+  model.on("change:nodes", () => {
+    index();
+    flatten();
+  });
+  model.on("change:summary", () => (summary.textContent = model.get("summary")));
+  model.on("change:detail", drawDetail);
+  model.on("change:source", drawSource);
+  model.on("change:selected", draw);
+
+  index();
+  summary.textContent = model.get("summary");
+  slider.max = String(Math.max(0, model.get("order").length - 1));
+  flatten();
+  drawDetail();
+  const first = model.get("first");
+  if (first >= 0) {
+    replayAt = model.get("order").indexOf(first);
+    slider.value = String(Math.max(0, replayAt));
+    requestAnimationFrame(() => reveal(first));
+  }
+  el.dataset.nbdReady = "1";
+}
+
+export default { render };

@@ -1,0 +1,201 @@
+"""What the notebook view shows, as plain JSON-able data built from a ``DiffResult``.
+
+No widget code here: the tree rows, the replay order and the details of one row
+are computed from the result alone, so they are tested without a browser and
+reused by the static HTML export.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from nbdiff.compare.blame import EventDiff
+from nbdiff.compare.metrics import TensorDiff
+from nbdiff.result import DiffResult
+from nbdiff.trace.events import Event, Kind, Phase, TensorRecord
+
+__all__ = ["TreeData", "build_tree", "node_detail", "tensor_stats", "tensor_pair"]
+
+_PHASES = (Phase.FORWARD, Phase.BACKWARD, Phase.OPTIMIZER)
+
+
+@dataclass(frozen=True)
+class TreeData:
+    """Rows of the paired tree and the replay order."""
+
+    nodes: list[dict[str, Any]]
+    """``{id, parent, depth, label, base, raw, base_type, raw_type, phase, step, ratio, local, status}``;
+    group rows (one per step and phase) have ``event: -1``."""
+    order: list[int]
+    """Node ids in execution order: forward, backward, optimizer, step after step."""
+    first: int
+    """Node id of the first divergence, or -1."""
+    events: list[EventDiff]
+    """``nodes[i]["event"]`` indexes this list."""
+
+
+def _ratio(x: float | None) -> float | None:
+    if x is None:
+        return None
+    return x if math.isfinite(x) else 1e300  # JSON has no inf; the view shows it as "inf"
+
+
+def _status(d: EventDiff, is_first: bool) -> str:
+    if is_first:
+        return "blamed"
+    local = d.local_ratio
+    if local is not None and local > 1:
+        return "local"
+    if d.ratio > 1:
+        return "inherited"
+    return "ok"
+
+
+def _is_first(d: EventDiff, result: DiffResult) -> bool:
+    div = result.first_divergence
+    return (
+        div is not None
+        and d.base.step == div.step
+        and d.base.phase == div.phase
+        and d.base.path == div.base_path
+        and d.raw.path == div.raw_path
+    )
+
+
+def build_tree(result: DiffResult) -> TreeData:
+    """One group row per (step, phase), then the paired events nested by their layers."""
+    nodes: list[dict[str, Any]] = []
+    order: list[int] = []
+    events: list[EventDiff] = []
+    first = -1
+    steps = sorted({d.base.step for d in result.events})
+    for step in steps:
+        for phase in _PHASES:
+            diffs = [d for d in result.events if d.base.step == step and d.base.phase == phase]
+            if not diffs:
+                continue
+            group = len(nodes)
+            worst = max(d.ratio for d in diffs)
+            nodes.append(
+                dict(id=group, parent=-1, depth=0, label=f"step {step} · {phase.value}", base="", raw="",
+                     base_type="", raw_type="", phase=phase.value, step=step, ratio=_ratio(worst), local=None,
+                     status="inherited" if worst > 1 else "ok", event=-1)
+            )  # fmt: skip
+            by_order: dict[int, int] = {}
+            for d in sorted(diffs, key=_tree_position):
+                parent = by_order.get(d.base.parent, group) if d.base.parent is not None else group
+                nid = len(nodes)
+                is_first = _is_first(d, result)
+                if is_first:
+                    first = nid
+                nodes.append(
+                    dict(id=nid, parent=parent, depth=nodes[parent]["depth"] + 1, label=_label(d), base=d.base.path,
+                         raw=d.raw.path, base_type=d.base.type_name, raw_type=d.raw.type_name, phase=phase.value,
+                         step=step, ratio=_ratio(d.ratio), local=_ratio(d.local_ratio),
+                         status=_status(d, is_first), event=len(events))
+                )  # fmt: skip
+                events.append(d)
+                if d.base.kind is Kind.LAYER:
+                    by_order[d.base.order] = nid
+            # Replay runs in execution order within the group (backward order for backward).
+            order += sorted(range(group + 1, len(nodes)), key=lambda i: events[nodes[i]["event"]].base.order)
+    return TreeData(nodes, order, first, events)
+
+
+def _tree_position(d: EventDiff) -> tuple[int, int, int]:
+    # Parents before children, so a row's parent exists when it is added; the loss last.
+    # Backward events run children first, so they are placed by depth, then by order.
+    loss = 1 if d.base.kind is Kind.LOSS else 0
+    return (loss, d.base.depth if d.base.phase is Phase.BACKWARD else 0, d.base.order)
+
+
+def _label(d: EventDiff) -> str:
+    if d.base.kind is Kind.LOSS:
+        return "<loss>"
+    name = d.base.path.rsplit(".", 1)[-1] if d.base.path else "<root>"
+    raw = d.raw.path.rsplit(".", 1)[-1] if d.raw.path else "<root>"
+    return name if name == raw else f"{name} ~ {raw}"
+
+
+def tensor_stats(a: np.ndarray | None) -> dict[str, Any] | None:
+    """min/max/mean/std and NaN/Inf counts of one tensor (finite values only for the moments)."""
+    if a is None:
+        return None
+    x = np.asarray(a)
+    out: dict[str, Any] = dict(shape=list(x.shape), dtype=str(x.dtype), size=int(x.size))
+    if x.size == 0 or x.dtype.kind not in "biuf":
+        return out
+    xf = x.astype(np.float64, copy=False)
+    finite = xf[np.isfinite(xf)] if x.dtype.kind == "f" else xf.ravel()
+    out.update(
+        nan=int(np.isnan(xf).sum()) if x.dtype.kind == "f" else 0,
+        inf=int(np.isinf(xf).sum()) if x.dtype.kind == "f" else 0,
+    )
+    if finite.size:
+        out.update(min=float(finite.min()), max=float(finite.max()), mean=float(finite.mean()), std=float(finite.std()))
+    return out
+
+
+def _records(e: Event) -> dict[str, TensorRecord]:
+    """An event's tensors by the names its comparisons use."""
+    if e.phase is Phase.FORWARD:
+        return {t.name: t for t in e.outputs}
+    if e.phase is Phase.BACKWARD:
+        return {t.name: t for t in (*e.inputs, *e.params)}
+    return {t.name: t for t in e.outputs}
+
+
+def tensor_pair(d: EventDiff, name: str) -> tuple[np.ndarray | None, np.ndarray | None]:
+    """Base and raw values of one compared tensor (base ``None`` when its layout differs)."""
+    b, r = _records(d.base).get(name), _records(d.raw).get(name)
+    return (b.value if b is not None else None), (r.value if r is not None else None)
+
+
+def _metrics(t: TensorDiff) -> dict[str, Any]:
+    return dict(
+        name=t.name, max_abs=_ratio(t.max_abs), max_rel=_ratio(t.max_rel), mean_abs=_ratio(t.mean_abs),
+        cosine=t.cosine, ratio=_ratio(t.ratio), passed=t.passed, tolerance=t.tolerance.describe(), mode=t.mode,
+        nan=[t.nan_base, t.nan_raw], inf=[t.inf_base, t.inf_raw], note=t.note,
+    )  # fmt: skip
+
+
+def node_detail(tree: TreeData, node_id: int) -> dict[str, Any]:
+    """Everything the tensor and stack panels show for one row (no plots)."""
+    node = tree.nodes[node_id]
+    if node["event"] < 0:
+        return dict(node=node, tensors=[], stacks=dict(base=[], raw=[]))
+    d = tree.events[node["event"]]
+    local = {t.name: t for t in d.local or ()}
+    tensors = []
+    for t in d.tensors:
+        bv, rv = tensor_pair(d, t.name)
+        tensors.append(
+            dict(
+                metrics=_metrics(t),
+                local=_metrics(local[t.name]) if t.name in local else None,
+                base=tensor_stats(bv),
+                raw=tensor_stats(rv),
+            )
+        )
+    tensors.sort(key=lambda x: -(x["metrics"]["ratio"] or 0.0))
+    frames = {
+        side: [dict(file=f.filename, line=f.lineno, function=f.function) for f in ev.stack]
+        for side, ev in (("base", _forward_of(tree, d, "base")), ("raw", _forward_of(tree, d, "raw")))
+    }
+    return dict(node=node, tensors=tensors, stacks=frames)
+
+
+def _forward_of(tree: TreeData, d: EventDiff, side: str) -> Event:
+    """Backward and optimizer events carry no stack of their own: use the matching forward call's."""
+    ev = d.base if side == "base" else d.raw
+    if ev.stack or ev.phase is Phase.FORWARD:
+        return ev
+    for other in tree.events:
+        o = other.base if side == "base" else other.raw
+        if o.phase is Phase.FORWARD and o.step == ev.step and o.path == ev.path and o.call == ev.call:
+            return o
+    return ev

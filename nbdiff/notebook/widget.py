@@ -1,0 +1,96 @@
+"""The interactive diff view: an anywidget whose front end is ``js/view.js``.
+
+Python holds the result; the browser gets the tree rows once and asks for details
+(statistics, plots, source) of the row the user clicks, so the page stays small.
+"""
+
+from __future__ import annotations
+
+import base64
+import pathlib
+from typing import Any
+
+import anywidget
+import traitlets as T
+
+from nbdiff.notebook.plots import error_plots
+from nbdiff.notebook.sources import source_excerpt
+from nbdiff.notebook.view_model import build_tree, node_detail, tensor_pair
+from nbdiff.result import DiffResult
+
+__all__ = ["DiffView"]
+
+_STATIC = pathlib.Path(__file__).parent / "static"
+
+
+def _summary(result: DiffResult) -> str:
+    head = f"{result.base_framework} {result.base_model} vs {result.raw_framework} {result.raw_model}: "
+    if result.first_divergence is None:
+        return head + f"SUCCESS ({len(result.events)} paired events, {result.steps} step(s))"
+    return head + "FAILED at " + result.first_divergence.describe()
+
+
+class DiffView(anywidget.AnyWidget):
+    """Paired trees coloured by error, a tensor panel, a stack panel and a replay of the events."""
+
+    _esm = _STATIC / "view.js"
+    _css = _STATIC / "view.css"
+
+    nodes = T.List().tag(sync=True)
+    """Tree rows (see :func:`nbdiff.notebook.view_model.build_tree`)."""
+    order = T.List().tag(sync=True)
+    """Row ids in execution order, for the replay."""
+    first = T.Int(-1).tag(sync=True)
+    """Row id of the first divergence, or -1."""
+    summary = T.Unicode("").tag(sync=True)
+    selected = T.Int(-1).tag(sync=True)
+    """Row the user clicked (or the replay is at)."""
+    detail = T.Dict().tag(sync=True)
+    """Statistics, metrics, plots and stacks of the selected row."""
+    frame_request = T.Dict().tag(sync=True)
+    """``{side, index}`` of a clicked stack frame."""
+    source = T.Dict().tag(sync=True)
+    """Source around the requested frame."""
+
+    def __init__(self, result: DiffResult, **kwargs: Any) -> None:
+        self.result = result
+        self._tree = build_tree(result)
+        super().__init__(
+            nodes=self._tree.nodes,
+            order=self._tree.order,
+            first=self._tree.first,
+            summary=_summary(result),
+            **kwargs,
+        )
+        self.observe(self._on_select, "selected")
+        self.observe(self._on_frame, "frame_request")
+        start = self._tree.first if self._tree.first >= 0 else (self._tree.order[0] if self._tree.order else -1)
+        if start >= 0:
+            self.selected = start
+
+    def _on_select(self, change: dict[str, Any]) -> None:
+        node_id = change["new"]
+        if not 0 <= node_id < len(self._tree.nodes):
+            return
+        detail = node_detail(self._tree, node_id)
+        detail["plots"] = self._plots(node_id, detail)
+        self.detail = detail
+
+    def _plots(self, node_id: int, detail: dict[str, Any]) -> dict[str, str]:
+        """Histogram and heatmap of the worst tensor's error, as data URLs."""
+        event = self._tree.nodes[node_id]["event"]
+        if event < 0 or not detail["tensors"]:
+            return {}
+        name = detail["tensors"][0]["metrics"]["name"]
+        base, raw = tensor_pair(self._tree.events[event], name)
+        if base is None or raw is None or base.size != raw.size or base.size == 0:
+            return {}
+        pngs = error_plots(base, raw, name)
+        return {k: "data:image/png;base64," + base64.b64encode(v).decode() for k, v in pngs.items()}
+
+    def _on_frame(self, change: dict[str, Any]) -> None:
+        req = change["new"] or {}
+        frames = self.detail.get("stacks", {}).get(req.get("side"), [])
+        i = req.get("index", -1)
+        if isinstance(i, int) and 0 <= i < len(frames):
+            self.source = source_excerpt(frames[i]["file"], frames[i]["line"])

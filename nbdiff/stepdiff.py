@@ -1,0 +1,308 @@
+"""Comparing one recorded step of two models: pairing, forward, backward, updates, blame.
+
+Shared by :func:`nbdiff.auto_diff` (which runs the steps itself) and
+:class:`nbdiff.watch` (which records the user's own code). Parameter gradients come
+from a function, so each caller reads them where it has them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
+
+from nbdiff.align.layer_map import LayerMap
+from nbdiff.align.pairing import Pairing, pair_forward
+from nbdiff.compare.blame import Divergence, EventDiff, blame_events, post_order
+from nbdiff.compare.metrics import TensorDiff, compare_tensors
+from nbdiff.compare.tolerance import Tolerance
+from nbdiff.errors import PairingError
+from nbdiff.frameworks import Framework
+from nbdiff.replay import Replayer, compare_param_grads, largest_shape, magnitude
+from nbdiff.step import StepRecord
+from nbdiff.trace.events import Event, Kind, Phase, TensorRecord
+from nbdiff.trace.recorder import Feed
+from nbdiff.weights.plan import LayerWeights, layer_tensors
+
+__all__ = ["StepComparer", "ParamGrads", "live_param_grads", "UPDATE_ATOL", "feed_for", "snapshot"]
+
+UPDATE_ATOL = 1e-3
+"""Default tolerance of optimizer updates, relative to the largest update of the tensor."""
+_EPS = {"float64": 2.2e-16, "float32": 1.2e-7, "float16": 9.8e-4, "bfloat16": 7.8e-3}
+
+ParamGrads = Callable[[Framework, Any, bool], dict[str, np.ndarray]]
+"""``(framework, layer, recursive) -> {name: gradient}`` of a layer's parameters."""
+TolFn = Callable[[str, str], Tolerance]
+Snapshot = dict[str, dict[str, np.ndarray]]
+
+
+def live_param_grads(fw: Framework, layer: Any, recursive: bool) -> dict[str, np.ndarray]:
+    """The gradients the parameters hold now."""
+    out = {}
+    for n, p in layer_tensors(fw, layer, recursive).items():
+        g = fw.grad_of(p) if fw.is_trainable(p) else None
+        if g is not None:
+            out[n] = fw.to_numpy(g)
+    return out
+
+
+@dataclass
+class StepComparer:
+    """Compares steps of ``base`` and ``raw`` under one tolerance, mode and weight plan."""
+
+    bfw: Framework
+    base: Any
+    rfw: Framework
+    raw: Any
+    tol: TolFn
+    mode: str
+    diff_phase: str = "both"
+    layer_map: LayerMap | None = None
+    plans: dict[str, LayerWeights] | None = None
+
+    def __post_init__(self) -> None:
+        self.blayers = dict(self.bfw.named_layers(self.base))
+        self.rlayers = dict(self.rfw.named_layers(self.raw))
+
+    def set_plans(self, plans: dict[str, LayerWeights]) -> None:
+        self.plans = plans
+        self.replayer = Replayer(self.bfw, self.rfw, plans, self.tol, self.mode)
+
+    def pair(self, brec: StepRecord, rrec: StepRecord) -> Pairing:
+        return _pair(brec, rrec, self.layer_map, self.blayers, self.rlayers)
+
+    def compare(
+        self, pairing: Pairing, brec: StepRecord, rrec: StepRecord, grads: ParamGrads = live_param_grads
+    ) -> tuple[Divergence | None, list[EventDiff]]:
+        """Forward then backward diffs of one step, with the first divergence among them."""
+        assert self.plans is not None, "set_plans first"
+        divergence = None
+        fwd = _forward_diffs(pairing, brec, rrec, self.tol, self.mode)
+        bwd = []
+        if self.diff_phase != "forward":
+            bwd = _backward_diffs(pairing, brec, rrec, self.plans, self, grads)
+        if self.diff_phase != "backward":
+            divergence, fwd = blame_events(fwd, lambda d: _local_forward(self.replayer, d))
+        if divergence is None and bwd:
+            divergence, bwd = blame_events(bwd, lambda d: _local_backward(self.replayer, brec, rrec, d))
+        return divergence, fwd + bwd
+
+    def snapshot(self) -> tuple[Snapshot, Snapshot]:
+        """Trainable tensors of every planned layer, both sides, as copies."""
+        assert self.plans is not None
+        return snapshot(self.bfw, self.blayers, self.plans, "base"), snapshot(self.rfw, self.rlayers, self.plans, "raw")
+
+    def compare_updates(
+        self, step: int, before: tuple[Snapshot, Snapshot], after: tuple[Snapshot, Snapshot]
+    ) -> tuple[Divergence | None, list[EventDiff]]:
+        """Optimizer updates (after minus before) per planned layer; blame names the parameter."""
+        assert self.plans is not None
+        diffs = _update_diffs(step, self.plans, before, after, self.tol, self.mode)
+        divergence, _ = blame_events(diffs, lambda d: d.tensors)
+        if divergence is not None:
+            divergence = _name_parameter(divergence, self.plans)
+        return divergence, diffs
+
+
+def _pair(
+    brec: StepRecord, rrec: StepRecord, layer_map: LayerMap | None, blayers: dict[str, Any], rlayers: dict[str, Any]
+) -> Pairing:
+    b = [e for e in brec.forward if e.kind is Kind.LAYER]
+    r = [e for e in rrec.forward if e.kind is Kind.LAYER]
+    pairing = pair_forward(b, r, layer_map, blayers, rlayers)
+    nb, nr = len(pairing.pairs) + len(pairing.unmatched_base), len(pairing.pairs) + len(pairing.unmatched_raw)
+    if not pairing.pairs or len(pairing.unmatched_base) * 2 > nb or len(pairing.unmatched_raw) * 2 > nr:
+        # The roots rarely tell the user anything: name the first unpaired sublayers.
+        ub = next((e for e in pairing.unmatched_base if e.path), next(iter(pairing.unmatched_base), None))
+        ur = next((e for e in pairing.unmatched_raw if e.path), next(iter(pairing.unmatched_raw), None))
+        show = lambda e: (
+            "none" if e is None else f"`{e.path or '<root>'}` ({e.type_name}, outputs {[t.shape for t in e.outputs]})"
+        )  # noqa: E731
+        raise PairingError(
+            f"The two models' layer calls could not be paired: {len(pairing.unmatched_base)} of {nb} base and "
+            f"{len(pairing.unmatched_raw)} of {nr} raw calls have no counterpart. First unpaired: base {show(ub)}, "
+            f"raw {show(ur)}. Pair them explicitly: LayerMap({{{ub.path if ub else 'base.path'!r}: "
+            f"{ur.path if ur else 'raw.path'!r}}}), or ignore layers with LayerMap(ignore=[...])."
+        )
+    return pairing
+
+
+def _records(
+    raw: Sequence[TensorRecord],
+    base: Sequence[TensorRecord],
+    tol: Callable[[str, str], Tolerance],
+    mode: str,
+    scale_hint: float = 0.0,
+) -> list[TensorDiff]:
+    by_name = {t.name: t for t in base}
+    out = []
+    for i, r in enumerate(raw):
+        b = by_name.get(r.name) or (base[i] if i < len(base) else None)
+        if b is not None and r.value is not None and b.value is not None:
+            out.append(compare_tensors(r.name, r.value, b.value, tol(b.dtype, r.dtype), mode, scale_hint))
+    return out
+
+
+def _forward_diffs(
+    pairing: Pairing, brec: StepRecord, rrec: StepRecord, tol: Callable[[str, str], Tolerance], mode: str
+) -> list[EventDiff]:
+    diffs = [EventDiff(p.base, p.raw, tuple(_records(p.raw.outputs, p.base.outputs, tol, mode))) for p in pairing.pairs]
+    ordered = post_order(diffs)
+    bl = [e for e in brec.forward if e.kind is Kind.LOSS]
+    rl = [e for e in rrec.forward if e.kind is Kind.LOSS]
+    if bl and rl:
+        ordered.append(EventDiff(bl[0], rl[0], tuple(_records(rl[0].outputs, bl[0].outputs, tol, mode))))
+    return ordered
+
+
+def _backward_diffs(
+    pairing: Pairing,
+    brec: StepRecord,
+    rrec: StepRecord,
+    plans: dict[str, LayerWeights],
+    sides: StepComparer,
+    grads: ParamGrads,
+) -> list[EventDiff]:
+    bb = {(e.path, e.call): e for e in brec.backward}
+    rb = {(e.path, e.call): e for e in rrec.backward}
+    bfw, rfw, blayers, rlayers, tol, mode = sides.bfw, sides.rfw, sides.blayers, sides.rlayers, sides.tol, sides.mode
+    diffs = []
+    for p in pairing.pairs:
+        b, r = bb.get((p.base.path, p.base.call)), rb.get((p.raw.path, p.raw.call))
+        if b is None or r is None:
+            continue
+        plan = plans.get(p.base.path)
+        own = plan is not None and p.base.call == 0 and plan.raw_path == p.raw.path
+        bgrads = grads(bfw, blayers[p.base.path], plan.recursive) if own else {}
+        hint = magnitude([t.value for t in b.outputs + b.inputs] + list(bgrads.values()))
+        tensors = _records(r.inputs, b.inputs, tol, mode, hint)
+        if own:
+            tensors += compare_param_grads(
+                bgrads,
+                grads(rfw, rlayers[p.raw.path], plan.recursive),
+                plan,
+                tol,
+                mode,
+                hint,
+                largest_shape(b.outputs),
+            )
+        diffs.append(EventDiff(b, r, tuple(tensors)))
+    return sorted(diffs, key=lambda d: d.base.order)
+
+
+def _local_forward(replayer: Replayer, d: EventDiff) -> tuple[TensorDiff, ...] | None:
+    if d.base.kind is Kind.LOSS:
+        return d.tensors
+    return replayer.forward(d.base, d.raw)
+
+
+def _local_backward(
+    replayer: Replayer, brec: StepRecord, rrec: StepRecord, d: EventDiff
+) -> tuple[TensorDiff, ...] | None:
+    bf = next(
+        (e for e in brec.forward if e.kind is Kind.LAYER and (e.path, e.call) == (d.base.path, d.base.call)), None
+    )
+    rf = next((e for e in rrec.forward if e.kind is Kind.LAYER and (e.path, e.call) == (d.raw.path, d.raw.call)), None)
+    if bf is None or rf is None:
+        return None
+    return replayer.backward(bf, rf, d.base)
+
+
+def feed_for(brec: StepRecord, pairing: Pairing, diff_phase: str) -> Feed:
+    """Base inputs (forward) and base output gradients (backward) for each paired raw call."""
+    bwd = {(e.path, e.call): e for e in brec.backward}
+    inputs: dict[tuple[str, int], list[np.ndarray | None]] = {}
+    grads: dict[tuple[str, int], dict[str, np.ndarray]] = {}
+    for p in pairing.pairs:
+        key = (p.raw.path, p.raw.call)
+        if diff_phase != "backward":
+            inputs[key] = [t.value for t in p.base.inputs]
+        g = bwd.get((p.base.path, p.base.call))
+        if g is not None and diff_phase != "forward":
+            grads[key] = {t.name: t.value for t in g.outputs}
+    return Feed(inputs, grads)
+
+
+def snapshot(fw: Framework, layers: dict[str, Any], plans: dict[str, LayerWeights], side: str) -> Snapshot:
+    """Copies of the trainable tensors of every planned layer of one side, by base path."""
+    out = {}
+    for plan in plans.values():
+        layer = layers[plan.base_path if side == "base" else plan.raw_path]
+        out[plan.base_path] = {
+            n: fw.to_numpy(p).copy() for n, p in layer_tensors(fw, layer, plan.recursive).items() if fw.is_trainable(p)
+        }
+    return out
+
+
+def _update_diffs(
+    step: int,
+    plans: dict[str, LayerWeights],
+    before: tuple[Snapshot, Snapshot],
+    after: tuple[Snapshot, Snapshot],
+    tol: TolFn,
+    mode: str,
+) -> list[EventDiff]:
+    diffs = []
+    for order, (key, plan) in enumerate(plans.items()):
+        bd = {n: after[0][key][n] - before[0][key][n] for n in after[0][key]}
+        rd = {n: after[1][key][n] - before[1][key][n] for n in after[1][key]}
+        if not bd or not rd:
+            continue
+
+        def update_tol(a: str, b: str, _after: dict = after[1][key]) -> Tolerance:
+            # An update is a small difference of large numbers: allow a few roundings of the weight itself.
+            scale = max((float(np.abs(v).max()) for v in _after.values() if v.size), default=0.0)
+            floor = 4 * max(_EPS.get(a, _EPS["float32"]), _EPS.get(b, _EPS["float32"])) * scale
+            # Adam-like updates divide by |grad|: elements with tiny gradients change by a
+            # visible fraction of the step for rounding-level gradient differences, so updates
+            # get at least 0.1% of the largest update (a wrong learning rate is 10x beyond).
+            user = tol(a, b)
+            return replace(user, atol=max(user.atol, UPDATE_ATOL) if user.scaled else user.atol, floor=floor)
+
+        tensors = compare_param_grads(bd, rd, plan, update_tol, mode)
+        ev_b = Event(
+            step,
+            Phase.OPTIMIZER,
+            Kind.PARAM,
+            order,
+            plan.base_path,
+            plan.base_type,
+            0,
+            0,
+            None,
+            True,
+            (),
+            tuple(TensorRecord(n, v.shape, str(v.dtype), v) for n, v in bd.items()),
+        )
+        ev_r = Event(
+            step,
+            Phase.OPTIMIZER,
+            Kind.PARAM,
+            order,
+            plan.raw_path,
+            plan.raw_type,
+            0,
+            0,
+            None,
+            True,
+            (),
+            tuple(TensorRecord(n, v.shape, str(v.dtype), v) for n, v in rd.items()),
+        )
+        diffs.append(EventDiff(ev_b, ev_r, tuple(tensors)))
+    return diffs
+
+
+def _name_parameter(div: Divergence, plans: dict[str, LayerWeights]) -> Divergence:
+    """Name the diverging parameter as the base model calls it."""
+    name = div.metrics.name
+    plan = plans.get(div.base_path)
+    if plan is not None:
+        try:
+            back = plan.inverse({name: np.zeros((1, 1))})
+            name = next(iter(back)) if len(back) == 1 else name
+        except (KeyError, ValueError, StopIteration):
+            pass
+    prefix = f"{div.base_path}." if div.base_path else ""
+    return replace(div, where="parameter", inherited=False, parameter=prefix + name)

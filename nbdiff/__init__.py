@@ -20,6 +20,7 @@ from nbdiff.errors import (
     WeightTransferError,
 )
 from nbdiff.result import DiffResult
+from nbdiff.watch import watch
 from nbdiff.weights import WeightMap, assign_weight, register_weight_rule
 
 __version__ = "0.1.0"
@@ -41,4 +42,21 @@ __all__ = [
     "assign_weight",
     "auto_diff",
     "register_weight_rule",
+    "watch",
+    "load_ipython_extension",
+    "unload_ipython_extension",
 ]
+
+
+def load_ipython_extension(ipython: object) -> None:
+    """``%load_ext nbdiff``: registers ``%modeldiff`` / ``%%modeldiff`` (imported only now)."""
+    from nbdiff.notebook import load_ipython_extension as load
+
+    load(ipython)
+
+
+def unload_ipython_extension(ipython: object) -> None:
+    """``%unload_ext nbdiff``: removes the magics."""
+    from nbdiff.notebook import unload_ipython_extension as unload
+
+    unload(ipython)

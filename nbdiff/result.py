@@ -49,6 +49,12 @@ class DiffResult:
 
         return render_text(self)
 
+    def show(self) -> Any:
+        """The interactive view (needs the ``notebook`` extra): paired trees, tensors, stacks, replay."""
+        from nbdiff.notebook.widget import DiffView
+
+        return DiffView(self)
+
     def __repr__(self) -> str:
         status = "SUCCESS" if self else f"FAILED at {self.first_divergence.describe()}"  # type: ignore[union-attr]
         return (

@@ -71,6 +71,26 @@ class ModelDiffMagics(Magics):
     def _pair(self, names: list[str] | None) -> list[Any] | None:
         return None if names is None else [self._lookup(n) for n in names]
 
+    def _watch_cell(self, cell: str, base: Any, raw: Any, args: argparse.Namespace, options: dict) -> Any:
+        from nbdiff.watch import watch
+
+        if args.steps != 1 or args.loss or args.opt:
+            raise OptionError(
+                "%%modeldiff: --steps, --loss and --opt are for the line magic; in the cell, your code runs "
+                f"the steps, losses and optimizers.\n{USAGE}"
+            )
+        options = {k: v for k, v in options.items() if k != "steps"}
+        w = watch(base, raw, **options).__enter__()
+        ok = False
+        try:
+            # run_cell shows the user's own traceback if the cell raises, as for any cell.
+            ok = bool(self.shell.run_cell(cell, store_history=False).success)  # type: ignore[union-attr]
+        finally:
+            w.finish(compare=ok)
+        if not ok:
+            print("nbdiff: the cell raised, so nothing was compared; hooks are removed and modes restored.")
+        return w.result
+
     @line_cell_magic
     def modeldiff(self, line: str, cell: str | None = None) -> Any:
         try:
@@ -97,14 +117,15 @@ class ModelDiffMagics(Magics):
                     **options,  # type: ignore[arg-type]
                 )
             else:
-                from nbdiff.notebook.cell_diff import diff_cell
-
-                result = diff_cell(self.shell, cell, base, raw, **options)
+                result = self._watch_cell(cell, base, raw, args, options)
+                if result is None:
+                    return None
         except NbdiffError as exc:
             # One clear line (plus usage), not a traceback through nbdiff.
             print(f"{type(exc).__name__}: {exc}")
             return None
         self.shell.user_ns[args.out] = result  # type: ignore[union-attr]
+        print(repr(result))
         from IPython.display import display
 
         display(result.show())

@@ -84,6 +84,8 @@ class Recorder:
         self._active: list[_Call] = []
         self._counts: dict[str, int] = {}
         self._inplace_guard: dict[int, list[_Call]] = {}
+        self.paused = False
+        """While True, calls are not recorded (a probe call made from a hook)."""
 
     # -- context -------------------------------------------------------------
     def __enter__(self) -> Recorder:
@@ -107,6 +109,10 @@ class Recorder:
         self._handles.clear()
         self._active.clear()
 
+    def call_counts(self) -> dict[str, int]:
+        """How many calls of each layer path were recorded so far."""
+        return dict(self._counts)
+
     def remove_tensor_hooks(self) -> None:
         """Remove the gradient hooks (after backward, or when it is skipped)."""
         for h in self._tensor_handles:
@@ -118,6 +124,8 @@ class Recorder:
         fw = self.fw
 
         def pre(layer: Any, args: tuple, kwargs: dict) -> Any:
+            if self.paused:
+                return None
             call_index = self._counts.get(path, 0)
             self._counts[path] = call_index + 1
             parent = self._active[-1] if self._active else None
@@ -165,7 +173,7 @@ class Recorder:
         fw = self.fw
 
         def post(layer: Any, args: tuple, kwargs: dict, output: Any) -> Any:
-            if not self._active:
+            if self.paused or not self._active:
                 return None
             rec = self._active.pop()
             rec.done = True
@@ -225,17 +233,53 @@ class Recorder:
         Backward events come in backward order: the reverse of the forward call
         starts, which puts every layer after its sublayers, as autograd runs them.
         """
+        return self._build(self.calls, self.step, loss, self._live_grad)
+
+    def events_by_root_call(
+        self, grads: list[dict[int, np.ndarray]]
+    ) -> list[tuple[list[Event], list[Event], list[str]]]:
+        """One step per call of the root model (a training loop's iterations), with the
+        parameter gradients of step ``k`` taken from ``grads[k]`` (by ``id`` of the parameter)."""
+        groups: list[list[_Call]] = []
+        for rec in self.calls:
+            if rec.depth == 0:
+                groups.append([])
+            if groups:
+                groups[-1].append(rec)
+        out = []
+        for k, group in enumerate(groups):
+            first_call: dict[str, int] = {}
+            renumbered = []
+            for i, rec in enumerate(group):
+                base_call = first_call.setdefault(rec.path, rec.call)
+                renumbered.append(replace(rec, order=i, call=rec.call - base_call, parent=None))
+            # Parents: map old order -> new order inside the group.
+            new_order = {rec.order: i for i, rec in enumerate(group)}
+            for new, old in zip(renumbered, group):
+                new.parent = new_order.get(old.parent) if old.parent is not None else None
+            step_grads = grads[k] if k < len(grads) else {}
+            out.append(self._build(renumbered, k, None, lambda p, g=step_grads: g.get(id(p))))
+        return out
+
+    def _live_grad(self, param: Any) -> np.ndarray | None:
+        g = self.fw.grad_of(param)
+        # A copy: clearing gradients zeroes paddle's in place.
+        return None if g is None else self.fw.to_numpy(g).copy()
+
+    def _build(
+        self, calls: list[_Call], step: int, loss: Any | None, grad_of: Callable[[Any], np.ndarray | None]
+    ) -> tuple[list[Event], list[Event], list[str]]:
         fw = self.fw
         warnings: list[str] = []
         forward: list[Event] = []
         by_order: dict[int, Event] = {}
-        for rec in self.calls:
+        for rec in calls:
             if not rec.done:
                 continue
             ins = tuple(self._record(rec, n, r, v, warnings) for n, r, v in rec.inputs)
             outs = tuple(self._record(rec, n, r, v, warnings) for n, r, v in rec.outputs)
             ev = Event(
-                step=self.step,
+                step=step,
                 phase=Phase.FORWARD,
                 kind=Kind.LAYER,
                 order=len(forward),
@@ -260,7 +304,7 @@ class Recorder:
         if loss is not None:
             forward.append(
                 Event(
-                    self.step,
+                    step,
                     Phase.FORWARD,
                     Kind.LOSS,
                     len(forward),
@@ -278,7 +322,7 @@ class Recorder:
         if self.backward:
             seen_params: set[int] = set()
             fwd_by_key = {(e.path, e.call): e for e in forward if e.kind is Kind.LAYER}
-            for rec in reversed(self.calls):
+            for rec in reversed(calls):
                 f = fwd_by_key.get((rec.path, rec.call))
                 if f is None:
                     continue
@@ -286,18 +330,17 @@ class Recorder:
                 for pname, p in fw.direct_params(rec.layer):
                     if id(p) in seen_params or not fw.is_trainable(p):
                         continue
-                    g = fw.grad_of(p)
+                    g = grad_of(p)
                     if g is not None:
                         seen_params.add(id(p))
-                        # A copy: clearing gradients zeroes paddle's in place.
-                        params.append(self._tensor(pname, g, copy=True))
+                        params.append(TensorRecord(pname, fw.shape_of(p), fw.dtype_name(p), g))
                 grad_in = tuple(rec.grad_in.values())
                 grad_out = tuple(rec.grad_out.values())
                 if not (grad_in or grad_out or params):
                     continue
                 backward.append(
                     Event(
-                        self.step,
+                        step,
                         Phase.BACKWARD,
                         Kind.LAYER,
                         len(backward),
@@ -324,9 +367,8 @@ class Recorder:
             )
         return self._tensor(name, ref)
 
-    def _tensor(self, name: str, t: Any, copy: bool = False) -> TensorRecord:
-        value = self.fw.to_numpy(t)
-        return TensorRecord(name, self.fw.shape_of(t), self.fw.dtype_name(t), value.copy() if copy else value)
+    def _tensor(self, name: str, t: Any) -> TensorRecord:
+        return TensorRecord(name, self.fw.shape_of(t), self.fw.dtype_name(t), self.fw.to_numpy(t))
 
 
 def _input_name(key: str) -> str:

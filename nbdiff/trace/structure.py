@@ -13,14 +13,18 @@ from nbdiff.trace.recorder import Recorder
 __all__ = ["forward_structure"]
 
 
-def forward_structure(fw: Framework, model: Any, call: CallArgs, side: str, *, train: bool = False) -> list[Event]:
+def forward_structure(
+    fw: Framework, model: Any, call: CallArgs, side: str, *, train: bool = False, root: bool = True
+) -> list[Event]:
     """Forward layer events of one no-grad call, in execution order.
 
     In eval mode by default. ``train=True`` keeps the model's modes (a step's control
     flow may depend on them) and restores its running statistics afterwards.
+    ``root=False`` leaves the root model unhooked (for a call made from its own hook).
     """
     modes = kept_state(fw, model) if train else eval_mode(fw, model)
-    with modes, fw.no_grad(), Recorder(fw, model, backward=False, stacks=False) as rec:
+    keep = None if root else (lambda path, layer: path != "")
+    with modes, fw.no_grad(), Recorder(fw, model, backward=False, stacks=False, keep=keep) as rec:
         call_model(model, call, side)
     forward, _, _ = rec.events()
     return forward

@@ -1,0 +1,326 @@
+"""``watch``: record two models while the user's own code runs them, then compare step by step.
+
+This is what ``%%modeldiff`` runs around a cell. Each call of a root model starts a
+step; the code must call base before raw in every step (base then raw forward,
+loss, backward and optimizer steps, in any arrangement after that).
+"""
+
+from __future__ import annotations
+
+from contextlib import ExitStack
+from dataclasses import replace
+from typing import Any
+
+import numpy as np
+
+from nbdiff.align.layer_map import LayerMap
+from nbdiff.align.pairing import Pair, Pairing
+from nbdiff.compare.blame import Divergence, EventDiff
+from nbdiff.compare.tolerance import Tolerance, resolve_tolerance
+from nbdiff.errors import InputError, WeightTransferError
+from nbdiff.frameworks import Framework, Handle, framework_of
+from nbdiff.result import DiffResult
+from nbdiff.step import StepRecord
+from nbdiff.stepdiff import StepComparer, feed_for
+from nbdiff.trace.modes import no_dropout, training_flags
+from nbdiff.trace.recorder import Feed, Recorder
+from nbdiff.trace.structure import forward_structure
+from nbdiff.weights.assign import WeightMap, execution_pairs, plan_pairs, plan_weights, write_weights
+from nbdiff.weights.plan import layer_tensors
+
+__all__ = ["watch"]
+
+Weights = dict[int, np.ndarray]
+"""Trainable tensors by ``id`` of the parameter."""
+
+
+class _Side:
+    """Bookkeeping of one model while the code runs."""
+
+    def __init__(self, fw: Framework, model: Any, name: str, backward: bool) -> None:
+        self.fw, self.model, self.name = fw, model, name
+        self.recorder = Recorder(fw, model, backward=backward)
+        self.params = [p for _, lay in fw.named_layers(model) for _, p in fw.direct_params(lay) if fw.is_trainable(p)]
+        self.steps = 0
+        self.weights: list[Weights] = []
+        """Trainable tensors at the start of each step, then at the end."""
+        self.grads: list[Weights] = []
+        """Parameter gradients of each step, summed over its backward passes."""
+
+    def weights_now(self) -> Weights:
+        return {id(p): self.fw.to_numpy(p).copy() for p in self.params}
+
+    def grad_hook(self, param: Any) -> Any:
+        def hook(grad: Any) -> None:
+            if self.steps:
+                g = self.fw.hold_grad(grad)
+                into = self.grads[self.steps - 1]
+                into[id(param)] = into[id(param)] + g if id(param) in into else g
+
+        return hook
+
+    def load(self, weights: Weights) -> None:
+        for p in self.params:
+            if id(p) in weights:
+                self.fw.set_value(p, weights[id(p)])
+
+
+class watch:
+    """Context manager: ``with nbdiff.watch(base, raw) as w: <your training code>``, then ``w.result``.
+
+    Inside, every call of ``base`` or ``raw`` (the root models) is one step of that
+    model. Base weights are copied into raw first (``auto_init``), paired by execution
+    order when raw first runs. With ``single_step`` every raw layer gets the base
+    layer's inputs and output gradients of the same step. Hooks are removed and
+    modes restored when the block ends, also on error; the comparison runs only when
+    the block completes.
+    """
+
+    def __init__(
+        self,
+        base: Any,
+        raw: Any,
+        *,
+        atol: float | None = None,
+        rtol: float | None = None,
+        compare_mode: str = "strict",
+        auto_init: bool = True,
+        diff_phase: str = "both",
+        single_step: bool = False,
+        layer_map: LayerMap | None = None,
+    ) -> None:
+        self.bfw, self.rfw = framework_of(base, "base"), framework_of(raw, "raw")
+        self.base, self.raw = base, raw
+        self.options = dict(
+            atol=atol, rtol=rtol, compare_mode=compare_mode, auto_init=auto_init, diff_phase=diff_phase,
+            single_step=single_step,
+        )  # fmt: skip
+        self.layer_map = layer_map
+        self.result: DiffResult | None = None
+        backward = diff_phase != "forward"
+        self._b = _Side(self.bfw, base, "base", backward)
+        self._r = _Side(self.rfw, raw, "raw", backward)
+        self._cmp = StepComparer(self.bfw, base, self.rfw, raw, self._tol, compare_mode, diff_phase, layer_map)
+        self._stack = ExitStack()
+        self._copied: WeightMap | None = None
+        self._pairing0: Pairing | None = None
+        self._probing = False
+        self._warnings: list[str] = []
+
+    def _tol(self, a: str, b: str) -> Tolerance:
+        return resolve_tolerance(self.options["atol"], self.options["rtol"], a, b)  # type: ignore[arg-type]
+
+    # -- recording -------------------------------------------------------------
+    def __enter__(self) -> watch:
+        stack = self._stack
+        try:
+            if self.options["auto_init"]:
+                self._copy_by_structure()
+            for side in (self._b, self._r):
+                stack.enter_context(training_flags(side.fw, side.model))
+                stack.enter_context(no_dropout(side.fw, side.model))
+                # The step hook goes first, so a step is counted before its layers are recorded.
+                handles = side.fw.hook_forward(side.model, self._on_root(side), lambda *a, **k: None)
+                stack.callback(_remove, handles)
+                stack.enter_context(side.recorder)
+                stack.callback(side.recorder.remove_tensor_hooks)
+                grad_handles = [side.fw.hook_tensor(p, side.grad_hook(p)) for p in side.params]
+                stack.callback(_remove, grad_handles)
+        except BaseException:
+            stack.close()
+            raise
+        return self
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        self.finish(compare=exc_type is None)
+
+    def finish(self, compare: bool = True) -> DiffResult | None:
+        """Remove every hook and restore modes; then, with ``compare``, compare and keep ``result``."""
+        try:
+            for side in (self._b, self._r):
+                side.weights.append(side.weights_now())
+        finally:
+            self._stack.close()
+        if compare:
+            self.result = self._compare()
+        return self.result
+
+    def _copy_by_structure(self) -> None:
+        try:
+            wmap = plan_weights(self.base, self.raw, self.layer_map)[2]
+            write_weights(self.bfw, self.base, self.rfw, self.raw, wmap)
+            self._copied = wmap
+        except WeightTransferError:
+            self._copied = None  # paired by execution when raw first runs
+
+    def _on_root(self, side: _Side) -> Any:
+        def pre(layer: Any, args: tuple, kwargs: dict) -> None:
+            if self._probing:
+                return
+            if side is self._r and self._r.steps >= self._b.steps and self._needs_base_first():
+                raise InputError(
+                    "With --single-step (or auto_init without a structure match) the base model must run "
+                    f"first in every step: raw was called for step {self._r.steps} before base. Call base, "
+                    "then raw, in the cell."
+                )
+            side.weights.append(side.weights_now())
+            side.grads.append({})
+            side.steps += 1
+            if side is self._r:
+                self._before_raw_step(args, kwargs)
+
+        return pre
+
+    def _needs_base_first(self) -> bool:
+        return bool(self.options["single_step"]) or (bool(self.options["auto_init"]) and self._copied is None)
+
+    def _before_raw_step(self, args: tuple, kwargs: dict) -> None:
+        k = self._r.steps - 1
+        if self._pairing0 is None and (self.options["auto_init"] or self.options["single_step"]):
+            if self._b.steps == 0:
+                return  # raw runs first and nothing needs base: recorded as is
+            self._pairing0 = self._probe(args, kwargs)
+            if self.options["auto_init"]:
+                wmap = plan_pairs(self.bfw, self.base, self.rfw, self.raw, execution_pairs(self._pairing0))
+                if self._copied is None or not self._copied.covers(wmap):
+                    write_weights(self.bfw, self.base, self.rfw, self.raw, wmap)
+                    self._r.weights[-1] = self._r.weights_now()
+                    self._copied = wmap
+        if self.options["single_step"] and self._pairing0 is not None:
+            self._r.recorder.feed = self._feed(k)
+
+    def _probe(self, args: tuple, kwargs: dict) -> Pairing:
+        """Pair raw's layer calls (one no-grad forward on the same arguments) with base's step 0."""
+        self._probing = True
+        self._r.recorder.paused = True
+        try:
+            raw_fwd = forward_structure(self.rfw, self.raw, (args, kwargs), "raw", train=True, root=False)
+        finally:
+            self._probing = False
+            self._r.recorder.paused = False
+        base_fwd = self._b.recorder.events_by_root_call(self._b.grads)[0][0]
+        root = [e for e in base_fwd if e.depth == 0][:1]
+        return self._cmp.pair(StepRecord(base_fwd, [], []), StepRecord(_with_root(root, raw_fwd, self.raw), [], []))
+
+    def _feed(self, k: int) -> Feed:
+        """Base inputs and output gradients of step ``k``, keyed by raw's running call numbers."""
+        assert self._pairing0 is not None
+        steps = self._b.recorder.events_by_root_call(self._b.grads)
+        fwd, bwd, _ = steps[k]
+        by_key = {(e.path, e.call): e for e in fwd}
+        pairs = tuple(
+            Pair(by_key[(p.base.path, p.base.call)], p.raw)
+            for p in self._pairing0.pairs
+            if (p.base.path, p.base.call) in by_key
+        )
+        feed = feed_for(StepRecord(fwd, bwd, []), Pairing(pairs), str(self.options["diff_phase"]))
+        # Calls of this step are numbered after those of earlier steps (the recorder's root
+        # hook runs after this one, so the root's current call is not counted yet either).
+        shift = self._r.recorder.call_counts()
+        rekey = lambda d: {(path, call + shift.get(path, 0)): v for (path, call), v in d.items()}  # noqa: E731
+        return Feed(rekey(feed.inputs), rekey(feed.grads))
+
+    # -- comparing -------------------------------------------------------------
+    def _compare(self) -> DiffResult:
+        bsteps = self._b.recorder.events_by_root_call(self._b.grads)
+        rsteps = self._r.recorder.events_by_root_call(self._r.grads)
+        n = min(len(bsteps), len(rsteps))
+        if n == 0:
+            raise InputError(
+                f"The code called base {len(bsteps)} time(s) and raw {len(rsteps)} time(s): nothing to compare. "
+                "Call both models (base first) in the cell."
+            )
+        if len(bsteps) != len(rsteps):
+            self._warnings.append(f"base ran {len(bsteps)} step(s), raw {len(rsteps)}: compared the first {n}.")
+        events: list[EventDiff] = []
+        divergence: Divergence | None = None
+        pairing: Pairing | None = None
+        final = (self._b.weights_now(), self._r.weights_now())
+        done = 0
+        try:
+            for k in range(n):
+                brec, rrec = StepRecord(*bsteps[k]), StepRecord(*rsteps[k])
+                pairing = self._cmp.pair(brec, rrec)
+                if self._cmp.plans is None:
+                    wmap = plan_pairs(self.bfw, self.base, self.rfw, self.raw, execution_pairs(pairing))
+                    self._warnings += wmap.warnings
+                    self._cmp.set_plans(wmap.by_base_path())
+                # Replays run on the weights this step ran with.
+                self._b.load(self._b.weights[k])
+                self._r.load(self._r.weights[k])
+                divergence, diffs = self._cmp.compare(pairing, brec, rrec, self._grads_of(k))
+                events += diffs
+                if divergence is None:
+                    divergence, updates = self._updates(k)
+                    events += updates
+                done = k + 1
+                if divergence is not None:
+                    break
+        finally:
+            self._b.load(final[0])
+            self._r.load(final[1])
+        return DiffResult(
+            base_framework=self.bfw.name,
+            raw_framework=self.rfw.name,
+            base_model=type(self.base).__name__,
+            raw_model=type(self.raw).__name__,
+            first_divergence=divergence,
+            events=tuple(events),
+            steps=done,
+            unmatched_base=pairing.unmatched_base if pairing else (),
+            unmatched_raw=pairing.unmatched_raw if pairing else (),
+            warnings=tuple(self._warnings),
+            options=dict(self.options, weight_map=self._copied),
+        )
+
+    def _grads_of(self, k: int) -> Any:
+        base_layers = {id(lay) for lay in self._cmp.blayers.values()}
+        bgrads, rgrads = self._b.grads[k], self._r.grads[k]
+
+        def of(fw: Framework, layer: Any, recursive: bool) -> dict[str, np.ndarray]:
+            g = bgrads if id(layer) in base_layers else rgrads
+            return {n: g[id(p)] for n, p in layer_tensors(fw, layer, recursive).items() if id(p) in g}
+
+        return of
+
+    def _updates(self, k: int) -> tuple[Divergence | None, list[EventDiff]]:
+        """What the optimizers changed during step ``k``; nothing when no optimizer ran."""
+        changed = any(
+            not np.array_equal(side.weights[k][i], side.weights[k + 1][i])
+            for side in (self._b, self._r)
+            for i in side.weights[k]
+        )
+        if not changed:
+            return None, []
+        before, after = self._plan_snapshot(k), self._plan_snapshot(k + 1)
+        return self._cmp.compare_updates(k, before, after)
+
+    def _plan_snapshot(self, k: int) -> tuple[dict[str, dict[str, np.ndarray]], dict[str, dict[str, np.ndarray]]]:
+        assert self._cmp.plans is not None
+        out: tuple[dict[str, dict[str, np.ndarray]], dict[str, dict[str, np.ndarray]]] = ({}, {})
+        for plan in self._cmp.plans.values():
+            for i, (side, layers, path) in enumerate(
+                ((self._b, self._cmp.blayers, plan.base_path), (self._r, self._cmp.rlayers, plan.raw_path))
+            ):
+                tensors = layer_tensors(side.fw, layers[path], plan.recursive)
+                out[i][plan.base_path] = {
+                    n: side.weights[k][id(p)] for n, p in tensors.items() if id(p) in side.weights[k]
+                }
+        return out
+
+
+def _remove(handles: list[Handle]) -> None:
+    for h in handles:
+        h.remove()
+
+
+def _with_root(root: list[Any], raw_fwd: list[Any], raw: Any) -> list[Any]:
+    """The probe skips raw's root (its hooks are running); add a root event shaped like base's."""
+    if not root:
+        return raw_fwd
+    r = replace(root[0], path="", type_name=type(raw).__name__, layer=raw, inputs=(), stack=())
+    shifted = (
+        replace(e, order=e.order + 1, depth=e.depth + 1, parent=(e.parent + 1) if e.parent is not None else 0)
+        for e in raw_fwd
+    )
+    return [r, *shifted]

@@ -48,7 +48,8 @@ def error_plots(base: np.ndarray, raw: np.ndarray, title: str = "") -> dict[str,
     """``{"histogram": png, "heatmap": png}`` of ``|raw - base|``."""
     from matplotlib.figure import Figure
 
-    err = np.abs(raw.astype(np.float64).reshape(base.shape) - base.astype(np.float64))
+    base, raw = np.asarray(base, dtype=np.float64), np.asarray(raw, dtype=np.float64)
+    err = np.abs(raw.reshape(base.shape) - base)
     err = np.where(np.isfinite(err), err, np.nan)
     finite = err[np.isfinite(err)]
     out: dict[str, bytes] = {}

@@ -1,0 +1,151 @@
+"""%load_ext nbdiff, %modeldiff and %%modeldiff through IPython's InteractiveShell."""
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+paddle = pytest.importorskip("paddle")
+pytest.importorskip("anywidget")
+from IPython.core.interactiveshell import InteractiveShell  # noqa: E402
+
+from nbdiff.notebook.magics import parse_flags  # noqa: E402
+from tests.fault_suite.models import BUILDERS, inputs  # noqa: E402
+
+TRAIN = """
+topt = torch.optim.SGD(tb.parameters(), lr=0.1)
+popt = paddle.optimizer.SGD(learning_rate=0.1, parameters=pb.parameters())
+for i in range(3):
+    tb(torch.tensor(x)).mean().backward(); topt.step(); topt.zero_grad()
+    pb(paddle.to_tensor(x)).mean().backward(); popt.step(); popt.clear_grad()
+"""
+
+
+@pytest.fixture()
+def ip():
+    shell = InteractiveShell.instance()
+    shell.run_line_magic("load_ext", "nbdiff")
+    shell.user_ns.update(torch=torch, paddle=paddle, x=inputs("mlp"))
+    yield shell
+    shell.run_line_magic("unload_ext", "nbdiff")
+    InteractiveShell.clear_instance()
+
+
+def _models(ip, bug=None):
+    ip.user_ns.update(tb=BUILDERS["mlp"]("torch"), pb=BUILDERS["mlp"]("paddle", bug))
+
+
+def _hooks_left(ip):
+    tb, pb = ip.user_ns["tb"], ip.user_ns["pb"]
+    return any(m._forward_pre_hooks for m in tb.modules()) or any(
+        m._forward_pre_hooks for m in pb.sublayers(include_self=True)
+    )
+
+
+def test_load_and_unload_register_and_remove_the_magics():
+    shell = InteractiveShell.instance()
+    try:
+        shell.run_line_magic("load_ext", "nbdiff")
+        assert "modeldiff" in shell.magics_manager.magics["line"]
+        assert "modeldiff" in shell.magics_manager.magics["cell"]
+        shell.run_line_magic("unload_ext", "nbdiff")
+        assert "modeldiff" not in shell.magics_manager.magics["line"]
+    finally:
+        InteractiveShell.clear_instance()
+
+
+def test_line_magic_runs_auto_diff_and_stores_the_result(ip, capsys):
+    _models(ip, "eps")
+    ip.run_line_magic("modeldiff", "tb pb x --out found")
+    result = ip.user_ns["found"]
+    assert result.first_divergence.base_path == "norm"
+    assert "FAILED" in capsys.readouterr().out
+    _models(ip)
+    ip.run_line_magic("modeldiff", "tb pb x --single-step --atol 1e-4 --mode mean --phase forward")
+    result = ip.user_ns["_modeldiff"]
+    assert result and result.options["single_step"] and result.options["atol"] == 1e-4
+    assert result.options["compare_mode"] == "mean" and not result.select(phase="backward")
+
+
+def test_line_magic_with_losses_and_optimizers(ip):
+    _models(ip)
+    tb, pb = ip.user_ns["tb"], ip.user_ns["pb"]
+    ip.user_ns.update(
+        tl=lambda out: (out**2).mean(),
+        pl=lambda out: (out**2).mean(),
+        topt=torch.optim.SGD(tb.parameters(), lr=0.1),
+        popt=paddle.optimizer.SGD(learning_rate=0.1, parameters=pb.parameters()),
+    )
+    ip.run_line_magic("modeldiff", "tb pb x --loss tl pl --opt topt popt --steps 2")
+    result = ip.user_ns["_modeldiff"]
+    assert result and result.steps == 2 and len(result.select(phase="optimizer")) == 8
+
+
+def test_cell_magic_compares_every_step_of_the_users_loop(ip):
+    _models(ip)
+    ip.run_cell_magic("modeldiff", "tb pb", TRAIN)
+    result = ip.user_ns["_modeldiff"]
+    assert result, result.report()
+    assert result.steps == 3 and len(result.select(phase="optimizer")) == 3 * 4
+    assert not _hooks_left(ip)
+
+
+def test_cell_magic_blames_a_backward_only_bug(ip):
+    _models(ip, "backward")
+    ip.run_cell_magic("modeldiff", "tb pb", TRAIN)
+    d = ip.user_ns["_modeldiff"].first_divergence
+    assert (d.phase.value, d.base_path, d.step) == ("backward", "mid", 0)
+
+
+def test_cell_magic_blames_an_optimizer_bug_by_parameter(ip):
+    _models(ip)
+    cell = TRAIN.replace(
+        "popt = paddle.optimizer.SGD(learning_rate=0.1, parameters=pb.parameters())",
+        "popt = paddle.optimizer.SGD(learning_rate=0.1, parameters=[{'params': pb.fc2.parameters(), "
+        "'learning_rate': 1.1}, {'params': [p for n, p in pb.named_parameters() if not n.startswith('fc2.')]}])",
+    )
+    ip.run_cell_magic("modeldiff", "tb pb", cell)
+    d = ip.user_ns["_modeldiff"].first_divergence
+    assert (d.phase.value, d.where, d.step) == ("optimizer", "parameter", 0)
+    assert d.parameter in ("fc2.weight", "fc2.bias")
+
+
+def test_cell_magic_single_step_needs_base_first(ip, capsys):
+    _models(ip, "weight")
+    ip.run_cell_magic("modeldiff", "tb pb --single-step", TRAIN)
+    assert ip.user_ns["_modeldiff"].first_divergence.base_path == "fc2"
+    swapped = "pb(paddle.to_tensor(x)).mean().backward()\ntb(torch.tensor(x)).mean().backward()\n"
+    ip.user_ns.pop("_modeldiff")
+    ip.run_cell_magic("modeldiff", "tb pb --single-step", swapped)
+    out = capsys.readouterr().out
+    assert "base model must run first" in out and "nothing was compared" in out
+    assert "_modeldiff" not in ip.user_ns
+    assert not _hooks_left(ip)
+
+
+def test_a_cell_that_raises_shows_the_users_traceback_and_cleans_up(ip, capsys):
+    _models(ip)
+    tb, pb = ip.user_ns["tb"], ip.user_ns["pb"]
+    pb.eval()
+    ip.run_cell_magic("modeldiff", "tb pb", "tb(torch.tensor(x))\nraise ValueError('bug in my loop')")
+    out = capsys.readouterr().out
+    assert "bug in my loop" in out and "nothing was compared" in out
+    assert not _hooks_left(ip) and tb.training and not pb.training
+
+
+def test_unknown_names_and_bad_flags_get_one_line_and_the_usage(ip, capsys):
+    _models(ip)
+    ip.run_line_magic("modeldiff", "tb missing x")
+    out = capsys.readouterr().out
+    assert "no variable named 'missing'" in out and "usage: %modeldiff" in out
+    ip.run_line_magic("modeldiff", "tb pb x --steps many")
+    assert "invalid int value" in capsys.readouterr().out
+    ip.run_cell_magic("modeldiff", "tb pb --steps 3", TRAIN)
+    assert "--steps, --loss and --opt are for the line magic" in capsys.readouterr().out
+
+
+def test_parse_flags_defaults():
+    args = parse_flags("a b c", cell=False)
+    assert (args.base, args.raw, args.inputs, args.out, args.mode, args.phase) == (
+        "a", "b", "c", "_modeldiff", "strict", "both",
+    )  # fmt: skip
+    assert np.isclose(parse_flags("a b --atol 1e-3", cell=True).atol, 1e-3)

@@ -1,0 +1,57 @@
+"""The view's data: tree rows, replay order, and the details of one row, as plain JSON."""
+
+import json
+
+import pytest
+
+pytest.importorskip("torch")
+pytest.importorskip("paddle")
+
+import nbdiff  # noqa: E402
+from nbdiff.notebook.view_model import build_tree, node_detail  # noqa: E402
+from tests.fault_suite.models import BUILDERS, inputs  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def failed():
+    return nbdiff.auto_diff(BUILDERS["mlp"]("torch"), BUILDERS["mlp"]("paddle", "eps"), inputs("mlp"))
+
+
+def test_rows_nest_by_layer_under_one_group_per_phase(failed):
+    tree = build_tree(failed)
+    groups = [n for n in tree.nodes if n["event"] < 0]
+    assert [g["label"] for g in groups] == ["step 0 · forward", "step 0 · backward"]
+    for n in tree.nodes:
+        assert n["parent"] < n["id"]  # a parent always comes first
+        if n["parent"] >= 0:
+            assert n["depth"] == tree.nodes[n["parent"]]["depth"] + 1
+    fwd = {n["base"]: n for n in tree.nodes if n["phase"] == "forward" and n["event"] >= 0}
+    assert tree.nodes[fwd["norm"]["parent"]]["base"] == ""  # under the root model's row
+    json.dumps(tree.nodes)  # no inf or numpy scalars: goes over the comm as is
+
+
+def test_first_divergence_is_marked_and_replay_covers_every_event(failed):
+    tree = build_tree(failed)
+    first = tree.nodes[tree.first]
+    assert (first["base"], first["phase"], first["status"]) == ("norm", "forward", "blamed")
+    assert sorted(tree.order) == sorted(n["id"] for n in tree.nodes if n["event"] >= 0)
+    fwd_order = [tree.nodes[i]["base"] for i in tree.order if tree.nodes[i]["phase"] == "forward"]
+    assert fwd_order[:3] == ["", "fc1", "norm"]  # execution order, the root's call first
+    statuses = {n["base"]: n["status"] for n in tree.nodes if n["phase"] == "forward"}
+    assert statuses["fc1"] == "ok" and statuses["fc2"] == "inherited"
+
+
+def test_detail_has_statistics_metrics_and_both_stacks(failed):
+    tree = build_tree(failed)
+    d = node_detail(tree, tree.first)
+    t = d["tensors"][0]
+    assert t["metrics"]["name"] == "out" and not t["metrics"]["passed"]
+    assert t["local"]["ratio"] > 1
+    assert set(t["base"]) >= {"min", "max", "mean", "std", "nan", "inf", "shape", "dtype"}
+    assert t["base"]["shape"] == [8, 64]
+    assert any(f["file"].endswith("models.py") for f in d["stacks"]["raw"])
+    backward = next(n["id"] for n in tree.nodes if n["phase"] == "backward" and n["base"] == "fc1")
+    back = node_detail(tree, backward)
+    assert {x["metrics"]["name"] for x in back["tensors"]} >= {"weight", "bias"}
+    assert back["stacks"]["base"], "backward rows show the stack of their forward call"
+    json.dumps(back)

@@ -1,0 +1,61 @@
+"""The anywidget view through its synced state, as the front end sees it (no browser)."""
+
+import pytest
+
+pytest.importorskip("torch")
+pytest.importorskip("paddle")
+pytest.importorskip("anywidget")
+
+import nbdiff  # noqa: E402
+from nbdiff.notebook.widget import DiffView  # noqa: E402
+from tests.fault_suite.models import BUILDERS, inputs  # noqa: E402
+
+
+def _send(view, state):
+    """A front-end `update` message, as ipywidgets receives it over the comm."""
+    view._handle_msg({"content": {"data": {"method": "update", "state": state, "buffer_paths": []}}, "buffers": []})
+
+
+@pytest.fixture(scope="module")
+def view():
+    result = nbdiff.auto_diff(BUILDERS["mlp"]("torch"), BUILDERS["mlp"]("paddle", "eps"), inputs("mlp"))
+    return result.show()
+
+
+def test_opens_on_the_first_divergence_with_plots(view):
+    state = view.get_state()
+    assert "export default" in state["_esm"] and ".nbd-tree" in state["_css"]
+    assert state["selected"] == state["first"] >= 0
+    detail = state["detail"]
+    assert detail["node"]["base"] == "norm"
+    assert detail["plots"]["histogram"].startswith("data:image/png;base64,")
+    assert detail["plots"]["heatmap"].startswith("data:image/png;base64,")
+    assert "FAILED at step 0, forward" in state["summary"]
+
+
+def test_clicking_a_row_and_a_frame(view):
+    fc2 = next(n["id"] for n in view.nodes if n["base"] == "fc2" and n["phase"] == "forward")
+    _send(view, {"selected": fc2})
+    assert view.detail["node"]["base"] == "fc2"
+    frames = view.detail["stacks"]["raw"]
+    at = next(i for i, f in enumerate(frames) if f["file"].endswith("models.py"))
+    _send(view, {"frame_request": {"side": "raw", "index": at, "nonce": 1}})
+    src = view.source
+    assert src["kind"] == "file" and src["line"] == frames[at]["line"]
+    assert src["first"] <= src["line"] < src["first"] + len(src["lines"])
+    assert "self.fc2" in src["lines"][src["line"] - src["first"]]
+
+
+def test_a_group_row_and_a_bad_request_do_not_break_the_view(view):
+    _send(view, {"selected": 0})
+    assert view.detail["tensors"] == [] and view.detail["node"]["event"] == -1
+    _send(view, {"frame_request": {"side": "raw", "index": 99}})
+    _send(view, {"selected": 10**6})
+    assert view.detail["node"]["id"] == 0  # unchanged
+
+
+def test_a_successful_result_opens_on_the_first_event():
+    result = nbdiff.auto_diff(BUILDERS["mlp"]("torch"), BUILDERS["mlp"]("paddle"), inputs("mlp"))
+    view = DiffView(result)
+    assert view.first == -1 and view.selected == view.order[0]
+    assert "SUCCESS" in view.summary

@@ -44,6 +44,8 @@ function labUrl(relpath) {
 }
 
 function render({ model, el }) {
+  const started = performance.now();
+  let clickedAt = null; // for the click-to-panel time, kept in el.dataset.nbdClickMs
   const nodes = () => model.get("nodes");
   const kids = new Map();
   const collapsed = new Set();
@@ -85,6 +87,7 @@ function render({ model, el }) {
   const tree = h("div", { class: "nbd-tree" }, header, scroller);
   const panel = h("div", { class: "nbd-panel" }, h("div", { class: "nbd-hint" }, "Click a row to see its tensors."));
   const stack = h("div", { class: "nbd-stack" });
+  const plotBox = h("div", { class: "nbd-plots" });
   const source = h("div", { class: "nbd-source" });
   const side = h("div", { class: "nbd-side" }, panel, stack, source);
   el.append(h("div", { class: "nbd" }, summary, toolbar, h("div", { class: "nbd-main" }, tree, side)));
@@ -195,6 +198,7 @@ function render({ model, el }) {
     }
     const row = ev.target.closest(".nbd-row");
     if (row) {
+      clickedAt = performance.now();
       const id = Number(row.dataset.id);
       const at = model.get("order").indexOf(id);
       if (at >= 0) {
@@ -217,6 +221,10 @@ function render({ model, el }) {
   function drawDetail() {
     const d = model.get("detail");
     if (!d || !d.node) return;
+    if (clickedAt !== null) {
+      el.dataset.nbdClickMs = (performance.now() - clickedAt).toFixed(0);
+      clickedAt = null;
+    }
     const n = d.node;
     const parts = [h("div", { class: "nbd-title" }, n.event < 0 ? n.label : `${n.base || "<root>"} (${n.base_type}) ~ ${n.raw || "<root>"} (${n.raw_type}) · step ${n.step} ${n.phase}`)];
     for (const t of d.tensors) {
@@ -243,11 +251,9 @@ function render({ model, el }) {
         ),
       );
     }
-    const plots = d.plots || {};
-    if (plots.histogram) {
-      parts.push(h("div", { class: "nbd-plots" }, h("img", { src: plots.histogram, alt: "error histogram" }), h("img", { src: plots.heatmap, alt: "error heatmap" })));
-    }
+    parts.push(plotBox);
     panel.replaceChildren(...parts);
+    drawPlots();
     const frames = [];
     for (const sideName of ["base", "raw"]) {
       frames.push(h("div", { class: "nbd-stack-title" }, `${sideName} stack (innermost first)`));
@@ -272,6 +278,17 @@ function render({ model, el }) {
     source.replaceChildren();
   }
 
+  function drawPlots() {
+    const p = model.get("plots") || {};
+    const d = model.get("detail") || {};
+    const current = p.row !== undefined && d.node && p.row === d.node.id;
+    plotBox.replaceChildren(
+      ...(current && p.histogram
+        ? [h("img", { src: p.histogram, alt: "error histogram" }), h("img", { src: p.heatmap, alt: "error heatmap" })]
+        : []),
+    );
+  }
+
   function drawSource() {
     const s = model.get("source");
     if (!s || !s.kind) return;
@@ -293,6 +310,7 @@ function render({ model, el }) {
   model.on("change:summary", () => (summary.textContent = model.get("summary")));
   model.on("change:detail", drawDetail);
   model.on("change:source", drawSource);
+  model.on("change:plots", drawPlots);
   model.on("change:selected", draw);
 
   index();
@@ -306,7 +324,7 @@ function render({ model, el }) {
     slider.value = String(Math.max(0, replayAt));
     requestAnimationFrame(() => reveal(first));
   }
-  el.dataset.nbdReady = "1";
+  el.dataset.nbdRenderMs = (performance.now() - started).toFixed(0);
 }
 
 export default { render };

@@ -12,7 +12,7 @@ from nbdiff.notebook.plots import as_matrix, error_plots  # noqa: E402
 
 @pytest.mark.parametrize("shape", [(), (7,), (3, 4), (2, 3, 1000), (600, 700)])
 def test_plots_are_png_for_any_shape(shape):
-    base = np.random.RandomState(0).randn(*shape).astype("float32")
+    base = np.asarray(np.random.RandomState(0).randn(*shape), dtype="float32")
     raw = base + 1e-3
     plots = error_plots(base, raw, "out")
     assert set(plots) == {"histogram", "heatmap"}

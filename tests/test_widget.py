@@ -28,8 +28,9 @@ def test_opens_on_the_first_divergence_with_plots(view):
     assert state["selected"] == state["first"] >= 0
     detail = state["detail"]
     assert detail["node"]["base"] == "norm"
-    assert detail["plots"]["histogram"].startswith("data:image/png;base64,")
-    assert detail["plots"]["heatmap"].startswith("data:image/png;base64,")
+    assert state["plots"]["row"] == state["selected"]
+    assert state["plots"]["histogram"].startswith("data:image/png;base64,")
+    assert state["plots"]["heatmap"].startswith("data:image/png;base64,")
     assert "FAILED at step 0, forward" in state["summary"]
 
 

@@ -54,7 +54,7 @@ def error_plots(base: np.ndarray, raw: np.ndarray, title: str = "") -> dict[str,
     finite = err[np.isfinite(err)]
     out: dict[str, bytes] = {}
 
-    fig = Figure(figsize=(3.6, 2.4), dpi=90)
+    fig = Figure(figsize=(3.6, 2.4), dpi=80)
     ax = fig.add_subplot()
     positive = finite[finite > 0]
     if positive.size:
@@ -65,10 +65,10 @@ def error_plots(base: np.ndarray, raw: np.ndarray, title: str = "") -> dict[str,
     ax.set_title(f"|raw - base| {title}".strip(), fontsize=8)
     ax.set_xlabel(f"{finite.size - positive.size} of {err.size} elements equal", fontsize=7)
     ax.tick_params(labelsize=7)
-    fig.tight_layout()
+    fig.subplots_adjust(left=0.14, right=0.97, top=0.88, bottom=0.2)  # tight_layout costs ~100 ms
     out["histogram"] = _png(fig)
 
-    fig = Figure(figsize=(3.6, 2.4), dpi=90)
+    fig = Figure(figsize=(3.6, 2.4), dpi=80)
     ax = fig.add_subplot()
     m = as_matrix(err)
     if m.size > _MAX_CELLS:
@@ -77,6 +77,6 @@ def error_plots(base: np.ndarray, raw: np.ndarray, title: str = "") -> dict[str,
     fig.colorbar(image, ax=ax).ax.tick_params(labelsize=7)
     ax.set_title("error map (rows x last dim)", fontsize=8)
     ax.tick_params(labelsize=7)
-    fig.tight_layout()
+    fig.subplots_adjust(left=0.12, right=0.98, top=0.88, bottom=0.12)
     out["heatmap"] = _png(fig)
     return out

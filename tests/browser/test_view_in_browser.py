@@ -1,0 +1,128 @@
+"""The view in a real browser: JupyterLab 4 and Notebook 7 in headless Chromium.
+
+Render, the first divergence marked, click -> panel, stack frame -> source, replay,
+filters, a 10,000-row tree, and no request leaving the machine. Timings are printed
+(benchmarks/README.md quotes them), not asserted.
+"""
+
+import time
+
+import pytest
+
+from tests.browser.jupyter import cell, open_notebook, run_cell, write_notebook
+
+SETUP = (
+    "%load_ext nbdiff\n"
+    "from tests.fault_suite.models import BUILDERS, inputs\n"
+    "tb, pb, x = BUILDERS['mlp']('torch'), BUILDERS['mlp']('paddle', 'eps'), inputs('mlp')"
+)
+VIEW = ".nbd"
+
+
+def _dataset(page, key):
+    """A timing the view keeps in its element's dataset (performance.now() in the page)."""
+    return page.evaluate(f"() => (document.querySelector('[data-{_kebab(key)}]') || {{dataset: {{}}}}).dataset.{key}")
+
+
+def _kebab(key):
+    return "".join("-" + c.lower() if c.isupper() else c for c in key)
+
+
+def _no_widget_errors(page, server):
+    errors = [m for m in page.console_messages if m.startswith(("error", "pageerror"))]
+    # Notebook 7.6 logs "reading 'schema'" on any notebook: only widget errors count.
+    assert not [e for e in errors if "widget" in e.lower() or "nbd" in e.lower() or "anywidget" in e.lower()], errors
+    off_box = [u for u in page.request_urls if not u.startswith((server["base"], "blob:", "data:"))]
+    assert off_box == [], off_box
+
+
+@pytest.mark.parametrize("ui", ["lab", "notebook7"])
+def test_modeldiff_view_click_stack_and_replay(page, jupyter_server, ui):
+    name = f"view_{ui}.ipynb"
+    write_notebook(
+        jupyter_server["root"] / name, [SETUP, "%modeldiff tb pb x", "print(_modeldiff.first_divergence.base_path)"]
+    )
+    open_notebook(page, jupyter_server, name, ui)
+    run_cell(page, 0, timeout=120_000)
+    run_cell(page, 1, timeout=120_000)
+
+    blamed = page.locator(f"{VIEW} .nbd-row.nbd-blamed")
+    blamed.wait_for(state="visible")
+    assert "norm" in blamed.inner_text()
+    assert "FAILED at step 0, forward" in page.locator(f"{VIEW} .nbd-summary").inner_text()
+    # The panel opens on the first divergence, and its plots follow.
+    page.locator(f"{VIEW} .nbd-title", has_text="norm").wait_for()
+    page.locator(f"{VIEW} .nbd-plots img").first.wait_for()
+
+    # Click another row: the kernel answers with its tensors.
+    row = page.locator(f"{VIEW} .nbd-row", has_text="fc2").first
+    t0 = time.perf_counter()
+    row.click()
+    page.locator(f"{VIEW} .nbd-title", has_text="fc2").wait_for()
+    click_s = time.perf_counter() - t0
+    page.wait_for_function("() => document.querySelector('[data-nbd-click-ms]')")
+    in_page_ms = _dataset(page, "nbdClickMs")
+    assert page.locator(f"{VIEW} .nbd-tensor").count() >= 1
+
+    # A stack frame shows the source line, with a link into JupyterLab for files.
+    page.locator(f"{VIEW} .nbd-frame", has_text="models.py").first.click()
+    page.locator(f"{VIEW} .nbd-src-here", has_text="self.fc2").wait_for()
+
+    # Replay: the next event becomes the selected row.
+    before = page.locator(f"{VIEW} .nbd-replay-label").inner_text()
+    page.locator(f"{VIEW} .nbd-btn[title='next event']").click()
+    page.wait_for_function(
+        "(b) => document.querySelector('.nbd-replay-label').textContent !== b", arg=before, timeout=10_000
+    )
+    assert page.locator(f"{VIEW} .nbd-row.nbd-selected").count() == 1
+
+    # Filters: only diverging rows, then a name search.
+    page.locator(f"{VIEW} .nbd-only-bad").check()
+    page.wait_for_function(
+        "() => ![...document.querySelectorAll('.nbd-row.nbd-ok')].some(r => !r.classList.contains('nbd-group') && !r.textContent.includes('<root>'))"
+    )
+    page.locator(f"{VIEW} .nbd-only-bad").uncheck()
+    page.locator(f"{VIEW} .nbd-search").fill("fc1")
+    page.wait_for_function(
+        "() => [...document.querySelectorAll('.nbd-rows .nbd-row')].every(r => r.classList.contains('nbd-group') || /fc1|root/.test(r.textContent))"
+    )
+
+    run_cell(page, 2)
+    cell(page, 2).locator(".jp-OutputArea-output").filter(has_text="norm").wait_for()
+    print(
+        f"\n{ui}: view drawn in {_dataset(page, 'nbdRenderMs')} ms; click answered in {in_page_ms} ms in page "
+        f"({click_s * 1000:.0f} ms seen by playwright)"
+    )
+    _no_widget_errors(page, jupyter_server)
+
+
+def test_ten_thousand_rows(page, jupyter_server):
+    name = "big.ipynb"
+    write_notebook(
+        jupyter_server["root"] / name,
+        [
+            "from tests.browser.synthetic import big_result\nr = big_result(10_000)\nimport nbdiff",
+            "v = r.show(); v",
+        ],
+    )
+    open_notebook(page, jupyter_server, name, "lab")
+    run_cell(page, 0, timeout=120_000)
+    t0 = time.perf_counter()
+    run_cell(page, 1, wait=False)
+    page.locator(f"{VIEW} .nbd-row.nbd-blamed").wait_for(state="visible")
+    render_s = time.perf_counter() - t0
+    # Virtualised: a handful of rows in the DOM for 10,001 in the tree.
+    assert page.locator(f"{VIEW} .nbd-rows .nbd-row").count() < 120
+    assert "blocks.666.fc5" in page.locator(f"{VIEW} .nbd-row.nbd-blamed").inner_text()
+    target = page.locator(f"{VIEW} .nbd-rows .nbd-row", has_text="blocks.666.fc3")
+    t0 = time.perf_counter()
+    target.click()
+    page.locator(f"{VIEW} .nbd-title", has_text="blocks.666.fc3").wait_for()
+    click_s = time.perf_counter() - t0
+    page.wait_for_function("() => document.querySelector('[data-nbd-click-ms]')")
+    print(
+        f"\n10,001 rows: view drawn in {_dataset(page, 'nbdRenderMs')} ms in page ({render_s:.2f} s after Shift+Enter, "
+        f"kernel work included); click answered in {_dataset(page, 'nbdClickMs')} ms in page "
+        f"({click_s * 1000:.0f} ms seen by playwright)"
+    )
+    _no_widget_errors(page, jupyter_server)

@@ -66,11 +66,11 @@ function render({ model, el }) {
     h(
       "span",
       { class: "nbd-replay" },
-      btn("⏮", "first event", () => replay(0)),
+      btn("«", "first event", () => replay(0)),
       btn("◀", "previous event", () => replay(replayAt - 1)),
       slider,
       btn("▶", "next event", () => replay(replayAt + 1)),
-      btn("⏭", "last event", () => replay(model.get("order").length - 1)),
+      btn("»", "last event", () => replay(model.get("order").length - 1)),
       replayLabel,
     ),
   );

@@ -9,6 +9,7 @@ pytest.importorskip("anywidget")
 from IPython.core.interactiveshell import InteractiveShell  # noqa: E402
 
 from nbdiff.notebook.magics import parse_flags  # noqa: E402
+from nbdiff.notebook.sources import source_excerpt  # noqa: E402
 from tests.fault_suite.models import BUILDERS, inputs  # noqa: E402
 
 TRAIN = """
@@ -58,6 +59,8 @@ def test_line_magic_runs_auto_diff_and_stores_the_result(ip, capsys):
     ip.run_line_magic("modeldiff", "tb pb x --out found")
     result = ip.user_ns["found"]
     assert result.first_divergence.base_path == "norm"
+    # IPython's magic machinery sits between the test and the model: not user code.
+    assert not any("IPython" in f.filename for f in result.first_divergence.base_stack)
     assert "FAILED" in capsys.readouterr().out
     _models(ip)
     ip.run_line_magic("modeldiff", "tb pb x --single-step --atol 1e-4 --mode mean --phase forward")
@@ -94,6 +97,12 @@ def test_cell_magic_blames_a_backward_only_bug(ip):
     ip.run_cell_magic("modeldiff", "tb pb", TRAIN)
     d = ip.user_ns["_modeldiff"].first_divergence
     assert (d.phase.value, d.base_path, d.step) == ("backward", "mid", 0)
+    # The stack reaches the cell's own line, shown as cell source by the view.
+    cells = [f for f in d.base_stack if source_excerpt(f.filename, f.lineno)["kind"] == "cell"]
+    assert (
+        cells
+        and "tb(torch.tensor(x))" in source_excerpt(cells[0].filename, cells[0].lineno)["lines"][cells[0].lineno - 1]
+    )
 
 
 def test_cell_magic_blames_an_optimizer_bug_by_parameter(ip):

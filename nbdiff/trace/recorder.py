@@ -15,7 +15,7 @@ import numpy as np
 from nbdiff.frameworks import Framework, Handle
 from nbdiff.trace.events import Event, Kind, Phase, TensorRecord
 from nbdiff.trace.nest import describe_non_tensors, flatten, unflatten
-from nbdiff.trace.stack import Frame, user_stack
+from nbdiff.trace.stack import Frame, tool_roots, user_stack
 
 __all__ = ["Recorder", "Feed"]
 
@@ -84,6 +84,7 @@ class Recorder:
         self._active: list[_Call] = []
         self._counts: dict[str, int] = {}
         self._inplace_guard: dict[int, list[_Call]] = {}
+        self._hidden = fw.source_roots + tool_roots()
         self.paused = False
         """While True, calls are not recorded (a probe call made from a hook)."""
 
@@ -136,7 +137,7 @@ class Recorder:
                 call=call_index,
                 depth=len(self._active),
                 parent=parent.order if parent else None,
-                stack=user_stack(fw.source_roots) if self.stacks else (),
+                stack=user_stack(self._hidden) if self.stacks else (),
             )
             self.calls.append(rec)
             self._active.append(rec)

@@ -19,6 +19,52 @@ SETUP = (
 VIEW = ".nbd"
 
 
+NETDEF = """
+import torch, paddle
+
+
+class TorchNet(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(4, 4)
+
+    def forward(self, x):
+        return self.fc(x)
+
+
+class PaddleNet(paddle.nn.Layer):
+    def __init__(self):
+        super().__init__()
+        self.fc = paddle.nn.Linear(4, 4)
+
+    def forward(self, x):
+        return self.fc(x) * 1.01
+"""
+
+
+def test_a_file_frame_links_into_jupyterlab(page, jupyter_server):
+    (jupyter_server["root"] / "netdef.py").write_text(NETDEF)
+    write_notebook(
+        jupyter_server["root"] / "link.ipynb",
+        ["%load_ext nbdiff\nimport numpy as np, netdef\nx = np.ones((2, 4), 'float32')\n"
+         "tb, pb = netdef.TorchNet(), netdef.PaddleNet()\n%modeldiff tb pb x"],
+    )  # fmt: skip
+    open_notebook(page, jupyter_server, "link.ipynb", "lab")
+    run_cell(page, 0, timeout=120_000)
+    page.locator(f"{VIEW} .nbd-row", has_text="fc").first.click()  # called from netdef.py's forward
+    page.locator(f"{VIEW} .nbd-title", has_text="fc").wait_for()
+    page.locator(f"{VIEW} .nbd-frame", has_text="netdef.py").first.click()
+    link = page.locator(f"{VIEW} a.nbd-open")
+    link.wait_for()
+    assert link.get_attribute("href").endswith("/lab/tree/netdef.py")
+    page.locator(f"{VIEW} .nbd-src-here", has_text="return self.fc(x)").wait_for()
+    # The notebook cell's own frame shows the cell's source.
+    page.locator(f"{VIEW} .nbd-frame", has_text="<module>").first.click()
+    page.locator(f"{VIEW} .nbd-src-title", has_text="notebook cell").wait_for()
+    assert "ipykernel_launcher" not in page.locator(f"{VIEW} .nbd-stack").inner_text()
+    _no_widget_errors(page, jupyter_server)
+
+
 def _dataset(page, key):
     """A timing the view keeps in its element's dataset (performance.now() in the page)."""
     return page.evaluate(f"() => (document.querySelector('[data-{_kebab(key)}]') || {{dataset: {{}}}}).dataset.{key}")

@@ -29,6 +29,7 @@ function fmt(x) {
 
 function colour(node) {
   const r = node.status === "blamed" || node.status === "local" ? node.local ?? node.ratio : node.ratio;
+  if (node.status === "unpaired") return "var(--nbd-unpaired)";
   if (node.status === "ok" || r === null) return "var(--nbd-ok)";
   const k = Math.min(1, Math.log10(Math.max(r, 1)) / 4); // 1x .. 10^4x
   if (node.status === "inherited") return `rgba(240, 173, 78, ${0.25 + 0.5 * k})`;
@@ -106,7 +107,7 @@ function render({ model, el }) {
     const shown = new Set();
     for (const n of all) {
       const hit = (!bad || n.status !== "ok") && (!q || `${n.base} ${n.raw} ${n.base_type} ${n.raw_type}`.toLowerCase().includes(q));
-      if (!hit || n.event < 0) continue;
+      if (!hit || n.event === -1) continue;
       for (let p = n; p && !shown.has(p.id); p = all[p.parent]) shown.add(p.id);
     }
     return shown;
@@ -141,7 +142,7 @@ function render({ model, el }) {
       const row = h(
         "div",
         {
-          class: `nbd-row nbd-${n.status}${n.id === selected ? " nbd-selected" : ""}${n.event < 0 ? " nbd-group" : ""}`,
+          class: `nbd-row nbd-${n.status}${n.id === selected ? " nbd-selected" : ""}${n.event === -1 ? " nbd-group" : ""}`,
           style: `top:${i * ROW}px;background:${colour(n)}`,
           dataset: { id: n.id },
           title: `${n.base_type} ~ ${n.raw_type}`,
@@ -150,11 +151,11 @@ function render({ model, el }) {
           "span",
           { class: "nbd-cell nbd-base", style: `padding-left:${4 + n.depth * 14}px` },
           h("span", { class: "nbd-twisty", dataset: { toggle: n.id } }, twisty),
-          n.event < 0 ? n.label : `${n.base || "<root>"} `,
-          n.event < 0 ? null : h("small", {}, n.base_type),
+          n.event === -1 ? n.label : n.base || (n.event === -2 ? "—" : "<root>"),
+          n.event === -1 ? null : h("small", {}, " " + n.base_type),
         ),
-        h("span", { class: "nbd-cell nbd-raw" }, n.event < 0 ? "" : `${n.raw || "<root>"} `, n.event < 0 ? null : h("small", {}, n.raw_type)),
-        h("span", { class: "nbd-cell nbd-err" }, n.status === "blamed" ? `◀ ${err}` : err),
+        h("span", { class: "nbd-cell nbd-raw" }, n.event === -1 ? "" : n.raw || (n.event === -2 ? "—" : "<root>"), n.event === -1 ? null : h("small", {}, " " + n.raw_type)),
+        h("span", { class: "nbd-cell nbd-err" }, n.event === -2 ? "unpaired" : n.status === "blamed" ? `◀ ${err}` : err),
       );
       out.push(row);
     }
@@ -226,7 +227,7 @@ function render({ model, el }) {
       clickedAt = null;
     }
     const n = d.node;
-    const parts = [h("div", { class: "nbd-title" }, n.event < 0 ? n.label : `${n.base || "<root>"} (${n.base_type}) ~ ${n.raw || "<root>"} (${n.raw_type}) · step ${n.step} ${n.phase}`)];
+    const parts = [h("div", { class: "nbd-title" }, n.event === -1 ? n.label : n.event === -2 ? `${n.base || n.raw} (${n.base_type || n.raw_type}): only the ${n.base ? "base" : "raw"} model has this call; a LayerMap can pair it` : `${n.base || "<root>"} (${n.base_type}) ~ ${n.raw || "<root>"} (${n.raw_type}) · step ${n.step} ${n.phase}`)];
     for (const t of d.tensors) {
       const m = t.metrics;
       parts.push(

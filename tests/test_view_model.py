@@ -55,3 +55,17 @@ def test_detail_has_statistics_metrics_and_both_stacks(failed):
     assert {x["metrics"]["name"] for x in back["tensors"]} >= {"weight", "bias"}
     assert back["stacks"]["base"], "backward rows show the stack of their forward call"
     json.dumps(back)
+
+
+def test_calls_paired_with_nothing_are_shown_under_their_parent():
+    result = nbdiff.auto_diff(
+        BUILDERS["transformer"]("torch"), BUILDERS["transformer"]("paddle"), inputs("transformer")
+    )
+    assert result, result.report()
+    tree = build_tree(result)
+    unpaired = [n for n in tree.nodes if n["status"] == "unpaired"]
+    assert {n["raw"] for n in unpaired} == {"attn.q_proj", "attn.k_proj", "attn.v_proj", "attn.out_proj"}
+    attn = next(n for n in tree.nodes if n["raw"] == "attn" and n["phase"] == "forward")
+    assert all(n["parent"] == attn["id"] and n["event"] == -2 for n in unpaired)
+    assert not set(tree.order) & {n["id"] for n in unpaired}
+    assert node_detail(tree, unpaired[0]["id"])["tensors"] == []

@@ -28,8 +28,8 @@ class TreeData:
     """Rows of the paired tree and the replay order."""
 
     nodes: list[dict[str, Any]]
-    """``{id, parent, depth, label, base, raw, base_type, raw_type, phase, step, ratio, local, status}``;
-    group rows (one per step and phase) have ``event: -1``."""
+    """``{id, parent, depth, label, base, raw, base_type, raw_type, phase, step, ratio, local, status, event}``;
+    group rows (one per step and phase) have ``event: -1``, calls paired with nothing ``event: -2``."""
     order: list[int]
     """Node ids in execution order: forward, backward, optimizer, step after step."""
     first: int
@@ -86,6 +86,7 @@ def build_tree(result: DiffResult) -> TreeData:
                      status="inherited" if worst > 1 else "ok", event=-1)
             )  # fmt: skip
             by_order: dict[int, int] = {}
+            raw_order: dict[int, int] = {}
             for d in sorted(diffs, key=_tree_position):
                 parent = by_order.get(d.base.parent, group) if d.base.parent is not None else group
                 nid = len(nodes)
@@ -101,9 +102,29 @@ def build_tree(result: DiffResult) -> TreeData:
                 events.append(d)
                 if d.base.kind is Kind.LAYER:
                     by_order[d.base.order] = nid
+                    raw_order[d.raw.order] = nid
             # Replay runs in execution order within the group (backward order for backward).
             order += sorted(range(group + 1, len(nodes)), key=lambda i: events[nodes[i]["event"]].base.order)
+            if phase is Phase.FORWARD and step == steps[-1]:
+                _add_unpaired(nodes, group, result.unmatched_base, by_order, "base")
+                _add_unpaired(nodes, group, result.unmatched_raw, raw_order, "raw")
     return TreeData(nodes, order, first, events)
+
+
+def _add_unpaired(
+    nodes: list[dict[str, Any]], group: int, unpaired: tuple[Event, ...], by_order: dict[int, int], side: str
+) -> None:
+    """Calls with no counterpart, under their parent's row, marked as such (not in the replay)."""
+    for e in sorted(unpaired, key=lambda e: e.order):
+        parent = by_order.get(e.parent, group) if e.parent is not None else group
+        nid = len(nodes)
+        nodes.append(
+            dict(id=nid, parent=parent, depth=nodes[parent]["depth"] + 1, label=e.path or "<root>",
+                 base=e.path if side == "base" else "", raw=e.path if side == "raw" else "",
+                 base_type=e.type_name if side == "base" else "", raw_type=e.type_name if side == "raw" else "",
+                 phase=Phase.FORWARD.value, step=e.step, ratio=None, local=None, status="unpaired", event=-2)
+        )  # fmt: skip
+        by_order[e.order] = nid
 
 
 def _tree_position(d: EventDiff) -> tuple[int, int, int]:
@@ -166,7 +187,7 @@ def _metrics(t: TensorDiff) -> dict[str, Any]:
 def node_detail(tree: TreeData, node_id: int) -> dict[str, Any]:
     """Everything the tensor and stack panels show for one row (no plots)."""
     node = tree.nodes[node_id]
-    if node["event"] < 0:
+    if node["event"] < 0:  # a group row, or a call paired with nothing
         return dict(node=node, tensors=[], stacks=dict(base=[], raw=[]))
     d = tree.events[node["event"]]
     local = {t.name: t for t in d.local or ()}

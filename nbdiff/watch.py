@@ -18,51 +18,17 @@ from nbdiff.align.pairing import Pair, Pairing
 from nbdiff.compare.blame import Divergence, EventDiff
 from nbdiff.compare.tolerance import Tolerance, resolve_tolerance
 from nbdiff.errors import InputError, WeightTransferError
-from nbdiff.frameworks import Framework, Handle, framework_of
+from nbdiff.frameworks import Framework, framework_of
 from nbdiff.result import DiffResult
 from nbdiff.step import StepRecord
 from nbdiff.stepdiff import StepComparer, feed_for
-from nbdiff.trace.modes import no_dropout, training_flags
-from nbdiff.trace.recorder import Feed, Recorder
+from nbdiff.trace.recorder import Feed
+from nbdiff.trace.session import ModelSession
 from nbdiff.trace.structure import forward_structure
 from nbdiff.weights.assign import WeightMap, execution_pairs, plan_pairs, plan_weights, write_weights
 from nbdiff.weights.plan import layer_tensors
 
 __all__ = ["watch"]
-
-Weights = dict[int, np.ndarray]
-"""Trainable tensors by ``id`` of the parameter."""
-
-
-class _Side:
-    """Bookkeeping of one model while the code runs."""
-
-    def __init__(self, fw: Framework, model: Any, name: str, backward: bool) -> None:
-        self.fw, self.model, self.name = fw, model, name
-        self.recorder = Recorder(fw, model, backward=backward)
-        self.params = [p for _, lay in fw.named_layers(model) for _, p in fw.direct_params(lay) if fw.is_trainable(p)]
-        self.steps = 0
-        self.weights: list[Weights] = []
-        """Trainable tensors at the start of each step, then at the end."""
-        self.grads: list[Weights] = []
-        """Parameter gradients of each step, summed over its backward passes."""
-
-    def weights_now(self) -> Weights:
-        return {id(p): self.fw.to_numpy(p).copy() for p in self.params}
-
-    def grad_hook(self, param: Any) -> Any:
-        def hook(grad: Any) -> None:
-            if self.steps:
-                g = self.fw.hold_grad(grad)
-                into = self.grads[self.steps - 1]
-                into[id(param)] = into[id(param)] + g if id(param) in into else g
-
-        return hook
-
-    def load(self, weights: Weights) -> None:
-        for p in self.params:
-            if id(p) in weights:
-                self.fw.set_value(p, weights[id(p)])
 
 
 class watch:
@@ -98,8 +64,8 @@ class watch:
         self.layer_map = layer_map
         self.result: DiffResult | None = None
         backward = diff_phase != "forward"
-        self._b = _Side(self.bfw, base, "base", backward)
-        self._r = _Side(self.rfw, raw, "raw", backward)
+        self._b = ModelSession(self.bfw, base, "base", backward)
+        self._r = ModelSession(self.rfw, raw, "raw", backward)
         self._cmp = StepComparer(self.bfw, base, self.rfw, raw, self._tol, compare_mode, diff_phase, layer_map)
         self._stack = ExitStack()
         self._copied: WeightMap | None = None
@@ -117,15 +83,7 @@ class watch:
             if self.options["auto_init"]:
                 self._copy_by_structure()
             for side in (self._b, self._r):
-                stack.enter_context(training_flags(side.fw, side.model))
-                stack.enter_context(no_dropout(side.fw, side.model))
-                # The step hook goes first, so a step is counted before its layers are recorded.
-                handles = side.fw.hook_forward(side.model, self._on_root(side), lambda *a, **k: None)
-                stack.callback(_remove, handles)
-                stack.enter_context(side.recorder)
-                stack.callback(side.recorder.remove_tensor_hooks)
-                grad_handles = [side.fw.hook_tensor(p, side.grad_hook(p)) for p in side.params]
-                stack.callback(_remove, grad_handles)
+                side.install(stack, self._on_root(side))
         except BaseException:
             stack.close()
             raise
@@ -138,7 +96,7 @@ class watch:
         """Remove every hook and restore modes; then, with ``compare``, compare and keep ``result``."""
         try:
             for side in (self._b, self._r):
-                side.weights.append(side.weights_now())
+                side.end()
         finally:
             self._stack.close()
         if compare:
@@ -153,7 +111,7 @@ class watch:
         except WeightTransferError:
             self._copied = None  # paired by execution when raw first runs
 
-    def _on_root(self, side: _Side) -> Any:
+    def _on_root(self, side: ModelSession) -> Any:
         def pre(layer: Any, args: tuple, kwargs: dict) -> None:
             if self._probing:
                 return
@@ -163,9 +121,7 @@ class watch:
                     f"first in every step: raw was called for step {self._r.steps} before base. Call base, "
                     "then raw, in the cell."
                 )
-            side.weights.append(side.weights_now())
-            side.grads.append({})
-            side.steps += 1
+            side.begin_step()
             if side is self._r:
                 self._before_raw_step(args, kwargs)
 
@@ -307,11 +263,6 @@ class watch:
                     n: side.weights[k][id(p)] for n, p in tensors.items() if id(p) in side.weights[k]
                 }
         return out
-
-
-def _remove(handles: list[Handle]) -> None:
-    for h in handles:
-        h.remove()
 
 
 def _with_root(root: list[Any], raw_fwd: list[Any], raw: Any) -> list[Any]:

@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 
 from nbdiff.trace.stack import Frame
+from nbdiff.trace.stats import Stats, tensor_stats
 
 __all__ = ["Phase", "Kind", "TensorRecord", "Event", "Trace"]
 
@@ -42,8 +43,13 @@ class TensorRecord:
     """Shape as the framework reports it."""
     dtype: str
     """Framework dtype name, e.g. ``float32``."""
-    value: np.ndarray = field(repr=False, compare=False)
-    """The values (float32 for bfloat16 sources)."""
+    value: np.ndarray | None = field(repr=False, compare=False)
+    """The values (float32 for bfloat16 sources); ``None`` when only statistics were kept."""
+    stats: Stats | None = field(default=None, compare=False)
+    """Summary statistics, when read from a dump (computed from ``value`` otherwise)."""
+
+    def statistics(self) -> Stats | None:
+        return self.stats if self.stats is not None else (tensor_stats(self.value) if self.value is not None else None)
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,82 @@
+"""Recording one model across the steps of the user's own code."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from contextlib import ExitStack
+from typing import Any
+
+import numpy as np
+
+from nbdiff.frameworks import Framework, Handle
+from nbdiff.trace.modes import no_dropout, training_flags
+from nbdiff.trace.recorder import Recorder
+
+__all__ = ["ModelSession", "Weights"]
+
+Weights = dict[int, np.ndarray]
+"""Trainable tensors (or their gradients) by ``id`` of the parameter."""
+
+
+class ModelSession:
+    """One model recorded while the user's code runs it: layer calls, gradients, weights per step.
+
+    Each call of the root model starts a step. ``weights`` holds the trainable tensors at the
+    start of every step (and, after :meth:`end`, at the end); ``grads`` the parameter
+    gradients of each step, summed over its backward passes.
+    """
+
+    def __init__(self, fw: Framework, model: Any, name: str, backward: bool, **recorder_options: Any) -> None:
+        self.fw, self.model, self.name = fw, model, name
+        self.recorder = Recorder(fw, model, backward=backward, **recorder_options)
+        self.params = [p for _, lay in fw.named_layers(model) for _, p in fw.direct_params(lay) if fw.is_trainable(p)]
+        self.steps = 0
+        self.weights: list[Weights] = []
+        """Trainable tensors at the start of each step, then at the end."""
+        self.grads: list[Weights] = []
+        """Parameter gradients of each step, summed over its backward passes."""
+
+    def install(self, stack: ExitStack, on_root: Callable[..., Any]) -> None:
+        """Hook the model until ``stack`` closes: dropout off, modes kept, ``on_root`` before each step."""
+        fw = self.fw
+        stack.enter_context(training_flags(fw, self.model))
+        stack.enter_context(no_dropout(fw, self.model))
+        # The step hook goes first, so a step is counted before its layers are recorded.
+        handles = fw.hook_forward(self.model, on_root, lambda *a, **k: None)
+        stack.callback(_remove, handles)
+        stack.enter_context(self.recorder)
+        stack.callback(self.recorder.remove_tensor_hooks)
+        if self.recorder.backward:
+            grad_handles = [fw.hook_tensor(p, self.grad_hook(p)) for p in self.params]
+            stack.callback(_remove, grad_handles)
+
+    def begin_step(self) -> None:
+        self.weights.append(self.weights_now())
+        self.grads.append({})
+        self.steps += 1
+
+    def end(self) -> None:
+        """Keep the weights as the code left them (the end of the last step)."""
+        self.weights.append(self.weights_now())
+
+    def weights_now(self) -> Weights:
+        return {id(p): self.fw.to_numpy(p).copy() for p in self.params}
+
+    def grad_hook(self, param: Any) -> Any:
+        def hook(grad: Any) -> None:
+            if self.steps:
+                g = self.fw.hold_grad(grad)
+                into = self.grads[self.steps - 1]
+                into[id(param)] = into[id(param)] + g if id(param) in into else g
+
+        return hook
+
+    def load(self, weights: Weights) -> None:
+        for p in self.params:
+            if id(p) in weights:
+                self.fw.set_value(p, weights[id(p)])
+
+
+def _remove(handles: list[Handle]) -> None:
+    for h in handles:
+        h.remove()

@@ -12,6 +12,7 @@ from nbdiff.compare.metrics import TensorDiff
 from nbdiff.compare.tolerance import Tolerance
 from nbdiff.diff import auto_diff
 from nbdiff.errors import (
+    DumpError,
     InputError,
     ModelCallError,
     NbdiffError,
@@ -19,6 +20,8 @@ from nbdiff.errors import (
     PairingError,
     WeightTransferError,
 )
+from nbdiff.offline import compare
+from nbdiff.record import record
 from nbdiff.result import DiffResult
 from nbdiff.watch import watch
 from nbdiff.weights import WeightMap, assign_weight, register_weight_rule
@@ -28,6 +31,7 @@ __version__ = "0.1.0"
 __all__ = [
     "DiffResult",
     "Divergence",
+    "DumpError",
     "EventDiff",
     "InputError",
     "LayerMap",
@@ -41,6 +45,8 @@ __all__ = [
     "WeightTransferError",
     "assign_weight",
     "auto_diff",
+    "compare",
+    "record",
     "register_weight_rule",
     "watch",
     "load_ipython_extension",

@@ -9,6 +9,7 @@ __all__ = [
     "PairingError",
     "WeightTransferError",
     "OptionError",
+    "DumpError",
 ]
 
 
@@ -37,3 +38,7 @@ class PairingError(NbdiffError):
 
 class WeightTransferError(NbdiffError):
     """Copying weights from base to raw failed; raw is left exactly as it was."""
+
+
+class DumpError(NbdiffError):
+    """A dump folder that cannot be written or read: the message names the file and the problem."""

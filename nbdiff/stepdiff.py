@@ -16,7 +16,7 @@ import numpy as np
 from nbdiff.align.layer_map import LayerMap
 from nbdiff.align.pairing import Pairing, pair_forward
 from nbdiff.compare.blame import Divergence, EventDiff, blame_events, post_order
-from nbdiff.compare.metrics import TensorDiff, compare_tensors
+from nbdiff.compare.metrics import TensorDiff, compare_statistics, compare_tensors
 from nbdiff.compare.tolerance import Tolerance
 from nbdiff.errors import PairingError
 from nbdiff.frameworks import Framework
@@ -26,7 +26,18 @@ from nbdiff.trace.events import Event, Kind, Phase, TensorRecord
 from nbdiff.trace.recorder import Feed
 from nbdiff.weights.plan import LayerWeights, layer_tensors
 
-__all__ = ["StepComparer", "ParamGrads", "live_param_grads", "UPDATE_ATOL", "feed_for", "snapshot"]
+__all__ = [
+    "StepComparer",
+    "ParamGrads",
+    "live_param_grads",
+    "UPDATE_ATOL",
+    "feed_for",
+    "snapshot",
+    "update_tolerance",
+    "name_parameter",
+    "forward_diffs",
+    "tensor_diffs",
+]
 
 UPDATE_ATOL = 1e-3
 """Default tolerance of optimizer updates, relative to the largest update of the tensor."""
@@ -79,7 +90,7 @@ class StepComparer:
         """Forward then backward diffs of one step, with the first divergence among them."""
         assert self.plans is not None, "set_plans first"
         divergence = None
-        fwd = _forward_diffs(pairing, brec, rrec, self.tol, self.mode)
+        fwd = forward_diffs(pairing, brec, rrec, self.tol, self.mode)
         bwd = []
         if self.diff_phase != "forward":
             bwd = _backward_diffs(pairing, brec, rrec, self.plans, self, grads)
@@ -102,7 +113,7 @@ class StepComparer:
         diffs = _update_diffs(step, self.plans, before, after, self.tol, self.mode)
         divergence, _ = blame_events(diffs, lambda d: d.tensors)
         if divergence is not None:
-            divergence = _name_parameter(divergence, self.plans)
+            divergence = name_parameter(divergence, self.plans)
         return divergence, diffs
 
 
@@ -129,7 +140,7 @@ def _pair(
     return pairing
 
 
-def _records(
+def tensor_diffs(
     raw: Sequence[TensorRecord],
     base: Sequence[TensorRecord],
     tol: Callable[[str, str], Tolerance],
@@ -140,20 +151,28 @@ def _records(
     out = []
     for i, r in enumerate(raw):
         b = by_name.get(r.name) or (base[i] if i < len(base) else None)
-        if b is not None and r.value is not None and b.value is not None:
+        if b is None:
+            continue
+        if r.value is not None and b.value is not None:
             out.append(compare_tensors(r.name, r.value, b.value, tol(b.dtype, r.dtype), mode, scale_hint))
+        elif r.stats is not None and b.stats is not None:  # statistics-only dumps
+            out.append(
+                compare_statistics(r.name, r.stats, b.stats, tol(b.dtype, r.dtype), mode, b.shape, r.shape, scale_hint)
+            )
     return out
 
 
-def _forward_diffs(
+def forward_diffs(
     pairing: Pairing, brec: StepRecord, rrec: StepRecord, tol: Callable[[str, str], Tolerance], mode: str
 ) -> list[EventDiff]:
-    diffs = [EventDiff(p.base, p.raw, tuple(_records(p.raw.outputs, p.base.outputs, tol, mode))) for p in pairing.pairs]
+    diffs = [
+        EventDiff(p.base, p.raw, tuple(tensor_diffs(p.raw.outputs, p.base.outputs, tol, mode))) for p in pairing.pairs
+    ]
     ordered = post_order(diffs)
     bl = [e for e in brec.forward if e.kind is Kind.LOSS]
     rl = [e for e in rrec.forward if e.kind is Kind.LOSS]
     if bl and rl:
-        ordered.append(EventDiff(bl[0], rl[0], tuple(_records(rl[0].outputs, bl[0].outputs, tol, mode))))
+        ordered.append(EventDiff(bl[0], rl[0], tuple(tensor_diffs(rl[0].outputs, bl[0].outputs, tol, mode))))
     return ordered
 
 
@@ -177,7 +196,7 @@ def _backward_diffs(
         own = plan is not None and p.base.call == 0 and plan.raw_path == p.raw.path
         bgrads = grads(bfw, blayers[p.base.path], plan.recursive) if own else {}
         hint = magnitude([t.value for t in b.outputs + b.inputs] + list(bgrads.values()))
-        tensors = _records(r.inputs, b.inputs, tol, mode, hint)
+        tensors = tensor_diffs(r.inputs, b.inputs, tol, mode, hint)
         if own:
             tensors += compare_param_grads(
                 bgrads,
@@ -236,6 +255,17 @@ def snapshot(fw: Framework, layers: dict[str, Any], plans: dict[str, LayerWeight
     return out
 
 
+def update_tolerance(tol: TolFn, a: str, b: str, weight_scale: float) -> Tolerance:
+    """Tolerance of an optimizer update of weights of magnitude ``weight_scale``."""
+    # An update is a small difference of large numbers: allow a few roundings of the weight itself.
+    floor = 4 * max(_EPS.get(a, _EPS["float32"]), _EPS.get(b, _EPS["float32"])) * weight_scale
+    # Adam-like updates divide by |grad|: elements with tiny gradients change by a visible
+    # fraction of the step for rounding-level gradient differences, so updates get at least
+    # 0.1% of the largest update (a wrong learning rate is 10x beyond).
+    user = tol(a, b)
+    return replace(user, atol=max(user.atol, UPDATE_ATOL) if user.scaled else user.atol, floor=floor)
+
+
 def _update_diffs(
     step: int,
     plans: dict[str, LayerWeights],
@@ -251,15 +281,10 @@ def _update_diffs(
         if not bd or not rd:
             continue
 
-        def update_tol(a: str, b: str, _after: dict = after[1][key]) -> Tolerance:
-            # An update is a small difference of large numbers: allow a few roundings of the weight itself.
-            scale = max((float(np.abs(v).max()) for v in _after.values() if v.size), default=0.0)
-            floor = 4 * max(_EPS.get(a, _EPS["float32"]), _EPS.get(b, _EPS["float32"])) * scale
-            # Adam-like updates divide by |grad|: elements with tiny gradients change by a
-            # visible fraction of the step for rounding-level gradient differences, so updates
-            # get at least 0.1% of the largest update (a wrong learning rate is 10x beyond).
-            user = tol(a, b)
-            return replace(user, atol=max(user.atol, UPDATE_ATOL) if user.scaled else user.atol, floor=floor)
+        weight_scale = max((float(np.abs(v).max()) for v in after[1][key].values() if v.size), default=0.0)
+
+        def update_tol(a: str, b: str, _scale: float = weight_scale) -> Tolerance:
+            return update_tolerance(tol, a, b, _scale)
 
         tensors = compare_param_grads(bd, rd, plan, update_tol, mode)
         ev_b = Event(
@@ -294,7 +319,7 @@ def _update_diffs(
     return diffs
 
 
-def _name_parameter(div: Divergence, plans: dict[str, LayerWeights]) -> Divergence:
+def name_parameter(div: Divergence, plans: dict[str, LayerWeights]) -> Divergence:
     """Name the diverging parameter as the base model calls it."""
     name = div.metrics.name
     plan = plans.get(div.base_path)

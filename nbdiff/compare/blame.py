@@ -74,12 +74,14 @@ class Divergence:
     """For ``between``: the sublayer events just before and just after the fault."""
     parameter: str | None = None
     """For ``parameter``: the parameter's dotted path (base side)."""
+    rank: int = 0
+    """Distributed rank of the events (compared dumps of multi-rank jobs)."""
 
     def describe(self) -> str:
         """One line naming the place."""
         b = self.base_path or "<root>"
         r = self.raw_path or "<root>"
-        head = f"step {self.step}, {self.phase.value}"
+        head = f"step {self.step}{f', rank {self.rank}' if self.rank else ''}, {self.phase.value}"
         if self.where == "parameter":
             return f"{head}: update of parameter `{self.parameter}` (layer `{b}` ~ raw `{r}`)"
         if self.where == "between":
@@ -193,4 +195,5 @@ def _divergence(
         raw_stack=d.raw.stack,
         where=where,
         between=between,
+        rank=d.base.rank,
     )

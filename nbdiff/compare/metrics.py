@@ -11,6 +11,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from nbdiff.compare.tolerance import Tolerance
+from nbdiff.trace.stats import Stats
 
 __all__ = [
     "COMPARE_MODES",
@@ -22,6 +23,7 @@ __all__ = [
     "nan_count",
     "inf_count",
     "compare_tensors",
+    "compare_statistics",
 ]
 
 COMPARE_MODES = ("strict", "mean", "abs_mean")
@@ -219,3 +221,42 @@ def compare_tensors(
         mode,
         note,
     )
+
+
+def compare_statistics(
+    name: str,
+    raw: Stats,
+    base: Stats,
+    tol: Tolerance,
+    mode: str,
+    base_shape: tuple[int, ...],
+    raw_shape: tuple[int, ...],
+    scale_hint: float = 0.0,
+) -> TensorDiff:
+    """Compare two tensors known only by their statistics (statistics-only dumps).
+
+    Each of min, max, mean, std and mean-abs must agree within ``tol`` (a scaled
+    ``atol`` is relative to the larger of ``|min|``, ``|max|``). ``mean`` and
+    ``abs_mean`` modes look at that statistic only. NaN/Inf counts must be equal.
+    """
+    b, r = base.values(), raw.values()
+    if mode == "mean":
+        b, r = b[2:3], r[2:3]
+    elif mode == "abs_mean":
+        b, r = b[4:5], r[4:5]
+    d = np.abs(r - b)
+    scale = max(abs(base.min), abs(base.max), scale_hint, _TINY)
+    atol = (tol.atol * scale if tol.scaled else tol.atol) + tol.floor
+    allowed = np.maximum(atol + tol.rtol * np.abs(b), _TINY)
+    ratio = float(np.max(d / allowed)) if d.size else 0.0
+    note = "compared by statistics"
+    if (base.nan, base.inf) != (raw.nan, raw.inf):
+        ratio, note = np.inf, "NaN/Inf counts differ"
+    if tuple(base_shape) != tuple(raw_shape):
+        ratio, note = np.inf, f"shape {tuple(raw_shape)} vs base {tuple(base_shape)}"
+    worst = float(d.max()) if d.size else 0.0
+    rel = float(np.max(d / np.maximum(np.abs(b), _TINY))) if d.size else 0.0
+    return TensorDiff(
+        name, tuple(base_shape), tuple(raw_shape), worst, rel, float(d.mean()) if d.size else 0.0, float("nan"),
+        base.nan, raw.nan, base.inf, raw.inf, ratio, tol, mode, note,
+    )  # fmt: skip

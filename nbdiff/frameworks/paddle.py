@@ -114,6 +114,10 @@ class PaddleFramework:
     def hook_tensor(self, tensor: Any, fn: Callable[[Any], Any]) -> Any:
         return tensor.register_hook(fn)
 
+    def distributed_rank(self) -> tuple[int, int] | None:
+        world = int(paddle.distributed.get_world_size())
+        return (int(paddle.distributed.get_rank()), world) if world > 1 else None
+
     def no_grad(self) -> AbstractContextManager[Any]:
         return paddle.no_grad()
 

@@ -111,6 +111,12 @@ class TorchFramework:
     def hook_tensor(self, tensor: Any, fn: Callable[[Any], Any]) -> Any:
         return tensor.register_hook(fn)
 
+    def distributed_rank(self) -> tuple[int, int] | None:
+        dist = torch.distributed
+        if dist.is_available() and dist.is_initialized():
+            return int(dist.get_rank()), int(dist.get_world_size())
+        return None
+
     def no_grad(self) -> AbstractContextManager[Any]:
         return torch.no_grad()
 

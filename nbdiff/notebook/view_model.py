@@ -179,7 +179,7 @@ def tensor_pair(d: EventDiff, name: str) -> tuple[np.ndarray | None, np.ndarray 
 def _metrics(t: TensorDiff) -> dict[str, Any]:
     return dict(
         name=t.name, max_abs=_ratio(t.max_abs), max_rel=_ratio(t.max_rel), mean_abs=_ratio(t.mean_abs),
-        cosine=t.cosine, ratio=_ratio(t.ratio), passed=t.passed, tolerance=t.tolerance.describe(), mode=t.mode,
+        cosine=t.cosine if math.isfinite(t.cosine) else None, ratio=_ratio(t.ratio), passed=t.passed, tolerance=t.tolerance.describe(), mode=t.mode,
         nan=[t.nan_base, t.nan_raw], inf=[t.inf_base, t.inf_raw], note=t.note,
     )  # fmt: skip
 

@@ -92,6 +92,8 @@ class Event:
     """Forward: the ``(args, kwargs)`` structure with tensor placeholders, for replay."""
     layer: Any = field(default=None, repr=False, compare=False)
     """The layer object itself (not saved to disk), for local replay."""
+    rank: int = 0
+    """Distributed rank that recorded the event (0 outside distributed jobs)."""
 
     @property
     def key(self) -> tuple[int, str, str, int]:

@@ -84,7 +84,8 @@ class Recorder:
         self._active: list[_Call] = []
         self._counts: dict[str, int] = {}
         self._inplace_guard: dict[int, list[_Call]] = {}
-        self._hidden = fw.source_roots + tool_roots()
+        self.hidden_roots = fw.source_roots + tool_roots()
+        """Folders whose frames are not user code (empty: keep every frame)."""
         self.paused = False
         """While True, calls are not recorded (a probe call made from a hook)."""
 
@@ -137,7 +138,7 @@ class Recorder:
                 call=call_index,
                 depth=len(self._active),
                 parent=parent.order if parent else None,
-                stack=user_stack(self._hidden) if self.stacks else (),
+                stack=user_stack(self.hidden_roots) if self.stacks else (),
             )
             self.calls.append(rec)
             self._active.append(rec)

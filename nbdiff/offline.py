@@ -1,0 +1,228 @@
+"""``compare``: two dumps written by :func:`nbdiff.record`, every step of every rank.
+
+Without the models there is no replay, so the local error of an event is judged
+from what the dump holds: an event whose own inputs agree (forward: the tensors
+passed in; backward: the gradients arriving at its outputs) but whose results do
+not is where the error arises; one whose inputs already differ inherited it.
+Parameter gradients and updates are converted between layouts with the same
+weight rules as ``assign_weight``, found by the layer classes the dump recorded.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import replace
+from typing import Any
+
+import numpy as np
+
+from nbdiff.align.pairing import Pairing, pair_forward
+from nbdiff.compare.blame import Divergence, EventDiff, blame_events
+from nbdiff.compare.metrics import TensorDiff
+from nbdiff.compare.tolerance import Tolerance, resolve_tolerance
+from nbdiff.errors import DumpError
+from nbdiff.replay import largest_shape, magnitude
+from nbdiff.result import DiffResult
+from nbdiff.step import StepRecord
+from nbdiff.stepdiff import forward_diffs, name_parameter, tensor_diffs, update_tolerance
+from nbdiff.trace.events import Event, Kind, Phase, TensorRecord
+from nbdiff.trace.store import RankDump, rank_dirs, read_dump
+from nbdiff.weights.rules import find_rule
+
+__all__ = ["compare"]
+
+TolFn = Callable[[str, str], Tolerance]
+
+
+def compare(
+    dir_a: str | os.PathLike[str],
+    dir_b: str | os.PathLike[str],
+    *,
+    atol: float | None = None,
+    rtol: float | None = None,
+    compare_mode: str = "strict",
+    ignore_unmatched: bool = False,
+) -> DiffResult:
+    """Compare dump ``dir_b`` (raw) against ``dir_a`` (base): every rank, every step.
+
+    The first divergence is the earliest step's, then the lowest rank's. Unmatched
+    ranks or steps are an error unless ``ignore_unmatched``; unpaired events are
+    reported in the result either way.
+    """
+    ranks_a, ranks_b = rank_dirs(dir_a), rank_dirs(dir_b)
+    if set(ranks_a) != set(ranks_b) and not ignore_unmatched:
+        raise DumpError(
+            f"{dir_a} has ranks {sorted(ranks_a)} but {dir_b} has {sorted(ranks_b)}; "
+            "record every rank, or pass ignore_unmatched=True to compare the common ones."
+        )
+
+    def tol(a: str, b: str) -> Tolerance:
+        return resolve_tolerance(atol, rtol, a, b)
+
+    events: list[EventDiff] = []
+    found: list[Divergence] = []
+    warnings: list[str] = []
+    unmatched: tuple[tuple[Event, ...], tuple[Event, ...]] = ((), ())
+    steps = 0
+    first_a = first_b = None
+    for rank in sorted(set(ranks_a) & set(ranks_b)):
+        a, b = read_dump(ranks_a[rank]), read_dump(ranks_b[rank])
+        first_a, first_b = first_a or a, first_b or b
+        if len(a.steps) != len(b.steps):
+            msg = f"rank {rank}: {dir_a} has {len(a.steps)} step(s), {dir_b} has {len(b.steps)}"
+            if not ignore_unmatched:
+                raise DumpError(msg + "; pass ignore_unmatched=True to compare the common steps.")
+            warnings.append(msg + ": compared the common steps.")
+        for k in range(min(len(a.steps), len(b.steps))):
+            div, diffs, pairing = _compare_step(a, b, rank, k, tol, compare_mode)
+            events += diffs
+            if div is not None:
+                found.append(div)
+            if pairing.unmatched_base or pairing.unmatched_raw:
+                unmatched = (unmatched[0] + pairing.unmatched_base, unmatched[1] + pairing.unmatched_raw)
+            steps = max(steps, k + 1)
+    if first_a is None or first_b is None:
+        raise DumpError(f"{dir_a} and {dir_b} have no rank in common.")
+    first = min(found, key=lambda d: (d.step, d.rank), default=None)
+    return DiffResult(
+        base_framework=first_a.framework,
+        raw_framework=first_b.framework,
+        base_model=str(first_a.meta["model"]),
+        raw_model=str(first_b.meta["model"]),
+        first_divergence=first,
+        events=tuple(events),
+        steps=steps,
+        unmatched_base=unmatched[0],
+        unmatched_raw=unmatched[1],
+        warnings=tuple(warnings),
+        options=dict(atol=atol, rtol=rtol, compare_mode=compare_mode, dumps=(str(dir_a), str(dir_b))),
+    )
+
+
+def _ranked(events: list[Event], rank: int) -> list[Event]:
+    return [replace(e, rank=rank) for e in events] if rank else events
+
+
+def _compare_step(
+    a: RankDump, b: RankDump, rank: int, k: int, tol: TolFn, mode: str
+) -> tuple[Divergence | None, list[EventDiff], Pairing]:
+    ea, eb = _ranked(a.steps[k], rank), _ranked(b.steps[k], rank)
+    by_phase = lambda es, ph: [e for e in es if e.phase is ph]  # noqa: E731
+    fa, fb = by_phase(ea, Phase.FORWARD), by_phase(eb, Phase.FORWARD)
+    pairing = pair_forward([e for e in fa if e.kind is Kind.LAYER], [e for e in fb if e.kind is Kind.LAYER])
+    brec, rrec = StepRecord(fa, by_phase(ea, Phase.BACKWARD), []), StepRecord(fb, by_phase(eb, Phase.BACKWARD), [])
+    fwd = forward_diffs(pairing, brec, rrec, tol, mode)
+    divergence, fwd = blame_events(fwd, lambda d: _local(d, tol, mode, "inputs"))
+    bwd = _backward(pairing, brec, rrec, a, b, tol, mode)
+    if divergence is None:
+        divergence, bwd = blame_events(bwd, lambda d: _local(d, tol, mode, "outputs"))
+    upd = _updates(pairing, by_phase(ea, Phase.OPTIMIZER), by_phase(eb, Phase.OPTIMIZER), a, b, tol, mode)
+    if divergence is None:
+        divergence, _ = blame_events(upd, lambda d: d.tensors)
+        if divergence is not None:
+            divergence = name_parameter(divergence, {})
+    return divergence, fwd + bwd + upd, pairing
+
+
+def _local(d: EventDiff, tol: TolFn, mode: str, side: str) -> tuple[TensorDiff, ...] | None:
+    """The event's own error: its results' error when what it received agrees, nothing otherwise."""
+    if d.base.kind is Kind.LOSS:
+        return d.tensors
+    received = tensor_diffs(getattr(d.raw, side), getattr(d.base, side), tol, mode)
+    if not received:
+        return None  # not in the dump: cannot tell
+    return d.tensors if all(t.passed for t in received) else ()
+
+
+def _convert(a: RankDump, b: RankDump, bpath: str, rpath: str, arrays: dict[str, Any]) -> dict[str, Any]:
+    """Base arrays in raw's layout, by the weight rule for the two layer classes (if any)."""
+    found = find_rule(a.framework, a.layers.get(bpath, []), b.framework, b.layers.get(rpath, []))
+    if found is None:
+        return arrays
+    rule, inverted = found
+    try:
+        return (rule.inverse if inverted else rule.convert)(dict(arrays))
+    except (KeyError, ValueError):
+        return arrays
+
+
+def _converted_records(
+    a: RankDump, b: RankDump, bpath: str, rpath: str, records: tuple[TensorRecord, ...]
+) -> tuple[TensorRecord, ...]:
+    if not records:
+        return records
+    if any(t.value is None for t in records):
+        return _converted_stats(a, b, bpath, rpath, records)
+    out = _convert(a, b, bpath, rpath, {t.name: t.value for t in records})
+    dtype = records[0].dtype
+    return tuple(TensorRecord(n, tuple(v.shape), dtype, v) for n, v in out.items())
+
+
+def _converted_stats(
+    a: RankDump, b: RankDump, bpath: str, rpath: str, records: tuple[TensorRecord, ...]
+) -> tuple[TensorRecord, ...]:
+    """Statistics survive renames and transposes, not splits: follow each tensor through the rule
+    with a constant stand-in (tensor ``i`` filled with ``i``) and keep the outputs made of one."""
+    dummies = {t.name: np.full(t.shape, float(i)) for i, t in enumerate(records)}
+    out = _convert(a, b, bpath, rpath, dummies)
+    kept = []
+    for name, arr in out.items():
+        values = np.unique(arr)
+        if values.size == 1 and 0 <= int(values[0]) < len(records):
+            src = records[int(values[0])]
+            kept.append(TensorRecord(name, tuple(arr.shape), src.dtype, None, src.stats))
+    return tuple(kept)
+
+
+def _backward(
+    pairing: Pairing, brec: StepRecord, rrec: StepRecord, a: RankDump, b: RankDump, tol: TolFn, mode: str
+) -> list[EventDiff]:
+    bb = {(e.path, e.call): e for e in brec.backward}
+    rb = {(e.path, e.call): e for e in rrec.backward}
+    diffs = []
+    for p in pairing.pairs:
+        be, re_ = bb.get((p.base.path, p.base.call)), rb.get((p.raw.path, p.raw.call))
+        if be is None or re_ is None:
+            continue
+        hint = _magnitude(be.outputs + be.inputs + be.params)
+        tensors = tensor_diffs(re_.inputs, be.inputs, tol, mode, hint)
+        if be.params and re_.params:
+            params = _converted_records(a, b, be.path, re_.path, be.params)
+            tensors += tensor_diffs(re_.params, params, tol, mode, hint * _sqrt_terms(be))
+        diffs.append(EventDiff(be, re_, tuple(tensors)))
+    return sorted(diffs, key=lambda d: d.base.order)
+
+
+def _magnitude(records: tuple[TensorRecord, ...]) -> float:
+    """Largest absolute value over the records, from values or (statistics dumps) from min/max."""
+    values = [t.value for t in records if t.value is not None]
+    stats = [t.stats for t in records if t.value is None and t.stats is not None]
+    return max(magnitude(values), max((max(abs(s.min), abs(s.max)) for s in stats), default=0.0))
+
+
+def _sqrt_terms(e: Event) -> float:
+    from nbdiff.compare.tolerance import summed_terms
+
+    shape = largest_shape(e.outputs)
+    worst = max((summed_terms(tuple(t.shape), shape) for t in e.params), default=1) if shape else 1
+    return float(worst) ** 0.5
+
+
+def _updates(
+    pairing: Pairing, ua: list[Event], ub: list[Event], a: RankDump, b: RankDump, tol: TolFn, mode: str
+) -> list[EventDiff]:
+    raw_of = {p.base.path: p.raw.path for p in pairing.pairs}
+    by_path = {e.path: e for e in ub}
+    diffs = []
+    for e in ua:
+        r = by_path.get(raw_of.get(e.path, e.path))
+        if r is None:
+            continue
+        converted = _converted_records(a, b, e.path, r.path, e.outputs)
+
+        def utol(x: str, y: str) -> Tolerance:
+            return update_tolerance(tol, x, y, 0.0)  # the dump keeps updates, not the weights
+
+        diffs.append(EventDiff(e, r, tuple(tensor_diffs(r.outputs, converted, utol, mode))))
+    return diffs

@@ -1,0 +1,186 @@
+"""``record``: dump one model's steps while the user's own code runs it, for a later ``compare``.
+
+Each side is recorded where it runs (its own process, machine, accelerator or rank)
+and compared later with :func:`nbdiff.compare` or ``nbdiff compare A B``. Options
+follow TroubleShooter's ``api_dump_start`` (modes ``all``/``list``/``range``/``api_list``
+with ``scope``; ``filter_data``; ``filter_stack``) with nbdiff's dump types.
+"""
+
+from __future__ import annotations
+
+import os
+from contextlib import ExitStack
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from nbdiff.errors import OptionError
+from nbdiff.frameworks import Framework, framework_of
+from nbdiff.trace.events import Event, Kind, Phase, TensorRecord
+from nbdiff.trace.session import ModelSession, Weights
+from nbdiff.trace.store import DUMP_TYPES, write_rank
+from nbdiff.weights.plan import all_class_names
+
+__all__ = ["record", "MODES", "event_names"]
+
+MODES = ("all", "list", "range", "api_list")
+
+
+class record:
+    """``with nbdiff.record(model, dump_dir): <your training code>``.
+
+    Every call of ``model`` starts a step. Written to ``dump_dir/rank{R}/`` when the
+    block ends (also when it raises: the steps run so far are kept), one folder per
+    distributed rank. ``dump_type``: ``tensor`` (statistics and every tensor),
+    ``statistics`` (no payload) or ``stack`` (events and stacks only).
+    """
+
+    def __init__(
+        self,
+        model: Any,
+        dump_dir: str | os.PathLike[str],
+        *,
+        api_level: bool = False,
+        dump_type: str = "tensor",
+        mode: str = "all",
+        scope: list[str] | None = None,
+        filter_data: bool = True,
+        filter_stack: bool = True,
+        retain_backward: bool = True,
+    ) -> None:
+        if dump_type not in DUMP_TYPES:
+            raise OptionError(f"dump_type={dump_type!r} is not one of {DUMP_TYPES}.")
+        if mode not in MODES:
+            raise OptionError(f"mode={mode!r} is not one of {MODES}.")
+        if mode != "all" and not scope:
+            raise OptionError(f"mode={mode!r} needs scope=[...] (event names, dotted layer paths or keywords).")
+        if mode == "range" and len(scope or ()) != 2:
+            raise OptionError(f"mode='range' takes scope=[first, last]; got {scope!r}.")
+        if api_level:
+            raise OptionError("api_level=True is not available yet: record layer events (api_level=False).")
+        self.fw: Framework = framework_of(model, "model")
+        self.model = model
+        self.dump_dir = Path(dump_dir)
+        self.options = dict(
+            dump_type=dump_type, mode=mode, scope=list(scope or []), filter_data=filter_data,
+            filter_stack=filter_stack, retain_backward=retain_backward,
+        )  # fmt: skip
+        self._session = ModelSession(self.fw, model, "model", backward=retain_backward)
+        if not filter_stack:
+            self._session.recorder.hidden_roots = ()
+        self._stack = ExitStack()
+        self.path: Path | None = None
+        """The rank folder written, once the block has ended."""
+
+    def __enter__(self) -> record:
+        try:
+            self._session.install(self._stack, lambda *a, **k: self._session.begin_step())
+        except BaseException:
+            self._stack.close()
+            raise
+        return self
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        try:
+            self._session.end()
+        finally:
+            self._stack.close()
+        self.path = self._write()
+
+    def _write(self) -> Path:
+        session = self._session
+        steps = []
+        per_step = session.recorder.events_by_root_call(session.grads)
+        for k, (forward, backward, _) in enumerate(per_step):
+            updates = _updates(self.fw, self.model, k, session.weights[k], session.weights[k + 1])
+            steps.append(self._select(forward + backward + updates))
+        dist = self.fw.distributed_rank()
+        rank, world = dist if dist is not None else _env_rank()
+        meta = dict(
+            framework=self.fw.name, framework_version=str(self.fw.version), model=type(self.model).__name__,
+            rank=rank, world_size=world, api_level=False, **{k: v for k, v in self.options.items() if k != "dump_type"},
+        )  # fmt: skip
+        layers = {path: all_class_names(layer) for path, layer in self.fw.named_layers(self.model)}
+        return write_rank(self.dump_dir / f"rank{rank}", meta, layers, steps, str(self.options["dump_type"]))
+
+    def _select(self, events: list[Event]) -> list[Event]:
+        names = event_names(events)
+        keep = _selector(str(self.options["mode"]), list(self.options["scope"]), events, names)  # type: ignore[arg-type]
+        out = [e for e in events if keep(e)]
+        if self.options["filter_data"]:
+            out = [_floating_only(e) for e in out]
+        return out
+
+
+def event_names(events: list[Event]) -> dict[tuple[str, str, int], str]:
+    """TroubleShooter-style names (``NN_Linear_0``): class name and its running count in the step."""
+    names: dict[tuple[str, str, int], str] = {}
+    counts: dict[str, int] = {}
+    for e in events:
+        if e.phase is not Phase.FORWARD:
+            continue
+        key = (e.kind.value, e.path, e.call)
+        if key not in names:
+            n = counts.get(e.type_name, 0)
+            counts[e.type_name] = n + 1
+            names[key] = f"NN_{e.type_name}_{n}"
+    return names
+
+
+def _selector(mode: str, scope: list[str], events: list[Event], names: dict[tuple[str, str, int], str]) -> Any:
+    def ids(e: Event) -> set[str]:
+        key = (Kind.LAYER.value if e.kind is Kind.PARAM else e.kind.value, e.path, e.call)
+        out = {e.path, f"{e.path}#{e.call}"}
+        if key in names:
+            out.add(names[key])
+        return out
+
+    if mode == "all":
+        return lambda e: True
+    if mode == "list":
+        wanted = set(scope)
+        return lambda e: bool(ids(e) & wanted)
+    if mode == "api_list":
+        words = [w.lower() for w in scope]
+        return lambda e: any(w in x.lower() for x in ids(e) | {e.type_name} for w in words)
+    # range: forward events from the first name to the last, inclusive, and their backward/updates
+    forward = [e for e in events if e.phase is Phase.FORWARD]
+    start = next((i for i, e in enumerate(forward) if scope[0] in ids(e)), None)
+    end = next((i for i, e in enumerate(forward) if scope[1] in ids(e)), None)
+    if start is None or end is None:
+        missing = scope[0] if start is None else scope[1]
+        raise OptionError(f"mode='range': {missing!r} names no event of the step; names look like "
+                          f"{sorted(names.values())[:4]} or dotted layer paths.")  # fmt: skip
+    inside = {(e.path, e.call) for e in forward[start : end + 1]}
+    return lambda e: (e.path, e.call) in inside
+
+
+def _floating_only(e: Event) -> Event:
+    keep = lambda ts: tuple(t for t in ts if t.dtype.startswith(("float", "bfloat", "complex")))  # noqa: E731
+    return replace(e, inputs=keep(e.inputs), outputs=keep(e.outputs), params=keep(e.params))
+
+
+def _updates(fw: Framework, model: Any, step: int, before: Weights, after: Weights) -> list[Event]:
+    """One optimizer event per layer whose own parameters changed during the step."""
+    out: list[Event] = []
+    for path, layer in fw.named_layers(model):
+        records = []
+        for name, p in fw.direct_params(layer):
+            if id(p) in before and id(p) in after and not np.array_equal(before[id(p)], after[id(p)]):
+                delta = after[id(p)] - before[id(p)]
+                records.append(TensorRecord(name, tuple(delta.shape), fw.dtype_name(p), delta))
+        if records:
+            out.append(
+                Event(step, Phase.OPTIMIZER, Kind.PARAM, len(out), path, type(layer).__name__, 0,
+                      path.count(".") + 1 if path else 0, None, fw.is_library_layer(layer), (), tuple(records))
+            )  # fmt: skip
+    return out
+
+
+def _env_rank() -> tuple[int, int]:
+    for rank, world in (("RANK", "WORLD_SIZE"), ("PADDLE_TRAINER_ID", "PADDLE_TRAINERS_NUM")):
+        if rank in os.environ:
+            return int(os.environ[rank]), int(os.environ.get(world, "1"))
+    return 0, 1

@@ -1,0 +1,229 @@
+"""The dump format: a JSON manifest plus one safetensors payload per step, per rank.
+
+::
+
+    dump_dir/
+      rank0/
+        manifest.json        format, framework, model, rank, options, layers, events + statistics + stacks
+        step0.safetensors    tensor payloads of step 0 (dump_type="tensor" only)
+        step1.safetensors
+
+Every reference inside is relative, so a dump can be moved or copied anywhere.
+Nothing is pickled, and reading never unpickles: JSON and safetensors only. A
+truncated or hand-edited dump raises :class:`~nbdiff.errors.DumpError` naming the
+file and what is wrong with it.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from nbdiff.errors import DumpError
+from nbdiff.trace.events import Event, Kind, Phase, TensorRecord
+from nbdiff.trace.stack import Frame
+from nbdiff.trace.stats import Stats
+
+__all__ = ["FORMAT", "VERSION", "RankDump", "write_rank", "read_dump", "rank_dirs"]
+
+FORMAT = "nbdiff-dump"
+VERSION = 1
+MANIFEST = "manifest.json"
+DUMP_TYPES = ("tensor", "statistics", "stack")
+
+
+@dataclass(frozen=True)
+class RankDump:
+    """What one rank of one model recorded."""
+
+    path: Path
+    meta: dict[str, Any]
+    """Framework, version, model, rank, world size and the recording options."""
+    layers: dict[str, list[str]]
+    """Layer path to its class names, most specific first (for weight layout rules)."""
+    steps: list[list[Event]]
+    """Per step: forward, then backward, then optimizer events."""
+
+    @property
+    def framework(self) -> str:
+        return str(self.meta["framework"])
+
+
+def _json_float(x: float) -> float | str:
+    return x if math.isfinite(x) else repr(x)  # "nan", "inf", "-inf": JSON has no such numbers
+
+
+def _read_float(x: Any) -> float:
+    return float(x)  # float("nan"/"inf") reads the strings back
+
+
+def _tensor_json(t: TensorRecord, key: str | None) -> dict[str, Any]:
+    st = t.statistics()
+    stats = None if st is None else {k: _json_float(v) if isinstance(v, float) else v for k, v in st.as_dict().items()}
+    return {"name": t.name, "shape": list(t.shape), "dtype": t.dtype, "stats": stats, "key": key}
+
+
+def _event_json(e: Event, payload: dict[str, np.ndarray], keep_values: bool, keep_stats: bool) -> dict[str, Any]:
+    def tensors(group: str, items: tuple[TensorRecord, ...]) -> list[dict[str, Any]]:
+        out = []
+        for t in items:
+            key = None
+            if keep_values and t.value is not None:
+                key = f"{e.phase.value}.{e.order}.{group}.{t.name}"
+                payload[key] = np.ascontiguousarray(t.value)
+            item = _tensor_json(t, key)
+            if not keep_stats:
+                item["stats"] = None
+            out.append(item)
+        return out
+
+    return {
+        "phase": e.phase.value,
+        "kind": e.kind.value,
+        "order": e.order,
+        "path": e.path,
+        "type": e.type_name,
+        "call": e.call,
+        "depth": e.depth,
+        "parent": e.parent,
+        "library": e.library,
+        "inputs": tensors("in", e.inputs),
+        "outputs": tensors("out", e.outputs),
+        "params": tensors("param", e.params),
+        "args": list(e.args),
+        "stack": [[f.filename, f.lineno, f.function] for f in e.stack],
+    }
+
+
+def write_rank(
+    rank_dir: str | os.PathLike[str],
+    meta: dict[str, Any],
+    layers: dict[str, list[str]],
+    steps: list[list[Event]],
+    dump_type: str,
+) -> Path:
+    """Write one rank's manifest and payloads (payload files first, the manifest last)."""
+    from safetensors.numpy import save_file
+
+    if dump_type not in DUMP_TYPES:
+        raise DumpError(f"dump_type={dump_type!r} is not one of {DUMP_TYPES}.")
+    out = Path(rank_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    manifest_steps = []
+    for k, events in enumerate(steps):
+        payload: dict[str, np.ndarray] = {}
+        ev_json = [_event_json(e, payload, dump_type == "tensor", dump_type != "stack") for e in events]
+        file = None
+        if payload:
+            file = f"step{k}.safetensors"
+            save_file(payload, str(out / file))
+        manifest_steps.append({"step": k, "payload": file, "events": ev_json})
+    manifest = {"format": FORMAT, "version": VERSION, **meta, "dump_type": dump_type, "layers": layers}
+    manifest["steps"] = manifest_steps
+    tmp = out / (MANIFEST + ".tmp")
+    tmp.write_text(json.dumps(manifest, indent=1))
+    tmp.replace(out / MANIFEST)  # a reader never sees half a manifest
+    return out
+
+
+def rank_dirs(dump_dir: str | os.PathLike[str]) -> dict[int, Path]:
+    """``{rank: folder}`` of a dump (a folder with ``rank*/manifest.json``, or one rank's folder)."""
+    root = Path(dump_dir)
+    if (root / MANIFEST).is_file():
+        return {int(_manifest(root)["rank"]): root}
+    found = {}
+    if root.is_dir():
+        for sub in sorted(root.iterdir()):
+            if sub.name.startswith("rank") and (sub / MANIFEST).is_file():
+                found[int(sub.name[4:]) if sub.name[4:].isdigit() else len(found)] = sub
+    if not found:
+        raise DumpError(f"{root}: no nbdiff dump here (expected rank*/{MANIFEST}, written by nbdiff.record).")
+    return found
+
+
+def _manifest(folder: Path) -> dict[str, Any]:
+    path = folder / MANIFEST
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise DumpError(f"{path}: missing; is this a folder written by nbdiff.record?") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise DumpError(f"{path}: not valid JSON ({exc}); the dump is truncated or was edited.") from None
+    if not isinstance(data, dict) or data.get("format") != FORMAT:
+        raise DumpError(f'{path}: not an nbdiff dump manifest (no "format": "{FORMAT}").')
+    if data.get("version") != VERSION:
+        raise DumpError(f"{path}: format version {data.get('version')!r}; this nbdiff reads version {VERSION}.")
+    for key in ("framework", "model", "rank", "steps", "dump_type"):
+        if key not in data:
+            raise DumpError(f"{path}: the manifest has no {key!r} field; the dump was edited or truncated.")
+    return data
+
+
+def read_dump(rank_dir: str | os.PathLike[str]) -> RankDump:
+    """Read one rank's folder back into events, checking it as it goes."""
+    from safetensors import SafetensorError
+    from safetensors.numpy import load_file
+
+    folder = Path(rank_dir)
+    data = _manifest(folder)
+    where = folder / MANIFEST
+    steps: list[list[Event]] = []
+    for k, step in enumerate(data["steps"]):
+        payload: dict[str, np.ndarray] = {}
+        if step.get("payload"):
+            file = folder / step["payload"]
+            try:
+                payload = load_file(str(file))
+            except (FileNotFoundError, SafetensorError, OSError) as exc:
+                raise DumpError(f"{file}: cannot read step {k}'s tensors ({exc}).") from None
+        try:
+            steps.append([_event(e, k, payload, where) for e in step["events"]])
+        except (KeyError, TypeError, ValueError) as exc:
+            raise DumpError(f"{where}: step {k} has a malformed event ({exc!r}); the dump was edited.") from None
+    meta = {k: v for k, v in data.items() if k not in ("steps", "layers")}
+    return RankDump(folder, meta, dict(data.get("layers", {})), steps)
+
+
+def _tensor(t: dict[str, Any], payload: dict[str, np.ndarray], where: Path, step: int) -> TensorRecord:
+    value = None
+    if t.get("key") is not None:
+        if t["key"] not in payload:
+            raise DumpError(f"{where}: step {step} refers to tensor {t['key']!r}, missing from its payload file.")
+        value = payload[t["key"]]
+        if list(value.shape) != list(t["shape"]):
+            raise DumpError(
+                f"{where}: tensor {t['key']!r} has shape {list(value.shape)} but the manifest says {t['shape']}."
+            )
+    st = t.get("stats")
+    stats = None
+    if st is not None:
+        stats = Stats(
+            *(_read_float(st[f]) for f in ("min", "max", "mean", "std", "abs_mean")), int(st["nan"]), int(st["inf"])
+        )
+    return TensorRecord(str(t["name"]), tuple(int(n) for n in t["shape"]), str(t["dtype"]), value, stats)
+
+
+def _event(e: dict[str, Any], step: int, payload: dict[str, np.ndarray], where: Path) -> Event:
+    return Event(
+        step=step,
+        phase=Phase(e["phase"]),
+        kind=Kind(e["kind"]),
+        order=int(e["order"]),
+        path=str(e["path"]),
+        type_name=str(e["type"]),
+        call=int(e["call"]),
+        depth=int(e["depth"]),
+        parent=None if e["parent"] is None else int(e["parent"]),
+        library=bool(e["library"]),
+        inputs=tuple(_tensor(t, payload, where, step) for t in e["inputs"]),
+        outputs=tuple(_tensor(t, payload, where, step) for t in e["outputs"]),
+        params=tuple(_tensor(t, payload, where, step) for t in e["params"]),
+        args=tuple(str(a) for a in e.get("args", ())),
+        stack=tuple(Frame(str(f[0]), int(f[1]), str(f[2])) for f in e.get("stack", ())),
+    )

@@ -55,6 +55,25 @@ class DiffResult:
 
         return DiffView(self)
 
+    def to_html(self, path: str | None = None) -> str:
+        """A standalone HTML report (the view with the data embedded, no kernel, offline).
+
+        Written to ``path`` when given; the HTML is returned either way.
+        """
+        from nbdiff.report.html import render_html
+
+        text = render_html(self)
+        if path is not None:
+            with open(path, "w") as f:
+                f.write(text)
+        return text
+
+    def to_csv(self, out_dir: str) -> list[str]:
+        """Mapping and compare tables per step (TroubleShooter-style CSVs); returns the files."""
+        from nbdiff.report.tables import write_tables
+
+        return [str(p) for p in write_tables(self, out_dir)]
+
     def __repr__(self) -> str:
         status = "SUCCESS" if self else f"FAILED at {self.first_divergence.describe()}"  # type: ignore[union-attr]
         return (

@@ -18,7 +18,7 @@ from nbdiff.compare.metrics import TensorDiff
 from nbdiff.result import DiffResult
 from nbdiff.trace.events import Event, Kind, Phase, TensorRecord
 
-__all__ = ["TreeData", "build_tree", "node_detail", "tensor_stats", "tensor_pair"]
+__all__ = ["TreeData", "build_tree", "node_detail", "tensor_stats", "tensor_pair", "summary_line"]
 
 _PHASES = (Phase.FORWARD, Phase.BACKWARD, Phase.OPTIMIZER)
 
@@ -36,6 +36,14 @@ class TreeData:
     """Node id of the first divergence, or -1."""
     events: list[EventDiff]
     """``nodes[i]["event"]`` indexes this list."""
+
+
+def summary_line(result: DiffResult) -> str:
+    """The view's headline: both models and SUCCESS, or where it failed."""
+    head = f"{result.base_framework} {result.base_model} vs {result.raw_framework} {result.raw_model}: "
+    if result.first_divergence is None:
+        return head + f"SUCCESS ({len(result.events)} paired events, {result.steps} step(s))"
+    return head + "FAILED at " + result.first_divergence.describe()
 
 
 def _ratio(x: float | None) -> float | None:

@@ -15,19 +15,12 @@ import traitlets as T
 
 from nbdiff.notebook.plots import error_plots
 from nbdiff.notebook.sources import source_excerpt
-from nbdiff.notebook.view_model import build_tree, node_detail, tensor_pair
+from nbdiff.notebook.view_model import build_tree, node_detail, summary_line, tensor_pair
 from nbdiff.result import DiffResult
 
 __all__ = ["DiffView"]
 
 _STATIC = pathlib.Path(__file__).parent / "static"
-
-
-def _summary(result: DiffResult) -> str:
-    head = f"{result.base_framework} {result.base_model} vs {result.raw_framework} {result.raw_model}: "
-    if result.first_divergence is None:
-        return head + f"SUCCESS ({len(result.events)} paired events, {result.steps} step(s))"
-    return head + "FAILED at " + result.first_divergence.describe()
 
 
 class DiffView(anywidget.AnyWidget):
@@ -61,7 +54,7 @@ class DiffView(anywidget.AnyWidget):
             nodes=self._tree.nodes,
             order=self._tree.order,
             first=self._tree.first,
-            summary=_summary(result),
+            summary=summary_line(result),
             **kwargs,
         )
         self.observe(self._on_select, "selected")

@@ -172,3 +172,19 @@ def test_ten_thousand_rows(page, jupyter_server):
         f"({click_s * 1000:.0f} ms seen by playwright)"
     )
     _no_widget_errors(page, jupyter_server)
+
+
+def test_html_report_works_without_a_kernel(page, tmp_path):
+    import nbdiff
+    from tests.fault_suite.models import BUILDERS, inputs
+
+    result = nbdiff.auto_diff(BUILDERS["mlp"]("torch"), BUILDERS["mlp"]("paddle", "eps"), inputs("mlp"))
+    path = tmp_path / "report.html"
+    result.to_html(str(path))
+    page.goto(path.as_uri())
+    page.locator(f"{VIEW} .nbd-row.nbd-blamed", has_text="norm").wait_for()
+    page.locator(f"{VIEW} .nbd-plots img").first.wait_for()
+    page.locator(f"{VIEW} .nbd-row", has_text="fc2").first.click()
+    page.locator(f"{VIEW} .nbd-title", has_text="fc2").wait_for()
+    assert not [m for m in page.console_messages if m.startswith(("error", "pageerror"))]
+    assert all(u.startswith(("file:", "data:")) for u in page.request_urls), page.request_urls

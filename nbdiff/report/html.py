@@ -1,0 +1,103 @@
+"""A standalone HTML report: the notebook view without a kernel, data embedded, offline.
+
+The same ``js/view.js`` runs against a small in-page model that answers clicks from
+the embedded details (statistics, metrics and stacks of every row; error plots of
+the first divergence).
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import json
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from nbdiff.notebook.view_model import build_tree, node_detail, summary_line, tensor_pair
+
+if TYPE_CHECKING:
+    from nbdiff.result import DiffResult
+
+__all__ = ["render_html", "write_html"]
+
+_STATIC = Path(__file__).resolve().parents[1] / "notebook" / "static"
+
+_MODEL = """
+const data = JSON.parse(document.getElementById("nbd-data").textContent);
+const state = { ...data.state, detail: {}, plots: {}, source: {}, frame_request: {} };
+const listeners = {};
+const fire = (k) => (listeners["change:" + k] || []).forEach((f) => f());
+const model = {
+  get: (k) => state[k],
+  on: (ev, f) => (listeners[ev] = listeners[ev] || []).push(f),
+  save_changes: () => {},
+  set: (k, v) => {
+    state[k] = v;
+    if (k === "selected") {
+      const node = state.nodes[v];
+      state.detail = data.details[v] || { node, tensors: [], stacks: { base: [], raw: [] } };
+      state.plots = data.plots[v] ? { row: v, ...data.plots[v] } : {};
+      fire("detail");
+      fire("plots");
+    }
+    if (k === "frame_request") {
+      const f = (state.detail.stacks[v.side] || [])[v.index];
+      state.source = f ? { kind: "file", file: f.file, line: f.line, first: f.line, lines: ["(source is not embedded in the HTML report)"], relpath: null } : {};
+      fire("source");
+    }
+    fire(k);
+  },
+};
+const el = document.getElementById("nbd-root");
+"""
+
+
+def render_html(result: DiffResult, title: str | None = None) -> str:
+    """The report as one HTML string (no external resources)."""
+    tree = build_tree(result)
+    details = {n["id"]: node_detail(tree, n["id"]) for n in tree.nodes if n["event"] >= 0}
+    plots: dict[int, dict[str, str]] = {}
+    if tree.first >= 0:
+        plots[tree.first] = _plots(tree, tree.first, details[tree.first])
+    start = tree.first if tree.first >= 0 else (tree.order[0] if tree.order else -1)
+    state = dict(nodes=tree.nodes, order=tree.order, first=tree.first, summary=summary_line(result), selected=start)
+    # "</" would end the <script> element early; JSON allows "<\/" for it.
+    payload = json.dumps({"state": state, "details": details, "plots": plots}, allow_nan=False).replace("</", "<\\/")
+    js = (_STATIC / "view.js").read_text()
+    css = (_STATIC / "view.css").read_text()
+    title = title or f"nbdiff: {result.base_model} vs {result.raw_model}"
+    return f"""<!doctype html>
+<html><head><meta charset="utf-8"><title>{html.escape(title)}</title>
+<style>{css}
+body {{ margin: 16px; }}</style></head>
+<body><div id="nbd-root"></div>
+<script type="application/json" id="nbd-data">{payload}</script>
+<script type="module">
+{js}
+{_MODEL}
+render({{ model, el }});
+if (state.selected >= 0) model.set("selected", state.selected);
+</script></body></html>
+"""
+
+
+def _plots(tree: Any, node_id: int, detail: dict[str, Any]) -> dict[str, str]:
+    try:
+        from nbdiff.notebook.plots import error_plots
+    except ImportError:  # matplotlib is optional for reports: no plots then
+        return {}
+
+    if not detail["tensors"]:
+        return {}
+    name = detail["tensors"][0]["metrics"]["name"]
+    base, raw = tensor_pair(tree.events[tree.nodes[node_id]["event"]], name)
+    if base is None or raw is None or base.size != raw.size or base.size == 0:
+        return {}
+    return {k: "data:image/png;base64," + base64.b64encode(v).decode() for k, v in error_plots(base, raw, name).items()}
+
+
+def write_html(result: DiffResult, path: str | os.PathLike[str]) -> Path:
+    out = Path(path)
+    out.write_text(render_html(result))
+    return out

@@ -1,0 +1,82 @@
+"""nbdiff.compare on dumps: every step, every rank, statistics-only, and mismatched dumps."""
+
+import pytest
+
+pytest.importorskip("torch")
+pytest.importorskip("paddle")
+
+import nbdiff  # noqa: E402
+from nbdiff.errors import DumpError  # noqa: E402
+from tests.dumps import pair, train  # noqa: E402
+
+
+@pytest.mark.parametrize("base_fw,raw_fw", [("torch", "paddle"), ("paddle", "torch")])
+def test_equivalent_dumps_agree_over_every_step(tmp_path, base_fw, raw_fw):
+    base, raw = pair(base_fw=base_fw, raw_fw=raw_fw)
+    a, b = train(base, tmp_path / "a"), train(raw, tmp_path / "b")
+    result = nbdiff.compare(a.parent, b.parent)
+    assert result, result.report()
+    assert result.steps == 3 and len(result.select(step=2, phase="optimizer")) == 4
+
+
+def test_a_divergence_in_the_last_step_is_found(tmp_path):
+    # PaDiff's offline compare checked step 0 only and answered True here.
+    base, raw = pair()
+    a, b = train(base, tmp_path / "a"), train(raw, tmp_path / "b", late_bug_at=2)
+    d = nbdiff.compare(a.parent, b.parent).first_divergence
+    assert d is not None and (d.step, d.phase.value, d.base_path, d.where) == (2, "forward", "fc2", "layer")
+
+
+@pytest.mark.parametrize("bug,phase,path", [("eps", "forward", "norm"), ("backward", "backward", "mid")])
+def test_blame_without_replay(tmp_path, bug, phase, path):
+    base, raw = pair(bug)
+    a, b = train(base, tmp_path / "a", steps=1), train(raw, tmp_path / "b", steps=1)
+    d = nbdiff.compare(a.parent, b.parent).first_divergence
+    assert (d.phase.value, d.base_path, d.where) == (phase, path, "layer")
+
+
+def test_optimizer_difference_names_a_parameter(tmp_path):
+    base, raw = pair()
+    a, b = train(base, tmp_path / "a", steps=1), train(raw, tmp_path / "b", steps=1, lr=0.11)
+    d = nbdiff.compare(a.parent, b.parent).first_divergence
+    assert d.phase.value == "optimizer" and d.where == "parameter" and d.parameter.startswith(d.base_path + ".")
+
+
+def test_statistics_dumps_are_compared_by_statistics(tmp_path):
+    base, raw = pair()
+    a = train(base, tmp_path / "a", steps=2, dump_type="statistics")
+    b = train(raw, tmp_path / "b", steps=2, dump_type="statistics")
+    assert nbdiff.compare(a.parent, b.parent)
+    base, raw = pair("eps")
+    a = train(base, tmp_path / "c", steps=1, dump_type="statistics")
+    b = train(raw, tmp_path / "d", steps=1, dump_type="statistics")
+    d = nbdiff.compare(a.parent, b.parent).first_divergence
+    assert d.base_path == "norm" and "statistics" in d.metrics.note
+
+
+def test_every_rank_is_compared(tmp_path, monkeypatch):
+    for rank, bug in ((0, None), (1, 2)):
+        monkeypatch.setenv("RANK", str(rank))
+        monkeypatch.setenv("WORLD_SIZE", "2")
+        base, raw = pair()
+        train(base, tmp_path / "a", steps=3)
+        train(raw, tmp_path / "b", steps=3, late_bug_at=bug)
+    result = nbdiff.compare(tmp_path / "a", tmp_path / "b")
+    d = result.first_divergence
+    assert (d.rank, d.step, d.base_path) == (1, 2, "fc2")
+    assert "rank 1" in d.describe()
+    assert {e.base.rank for e in result.events} == {0, 1}
+
+
+def test_mismatched_dumps(tmp_path, monkeypatch):
+    base, raw = pair()
+    a = train(base, tmp_path / "a", steps=3)
+    b = train(raw, tmp_path / "b", steps=2)
+    with pytest.raises(DumpError, match="3 step\\(s\\).*2"):
+        nbdiff.compare(a.parent, b.parent)
+    result = nbdiff.compare(a.parent, b.parent, ignore_unmatched=True)
+    assert result.steps == 2 and result.warnings
+    monkeypatch.setenv("RANK", "1")
+    train(raw, tmp_path / "c", steps=3)
+    with pytest.raises(DumpError, match="ranks \\[0\\] but .* has \\[1\\]"):
+        nbdiff.compare(a.parent, tmp_path / "c")

@@ -1,0 +1,84 @@
+"""The dump format: round trip, relocation, and clear errors for damaged dumps."""
+
+import json
+import shutil
+
+import numpy as np
+import pytest
+
+pytest.importorskip("torch")
+pytest.importorskip("paddle")
+
+from nbdiff.errors import DumpError  # noqa: E402
+from nbdiff.trace.events import Event, Kind, Phase, TensorRecord  # noqa: E402
+from nbdiff.trace.stack import Frame  # noqa: E402
+from nbdiff.trace.store import read_dump, write_rank  # noqa: E402
+from tests.dumps import pair, train  # noqa: E402
+
+
+def _events():
+    x = np.array([[1.0, np.nan], [np.inf, -2.0]], "float32")
+    return [
+        Event(0, Phase.FORWARD, Kind.LAYER, 0, "fc", "Linear", 0, 1, None, True, (TensorRecord("in[0]", (2, 2), "float32", x),),
+              (TensorRecord("out", (2, 2), "float32", x * 2),), args=("bias=True",), stack=(Frame("/u/m.py", 3, "forward"),)),
+    ]  # fmt: skip
+
+
+def test_round_trip_keeps_values_statistics_and_stacks(tmp_path):
+    write_rank(
+        tmp_path / "rank0", {"framework": "torch", "model": "M", "rank": 0}, {"fc": ["Linear"]}, [_events()], "tensor"
+    )
+    dump = read_dump(tmp_path / "rank0")
+    e = dump.steps[0][0]
+    np.testing.assert_array_equal(e.outputs[0].value, _events()[0].outputs[0].value)
+    assert e.outputs[0].stats.nan == 1 and e.outputs[0].stats.inf == 1 and e.outputs[0].stats.max == -0.0 + 2.0
+    assert e.stack == (Frame("/u/m.py", 3, "forward"),) and e.args == ("bias=True",)
+    assert dump.layers == {"fc": ["Linear"]} and dump.framework == "torch"
+
+
+def test_statistics_and_stack_dumps_have_no_payload(tmp_path):
+    for kind in ("statistics", "stack"):
+        write_rank(tmp_path / kind, {"framework": "torch", "model": "M", "rank": 0}, {}, [_events()], kind)
+        assert not list((tmp_path / kind).glob("*.safetensors"))
+        t = read_dump(tmp_path / kind).steps[0][0].outputs[0]
+        assert t.value is None and (t.stats is None) == (kind == "stack")
+
+
+def test_a_dump_can_be_moved(tmp_path):
+    base, _ = pair()
+    path = train(base, tmp_path / "a", steps=2)
+    moved = shutil.move(str(tmp_path / "a"), str(tmp_path / "elsewhere"))
+    dump = read_dump(f"{moved}/rank0")
+    assert len(dump.steps) == 2 and dump.steps[1][0].outputs[0].value is not None
+    assert path.name == "rank0"
+
+
+def test_damaged_dumps_name_the_file(tmp_path):
+    base, _ = pair()
+    folder = train(base, tmp_path / "a", steps=1)
+    manifest = folder / "manifest.json"
+    text = manifest.read_text()
+    manifest.write_text(text[: len(text) // 2])
+    with pytest.raises(DumpError, match="manifest.json: not valid JSON"):
+        read_dump(folder)
+    data = json.loads(text)
+    data["version"] = 99
+    manifest.write_text(json.dumps(data))
+    with pytest.raises(DumpError, match="format version 99"):
+        read_dump(folder)
+    manifest.write_text(text)
+    (folder / "step0.safetensors").write_bytes(b"\x00" * 10)
+    with pytest.raises(DumpError, match="step0.safetensors: cannot read step 0"):
+        read_dump(folder)
+    with pytest.raises(DumpError, match="no nbdiff dump here"):
+        from nbdiff.trace.store import rank_dirs
+
+        rank_dirs(tmp_path / "missing")
+
+
+def test_no_pickle_anywhere_in_a_dump(tmp_path):
+    base, _ = pair()
+    folder = train(base, tmp_path / "a", steps=1)
+    for f in folder.iterdir():
+        assert not f.read_bytes().startswith(b"\x80"), f"{f} looks like a pickle"
+    assert {f.suffix for f in folder.iterdir()} == {".json", ".safetensors"}

@@ -23,6 +23,7 @@ from nbdiff.errors import (
 from nbdiff.offline import compare
 from nbdiff.record import record
 from nbdiff.result import DiffResult
+from nbdiff.trace.apis import register_api
 from nbdiff.watch import watch
 from nbdiff.weights import WeightMap, assign_weight, register_weight_rule
 
@@ -48,6 +49,7 @@ __all__ = [
     "compare",
     "record",
     "register_weight_rule",
+    "register_api",
     "watch",
     "load_ipython_extension",
     "unload_ipython_extension",

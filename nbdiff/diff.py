@@ -60,6 +60,7 @@ def auto_diff(
     single_step: bool = False,
     steps: int = 1,
     layer_map: LayerMap | None = None,
+    api_level: bool = False,
 ) -> DiffResult:
     """Find where ``raw`` first stops agreeing with ``base``.
 
@@ -67,6 +68,8 @@ def auto_diff(
     arguments or a dict of keyword arguments) or one numpy array for both. With
     ``auto_init`` the base weights are copied into raw first. ``atol``/``rtol`` left
     as ``None`` use dtype-aware defaults under which equivalent models pass.
+    ``api_level`` also records the framework functions each layer's own code calls
+    (``F.gelu``, ``x @ w``), so blame can name the call inside a layer.
     Returns a :class:`DiffResult`, truthy when the models agree.
     """
     _check_options(loss_fns, optimizers, compare_mode, diff_phase, steps)
@@ -86,14 +89,16 @@ def auto_diff(
         for fw, model, opt in ((bfw, base, opts[0] if opts else None), (rfw, raw, opts[1] if opts else None)):
             fw.zero_grad(model, opt)
             fw.seed(step)
-        brec = run_step(bfw, base, bcall, losses[0], side="base", step=step, backward=backward)
+        brec = run_step(bfw, base, bcall, losses[0], side="base", step=step, backward=backward, api_level=api_level)
         feed = None
         if single_step:
             if pairing is None:
                 # The pairing of this step's calls is needed before raw runs: take it from a first raw run.
                 pairing = cmp.pair(brec, StepRecord(forward_structure(rfw, raw, rcall, "raw", train=True), [], []))
             feed = feed_for(brec, pairing, diff_phase)
-        rrec = run_step(rfw, raw, rcall, losses[1], side="raw", step=step, backward=backward, feed=feed)
+        rrec = run_step(
+            rfw, raw, rcall, losses[1], side="raw", step=step, backward=backward, feed=feed, api_level=api_level
+        )
         return brec, rrec, cmp.pair(brec, rrec)
 
     events: list[EventDiff] = []
@@ -157,6 +162,7 @@ def auto_diff(
             diff_phase=diff_phase,
             single_step=single_step,
             steps=steps,
+            api_level=api_level,
             weight_map=wmap,
         ),
     )

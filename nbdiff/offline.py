@@ -19,13 +19,12 @@ import numpy as np
 
 from nbdiff.align.pairing import Pairing, pair_forward
 from nbdiff.compare.blame import Divergence, EventDiff, blame_events
-from nbdiff.compare.metrics import TensorDiff
 from nbdiff.compare.tolerance import Tolerance, resolve_tolerance
 from nbdiff.errors import DumpError
 from nbdiff.replay import largest_shape, magnitude
 from nbdiff.result import DiffResult
 from nbdiff.step import StepRecord
-from nbdiff.stepdiff import forward_diffs, name_parameter, tensor_diffs, update_tolerance
+from nbdiff.stepdiff import api_local, forward_diffs, name_parameter, tensor_diffs, update_tolerance
 from nbdiff.trace.events import Event, Kind, Phase, TensorRecord
 from nbdiff.trace.store import RankDump, rank_dirs, read_dump
 from nbdiff.weights.rules import find_rule
@@ -113,26 +112,16 @@ def _compare_step(
     pairing = pair_forward([e for e in fa if e.kind is Kind.LAYER], [e for e in fb if e.kind is Kind.LAYER])
     brec, rrec = StepRecord(fa, by_phase(ea, Phase.BACKWARD), []), StepRecord(fb, by_phase(eb, Phase.BACKWARD), [])
     fwd = forward_diffs(pairing, brec, rrec, tol, mode)
-    divergence, fwd = blame_events(fwd, lambda d: _local(d, tol, mode, "inputs"))
+    divergence, fwd = blame_events(fwd, lambda d: d.tensors if d.base.kind is Kind.LOSS else api_local(d, tol, mode))
     bwd = _backward(pairing, brec, rrec, a, b, tol, mode)
     if divergence is None:
-        divergence, bwd = blame_events(bwd, lambda d: _local(d, tol, mode, "outputs"))
+        divergence, bwd = blame_events(bwd, lambda d: api_local(d, tol, mode, "outputs"))
     upd = _updates(pairing, by_phase(ea, Phase.OPTIMIZER), by_phase(eb, Phase.OPTIMIZER), a, b, tol, mode)
     if divergence is None:
         divergence, _ = blame_events(upd, lambda d: d.tensors)
         if divergence is not None:
             divergence = name_parameter(divergence, {})
     return divergence, fwd + bwd + upd, pairing
-
-
-def _local(d: EventDiff, tol: TolFn, mode: str, side: str) -> tuple[TensorDiff, ...] | None:
-    """The event's own error: its results' error when what it received agrees, nothing otherwise."""
-    if d.base.kind is Kind.LOSS:
-        return d.tensors
-    received = tensor_diffs(getattr(d.raw, side), getattr(d.base, side), tol, mode)
-    if not received:
-        return None  # not in the dump: cannot tell
-    return d.tensors if all(t.passed for t in received) else ()
 
 
 def _convert(a: RankDump, b: RankDump, bpath: str, rpath: str, arrays: dict[str, Any]) -> dict[str, Any]:

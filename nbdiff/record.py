@@ -58,8 +58,6 @@ class record:
             raise OptionError(f"mode={mode!r} needs scope=[...] (event names, dotted layer paths or keywords).")
         if mode == "range" and len(scope or ()) != 2:
             raise OptionError(f"mode='range' takes scope=[first, last]; got {scope!r}.")
-        if api_level:
-            raise OptionError("api_level=True is not available yet: record layer events (api_level=False).")
         self.fw: Framework = framework_of(model, "model")
         self.model = model
         self.dump_dir = Path(dump_dir)
@@ -67,7 +65,8 @@ class record:
             dump_type=dump_type, mode=mode, scope=list(scope or []), filter_data=filter_data,
             filter_stack=filter_stack, retain_backward=retain_backward,
         )  # fmt: skip
-        self._session = ModelSession(self.fw, model, "model", backward=retain_backward)
+        self._session = ModelSession(self.fw, model, "model", backward=retain_backward, api_level=api_level)
+        self.api_level = api_level
         if not filter_stack:
             self._session.recorder.hidden_roots = ()
         self._stack = ExitStack()
@@ -100,7 +99,7 @@ class record:
         rank, world = dist if dist is not None else _env_rank()
         meta = dict(
             framework=self.fw.name, framework_version=str(self.fw.version), model=type(self.model).__name__,
-            rank=rank, world_size=world, api_level=False, **{k: v for k, v in self.options.items() if k != "dump_type"},
+            rank=rank, world_size=world, api_level=self.api_level, **{k: v for k, v in self.options.items() if k != "dump_type"},
         )  # fmt: skip
         layers = {path: all_class_names(layer) for path, layer in self.fw.named_layers(self.model)}
         return write_rank(self.dump_dir / f"rank{rank}", meta, layers, steps, str(self.options["dump_type"]))

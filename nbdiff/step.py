@@ -50,9 +50,10 @@ def run_step(
     step: int,
     backward: bool,
     feed: Feed | None = None,
+    api_level: bool = False,
 ) -> StepRecord:
     """Run and record one step. Hooks are gone when this returns or raises."""
-    rec = Recorder(fw, model, step=step, backward=backward, feed=feed)
+    rec = Recorder(fw, model, step=step, backward=backward, feed=feed, api_level=api_level)
     loss = None
     try:
         with rec:

@@ -22,6 +22,7 @@ from nbdiff.errors import PairingError
 from nbdiff.frameworks import Framework
 from nbdiff.replay import Replayer, compare_param_grads, largest_shape, magnitude
 from nbdiff.step import StepRecord
+from nbdiff.trace.apis import align_calls
 from nbdiff.trace.events import Event, Kind, Phase, TensorRecord
 from nbdiff.trace.recorder import Feed
 from nbdiff.weights.plan import LayerWeights, layer_tensors
@@ -37,6 +38,8 @@ __all__ = [
     "name_parameter",
     "forward_diffs",
     "tensor_diffs",
+    "api_pairs",
+    "api_local",
 ]
 
 UPDATE_ATOL = 1e-3
@@ -165,15 +168,39 @@ def tensor_diffs(
 def forward_diffs(
     pairing: Pairing, brec: StepRecord, rrec: StepRecord, tol: Callable[[str, str], Tolerance], mode: str
 ) -> list[EventDiff]:
-    diffs = [
-        EventDiff(p.base, p.raw, tuple(tensor_diffs(p.raw.outputs, p.base.outputs, tol, mode))) for p in pairing.pairs
-    ]
+    pairs = [(p.base, p.raw) for p in pairing.pairs] + api_pairs(pairing, brec.forward, rrec.forward)
+    diffs = [EventDiff(b, r, tuple(tensor_diffs(r.outputs, b.outputs, tol, mode))) for b, r in pairs]
     ordered = post_order(diffs)
     bl = [e for e in brec.forward if e.kind is Kind.LOSS]
     rl = [e for e in rrec.forward if e.kind is Kind.LOSS]
     if bl and rl:
         ordered.append(EventDiff(bl[0], rl[0], tuple(tensor_diffs(rl[0].outputs, bl[0].outputs, tol, mode))))
     return ordered
+
+
+def api_pairs(pairing: Pairing, base: list[Event], raw: list[Event]) -> list[tuple[Event, Event]]:
+    """API calls paired inside each pair of layer calls (sequence alignment of their own code)."""
+    bkids: dict[int, list[Event]] = {}
+    rkids: dict[int, list[Event]] = {}
+    for events, kids in ((base, bkids), (raw, rkids)):
+        for e in events:
+            if e.kind is Kind.API and e.parent is not None:
+                kids.setdefault(e.parent, []).append(e)
+    if not bkids and not rkids:
+        return []
+    out = []
+    for p in pairing.pairs:
+        out += align_calls(bkids.get(p.base.order, []), rkids.get(p.raw.order, []))
+    return out
+
+
+def api_local(d: EventDiff, tol: TolFn, mode: str, received: str = "inputs") -> tuple[TensorDiff, ...] | None:
+    """Local error without replay: the event's own results' error when what it received agrees
+    (``received``: its inputs in forward, the gradients at its outputs in backward), else none."""
+    got = tensor_diffs(getattr(d.raw, received), getattr(d.base, received), tol, mode)
+    if not got:
+        return None  # nothing to judge by
+    return d.tensors if all(t.passed for t in got) else ()
 
 
 def _backward_diffs(
@@ -214,6 +241,8 @@ def _backward_diffs(
 def _local_forward(replayer: Replayer, d: EventDiff) -> tuple[TensorDiff, ...] | None:
     if d.base.kind is Kind.LOSS:
         return d.tensors
+    if d.base.kind is Kind.API:
+        return api_local(d, replayer.tol, replayer.mode)
     return replayer.forward(d.base, d.raw)
 
 

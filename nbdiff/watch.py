@@ -54,18 +54,19 @@ class watch:
         diff_phase: str = "both",
         single_step: bool = False,
         layer_map: LayerMap | None = None,
+        api_level: bool = False,
     ) -> None:
         self.bfw, self.rfw = framework_of(base, "base"), framework_of(raw, "raw")
         self.base, self.raw = base, raw
         self.options = dict(
             atol=atol, rtol=rtol, compare_mode=compare_mode, auto_init=auto_init, diff_phase=diff_phase,
-            single_step=single_step,
+            single_step=single_step, api_level=api_level,
         )  # fmt: skip
         self.layer_map = layer_map
         self.result: DiffResult | None = None
         backward = diff_phase != "forward"
-        self._b = ModelSession(self.bfw, base, "base", backward)
-        self._r = ModelSession(self.rfw, raw, "raw", backward)
+        self._b = ModelSession(self.bfw, base, "base", backward, api_level=api_level)
+        self._r = ModelSession(self.rfw, raw, "raw", backward, api_level=api_level)
         self._cmp = StepComparer(self.bfw, base, self.rfw, raw, self._tol, compare_mode, diff_phase, layer_map)
         self._stack = ExitStack()
         self._copied: WeightMap | None = None

@@ -92,3 +92,28 @@ def test_single_step_blames_the_layer(bfw, rfw, bug):
 def test_single_step_equivalent_passes():
     result = nbdiff.auto_diff(BUILDERS["mlp"]("paddle"), BUILDERS["mlp"]("torch"), inputs("mlp"), single_step=True)
     assert result, result.report()
+
+
+@pytest.mark.parametrize("bfw,rfw", DIRECTIONS)
+def test_api_level_names_the_functional_call(bfw, rfw):
+    result = nbdiff.auto_diff(BUILDERS["mlp"](bfw), BUILDERS["mlp"](rfw, "functional"), inputs("mlp"), api_level=True)
+    d = result.first_divergence
+    assert (d.where, d.base_path, d.raw_path) == ("api", "::gelu", "::relu"), result.report()
+    assert "API call `gelu` in the code of `<root>` (raw calls `relu`)" in d.describe()
+    assert any(f.filename.endswith("models.py") for f in d.base_stack)
+
+
+@pytest.mark.parametrize("bfw,rfw", DIRECTIONS)
+@pytest.mark.parametrize("kind,bug", sorted(k for k in BUGS if k[1] != "functional"))
+def test_api_level_keeps_the_layer_blame(bfw, rfw, kind, bug):
+    result = nbdiff.auto_diff(BUILDERS[kind](bfw), BUILDERS[kind](rfw, bug), inputs(kind), api_level=True)
+    phase, path, _ = BUGS[(kind, bug)]
+    d = result.first_divergence
+    assert d is not None and (d.phase.value, d.base_path.split("::")[0]) == (phase, path), result.report()
+
+
+@pytest.mark.parametrize("kind", sorted(BUILDERS))
+def test_api_level_equivalent_pairs_pass(kind):
+    for bfw, rfw in DIRECTIONS[:2]:
+        result = nbdiff.auto_diff(BUILDERS[kind](bfw), BUILDERS[kind](rfw), inputs(kind), api_level=True)
+        assert result, result.report()

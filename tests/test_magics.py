@@ -69,6 +69,15 @@ def test_line_magic_runs_auto_diff_and_stores_the_result(ip, capsys):
     assert result.options["compare_mode"] == "mean" and not result.select(phase="backward")
 
 
+def test_api_flag_traces_calls_inside_layers(ip):
+    ip.user_ns.update(tb=BUILDERS["mlp"]("torch"), pb=BUILDERS["mlp"]("paddle", "functional"))
+    ip.run_line_magic("modeldiff", "tb pb x --api")
+    assert ip.user_ns["_modeldiff"].first_divergence.where == "api"
+    ip.user_ns.update(tb=BUILDERS["mlp"]("torch"), pb=BUILDERS["mlp"]("paddle", "functional"))
+    ip.run_cell_magic("modeldiff", "tb pb --api", TRAIN)
+    assert ip.user_ns["_modeldiff"].first_divergence.base_path == "::gelu"
+
+
 def test_line_magic_with_losses_and_optimizers(ip):
     _models(ip)
     tb, pb = ip.user_ns["tb"], ip.user_ns["pb"]

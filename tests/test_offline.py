@@ -80,3 +80,11 @@ def test_mismatched_dumps(tmp_path, monkeypatch):
     train(raw, tmp_path / "c", steps=3)
     with pytest.raises(DumpError, match="ranks \\[0\\] but .* has \\[1\\]"):
         nbdiff.compare(a.parent, tmp_path / "c")
+
+
+def test_api_level_dumps_name_the_call(tmp_path):
+    base, raw = pair("functional")
+    a = train(base, tmp_path / "a", steps=1, api_level=True)
+    b = train(raw, tmp_path / "b", steps=1, api_level=True)
+    d = nbdiff.compare(a.parent, b.parent).first_divergence
+    assert (d.where, d.base_path, d.raw_path) == ("api", "::gelu", "::relu")

@@ -16,7 +16,7 @@ from dataclasses import dataclass, replace
 
 from nbdiff.compare.metrics import TensorDiff
 from nbdiff.compare.tolerance import Tolerance
-from nbdiff.trace.events import Event, Phase
+from nbdiff.trace.events import Event, Kind, Phase
 from nbdiff.trace.stack import Frame
 
 __all__ = ["EventDiff", "Divergence", "blame_events", "worst_of", "post_order"]
@@ -68,8 +68,9 @@ class Divergence:
     base_stack: tuple[Frame, ...]
     raw_stack: tuple[Frame, ...]
     where: str
-    """``layer``, ``between`` (the layer's own code between two sublayers),
-    ``parameter`` (an optimizer update) or ``accumulated``."""
+    """``layer``, ``api`` (a framework call in a layer's own code, API-level tracing),
+    ``between`` (the layer's own code between two sublayers), ``parameter`` (an
+    optimizer update) or ``accumulated``."""
     between: tuple[str | None, str | None] = (None, None)
     """For ``between``: the sublayer events just before and just after the fault."""
     parameter: str | None = None
@@ -84,6 +85,11 @@ class Divergence:
         head = f"step {self.step}{f', rank {self.rank}' if self.rank else ''}, {self.phase.value}"
         if self.where == "parameter":
             return f"{head}: update of parameter `{self.parameter}` (layer `{b}` ~ raw `{r}`)"
+        if self.where == "api":
+            owner, _, op = self.base_path.rpartition("::")
+            raw_op = self.raw_path.rpartition("::")[2]
+            swap = f" (raw calls `{raw_op}`)" if raw_op != op else ""
+            return f"{head}: API call `{op}` in the code of `{owner or '<root>'}`{swap}"
         if self.where == "between":
             prev, nxt = self.between
             place = (
@@ -153,7 +159,7 @@ def blame_events(
             continue
         kids = sorted(children.get(i, []), key=lambda k: diffs[k].base.order)
         if not kids:
-            return _divergence(d, "layer"), diffs
+            return _divergence(d, "api" if d.base.kind is Kind.API else "layer"), diffs
         if any(diffs[k].local is None and not diffs[k].passed for k in kids):
             continue  # a sublayer could not be measured; do not blame the parent's code
         return _divergence(d, "between", _neighbours([diffs[k] for k in kids])), diffs

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager
@@ -13,6 +14,37 @@ import paddle
 __all__ = ["PaddleFramework"]
 
 _DROPOUT_NAMES = {"Dropout", "Dropout2D", "Dropout3D", "AlphaDropout", "FeatureAlphaDropout"}
+
+
+_NOT_APIS = {
+    "to_tensor", "seed", "set_device", "get_device", "save", "load", "no_grad", "grad", "enable_static",
+    "disable_static", "in_dynamic_mode", "set_flags", "get_flags", "is_tensor", "set_default_dtype",
+    "get_default_dtype", "set_grad_enabled", "is_grad_enabled", "enable_grad", "shape", "numel", "rank",
+    "is_floating_point", "is_complex", "is_integer", "summary", "flops", "jit", "DataParallel", "ParamAttr",
+    "create_parameter", "set_printoptions", "check_shape", "assign",
+}  # fmt: skip
+_TENSOR_OPS = (
+    "__add__", "__radd__", "__sub__", "__rsub__", "__mul__", "__rmul__", "__truediv__", "__rtruediv__",
+    "__matmul__", "__rmatmul__", "__pow__", "__rpow__", "__neg__", "__getitem__", "matmul", "reshape",
+    "transpose", "exp", "log", "tanh", "sigmoid", "sqrt", "rsqrt", "sum", "mean", "max", "min", "pow",
+    "flatten", "unsqueeze", "squeeze", "split", "chunk", "expand", "abs", "clip", "scale", "softmax",
+)  # fmt: skip
+
+
+@functools.lru_cache(maxsize=1)
+def _api_table() -> list[tuple[Any, str, str]]:
+    """``(owner, attribute, name)`` of the public APIs to wrap: functional, math, linalg, fft, Tensor."""
+    import inspect
+
+    table = []
+    for mod in (paddle, paddle.nn.functional, paddle.linalg, paddle.fft):
+        for name in getattr(mod, "__all__", ()):
+            fn = getattr(mod, name, None)
+            if name in _NOT_APIS or name.startswith("_") or not callable(fn) or inspect.isclass(fn):
+                continue
+            table.append((mod, name, name))
+    table += [(paddle.Tensor, op, op) for op in _TENSOR_OPS if hasattr(paddle.Tensor, op)]
+    return table
 
 
 class PaddleFramework:
@@ -117,6 +149,12 @@ class PaddleFramework:
     def distributed_rank(self) -> tuple[int, int] | None:
         world = int(paddle.distributed.get_world_size())
         return (int(paddle.distributed.get_rank()), world) if world > 1 else None
+
+    def api_tracing(self, callback: Any) -> AbstractContextManager[Any]:
+        """Report calls of paddle's public functions and Tensor methods/operators (wrapped here only)."""
+        from nbdiff.trace.apis import CUSTOM_TARGETS, patched
+
+        return patched(_api_table() + CUSTOM_TARGETS, callback)
 
     def no_grad(self) -> AbstractContextManager[Any]:
         return paddle.no_grad()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import AbstractContextManager
+from contextlib import AbstractContextManager, ExitStack
 from typing import Any
 
 import numpy as np
@@ -116,6 +116,26 @@ class TorchFramework:
         if dist.is_available() and dist.is_initialized():
             return int(dist.get_rank()), int(dist.get_world_size())
         return None
+
+    def api_tracing(self, callback: Any) -> AbstractContextManager[Any]:
+        """Report every torch function, ``torch.nn.functional`` call and Tensor method/operator."""
+        from torch.overrides import TorchFunctionMode
+
+        from nbdiff.trace.apis import CUSTOM_TARGETS, patched
+
+        class Mode(TorchFunctionMode):
+            def __torch_function__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
+                kwargs = kwargs or {}
+                out = func(*args, **kwargs)  # the mode is off inside: nested calls are not reported
+                name = getattr(func, "__name__", None)
+                if name:
+                    callback(name, args, kwargs, out)
+                return out
+
+        stack = ExitStack()
+        stack.enter_context(patched(CUSTOM_TARGETS, callback))
+        stack.enter_context(Mode())
+        return stack
 
     def no_grad(self) -> AbstractContextManager[Any]:
         return torch.no_grad()

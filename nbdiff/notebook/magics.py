@@ -20,7 +20,7 @@ __all__ = ["ModelDiffMagics", "USAGE", "parse_flags"]
 USAGE = (
     "usage: %modeldiff BASE RAW INPUTS [--single-step] [--steps N] [--atol X] [--rtol X] "
     "[--mode strict|mean|abs_mean] [--phase both|forward|backward] [--loss A B] [--opt A B] "
-    "[--no-init] [--out NAME]\n"
+    "[--no-init] [--api] [--out NAME]\n"
     "       %%modeldiff BASE RAW [same flags, without INPUTS]"
 )
 
@@ -45,6 +45,7 @@ def _parser(cell: bool) -> argparse.ArgumentParser:
     p.add_argument("--loss", nargs=2, metavar=("A", "B"))
     p.add_argument("--opt", nargs=2, metavar=("A", "B"))
     p.add_argument("--no-init", action="store_true")
+    p.add_argument("--api", action="store_true", help="also trace framework API calls inside layers")
     p.add_argument("--out", default="_modeldiff")
     return p
 
@@ -104,6 +105,7 @@ class ModelDiffMagics(Magics):
                 diff_phase=args.phase,
                 single_step=args.single_step,
                 steps=args.steps,
+                api_level=args.api,
             )
             if cell is None:
                 from nbdiff.diff import auto_diff

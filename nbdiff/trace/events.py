@@ -31,6 +31,8 @@ class Kind(str, Enum):
     """The loss value of a step."""
     PARAM = "param"
     """One parameter's update by the optimizer."""
+    API = "api"
+    """A framework function called by a layer's own code (``F.gelu``, ``x @ w``): API-level tracing."""
 
 
 @dataclass(frozen=True)

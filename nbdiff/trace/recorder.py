@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from nbdiff.frameworks import Framework, Handle
+from nbdiff.trace.apis import SKIPPED_OPS, canonical_op
 from nbdiff.trace.events import Event, Kind, Phase, TensorRecord
 from nbdiff.trace.nest import describe_non_tensors, flatten, unflatten
 from nbdiff.trace.stack import Frame, tool_roots, user_stack
@@ -38,6 +39,8 @@ class _Call:
     grad_out: dict[str, TensorRecord] = field(default_factory=dict)
     args: tuple[str, ...] = ()
     done: bool = False
+    api: str = ""
+    """For an API call: the op's name (``layer`` is then ``None``)."""
 
 
 class Feed:
@@ -70,6 +73,8 @@ class Recorder:
         feed: Feed | None = None,
         keep: Callable[[str, Any], bool] | None = None,
         stacks: bool = True,
+        api_level: bool = False,
+        api_in_library: bool = False,
     ) -> None:
         self.fw = fw
         self.model = model
@@ -88,6 +93,11 @@ class Recorder:
         """Folders whose frames are not user code (empty: keep every frame)."""
         self.paused = False
         """While True, calls are not recorded (a probe call made from a hook)."""
+        self.api_level = api_level
+        self.api_in_library = api_in_library
+        """Also record the API calls made inside framework-provided layers (their implementation)."""
+        self._busy = False  # inside our own hooks: their tensor ops are not the user's API calls
+        self._api_ctx: Any = None
 
     # -- context -------------------------------------------------------------
     def __enter__(self) -> Recorder:
@@ -96,6 +106,9 @@ class Recorder:
                 if self.keep is not None and not self.keep(path, layer):
                     continue
                 self._handles += self.fw.hook_forward(layer, self._pre(path), self._post())
+            if self.api_level:
+                self._api_ctx = self.fw.api_tracing(self._api)
+                self._api_ctx.__enter__()
         except BaseException:
             self.remove()
             raise
@@ -105,7 +118,10 @@ class Recorder:
         self.remove()
 
     def remove(self) -> None:
-        """Remove every forward hook. Tensor hooks die with their graph."""
+        """Remove every forward hook and the API interception. Tensor hooks die with their graph."""
+        if self._api_ctx is not None:
+            ctx, self._api_ctx = self._api_ctx, None
+            ctx.__exit__(None, None, None)
         for h in self._handles:
             h.remove()
         self._handles.clear()
@@ -128,6 +144,13 @@ class Recorder:
         def pre(layer: Any, args: tuple, kwargs: dict) -> Any:
             if self.paused:
                 return None
+            self._busy = True
+            try:
+                return body(layer, args, kwargs)
+            finally:
+                self._busy = False
+
+        def body(layer: Any, args: tuple, kwargs: dict) -> Any:
             call_index = self._counts.get(path, 0)
             self._counts[path] = call_index + 1
             parent = self._active[-1] if self._active else None
@@ -177,6 +200,13 @@ class Recorder:
         def post(layer: Any, args: tuple, kwargs: dict, output: Any) -> Any:
             if self.paused or not self._active:
                 return None
+            self._busy = True
+            try:
+                return body(output)
+            finally:
+                self._busy = False
+
+        def body(output: Any) -> Any:
             rec = self._active.pop()
             rec.done = True
             leaves, _ = flatten(output, fw.is_tensor, "out")
@@ -189,6 +219,36 @@ class Recorder:
             return None
 
         return post
+
+    def _api(self, name: str, args: tuple, kwargs: dict, out: Any) -> None:
+        """One framework API call (API-level tracing), recorded under the layer whose code made it."""
+        if self._busy or self.paused or not self._active:
+            return
+        parent = self._active[-1]
+        fw = self.fw
+        if not self.api_in_library and fw.is_library_layer(parent.layer):
+            return
+        op = name.strip("_")
+        if op.endswith("_") or op in SKIPPED_OPS or canonical_op(op) in SKIPPED_OPS:
+            return  # in-place updates and bookkeeping are not computations to compare
+        self._busy = True
+        try:
+            ins, _ = flatten((args, kwargs), fw.is_tensor)
+            outs, _ = flatten(out, fw.is_tensor, "out")
+            if not ins or not any(fw.is_floating(t) for _, t in outs):
+                return
+            key = f"{parent.path}::{op}"
+            call_index = self._counts.get(key, 0)
+            self._counts[key] = call_index + 1
+            rec = _Call(
+                order=len(self.calls), path=key, layer=None, call=call_index, depth=len(self._active),
+                parent=parent.order, stack=user_stack(self.hidden_roots) if self.stacks else (), done=True, api=op,
+            )  # fmt: skip
+            rec.inputs = [self._keep(rec, _input_name(k), t) for k, t in ins]
+            rec.outputs = [self._keep(rec, k, t) for k, t in outs]
+            self.calls.append(rec)
+        finally:
+            self._busy = False
 
     def _grad_hook(
         self, into: dict[str, TensorRecord], name: str, replace: np.ndarray | None = None
@@ -283,14 +343,14 @@ class Recorder:
             ev = Event(
                 step=step,
                 phase=Phase.FORWARD,
-                kind=Kind.LAYER,
+                kind=Kind.API if rec.api else Kind.LAYER,
                 order=len(forward),
                 path=rec.path,
-                type_name=type(rec.layer).__name__,
+                type_name=rec.api or type(rec.layer).__name__,
                 call=rec.call,
                 depth=rec.depth,
                 parent=rec.parent,
-                library=fw.is_library_layer(rec.layer),
+                library=False if rec.api else fw.is_library_layer(rec.layer),
                 inputs=ins,
                 outputs=outs,
                 args=rec.args,
@@ -326,7 +386,7 @@ class Recorder:
             fwd_by_key = {(e.path, e.call): e for e in forward if e.kind is Kind.LAYER}
             for rec in reversed(calls):
                 f = fwd_by_key.get((rec.path, rec.call))
-                if f is None:
+                if f is None or rec.api:
                     continue
                 params = []
                 for pname, p in fw.direct_params(rec.layer):

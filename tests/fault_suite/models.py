@@ -71,8 +71,9 @@ def _ns(fw: str):
         ln=lambda d, eps=1e-5: paddle.nn.LayerNorm(d, epsilon=eps),
         gelu=paddle.nn.GELU,
         relu=paddle.nn.ReLU,
-        gelu_f=F.gelu,
-        relu_f=F.relu,
+        # Looked up at call time, as user code does (F.gelu(x)), so API-level tracing sees the call.
+        gelu_f=lambda x: F.gelu(x),
+        relu_f=lambda x: F.relu(x),
         linear_f=lambda x, w, b: F.linear(x, w.T, b),
         mha=lambda d, h: paddle.nn.MultiHeadAttention(d, h),
         mha_call=lambda m, x: m(x, x, x),

@@ -1,0 +1,95 @@
+"""API-level pieces: op names, alignment of two call sequences, wrapping and custom ops."""
+
+import types
+
+import numpy as np
+import pytest
+
+from nbdiff.errors import OptionError
+from nbdiff.trace import apis
+from nbdiff.trace.apis import align_calls, canonical_op, patched, register_api
+from nbdiff.trace.events import Event, Kind, Phase, TensorRecord
+
+
+def _call(name, shape=(2, 3), order=0):
+    out = (TensorRecord("out", shape, "float32", np.zeros(shape, "float32")),)
+    return Event(0, Phase.FORWARD, Kind.API, order, f"::{name}", name, 0, 1, 0, False, (), out)
+
+
+def test_canonical_names_bridge_the_two_frameworks():
+    assert canonical_op("__matmul__") == canonical_op("mm") == canonical_op("matmul") == "matmul"
+    assert canonical_op("__truediv__") == canonical_op("divide") == "divide"
+    assert canonical_op("permute") == canonical_op("transpose")
+    assert canonical_op("some_new_op") == "some_new_op"
+
+
+def test_alignment_pairs_a_swap_and_skips_an_extra_call():
+    base = [_call("linear", order=0), _call("gelu", order=1), _call("mul", order=2)]
+    raw = [_call("linear", order=0), _call("reshape", (6,), order=1), _call("relu", order=2), _call("mul", order=3)]
+    pairs = [(b.type_name, r.type_name) for b, r in align_calls(base, raw)]
+    assert pairs == [("linear", "linear"), ("gelu", "relu"), ("mul", "mul")]
+    assert align_calls(base, []) == []
+    # Long sequences fall back to a greedy pass with the same strong matches.
+    assert [(b.type_name, r.type_name) for b, r in align_calls(base, raw, max_cells=1)] == [
+        ("linear", "linear"), ("mul", "mul"),
+    ]  # fmt: skip
+
+
+def test_patched_reports_the_outermost_call_and_restores_even_on_error():
+    mod = types.SimpleNamespace(double=lambda x: x * 2)
+    mod.quad = lambda x: mod.double(mod.double(x))
+    original = mod.double
+    seen = []
+    with (
+        pytest.raises(RuntimeError),
+        patched([(mod, "double", "double"), (mod, "quad", "quad")], lambda n, a, k, o: seen.append((n, o))),
+    ):
+        assert mod.quad(1) == 4
+        raise RuntimeError("user error")
+    assert seen == [("quad", 4)]  # double ran inside quad: its implementation, not reported
+    assert mod.double is original
+
+
+def test_patched_class_attributes_are_restored_exactly():
+    class Base:
+        def op(self):
+            return 1
+
+    class Child(Base):
+        pass
+
+    with patched([(Child, "op", "op")], lambda *a: None):
+        assert "op" in vars(Child)
+    assert "op" not in vars(Child) and Child().op() == 1
+
+
+def test_register_api_pairs_and_intercepts_a_custom_op(monkeypatch):
+    monkeypatch.setattr(apis, "CUSTOM_TARGETS", [])
+    monkeypatch.setattr(apis, "CUSTOM_APIS", {})
+    ops = types.SimpleNamespace(fused_gelu=lambda x: x)
+    register_api("fused_gelu", "gelu", target=(ops, "fused_gelu"))
+    assert canonical_op("fused_gelu") == "gelu"
+    assert apis.CUSTOM_TARGETS == [(ops, "fused_gelu", "fused_gelu")]
+    with pytest.raises(OptionError, match="no function 'missing'"):
+        register_api("missing", target=(ops, "missing"))
+
+
+def test_custom_op_is_traced_inside_a_torch_model(monkeypatch):
+    torch = pytest.importorskip("torch")
+    import nbdiff
+
+    monkeypatch.setattr(apis, "CUSTOM_TARGETS", [])
+    ops = types.SimpleNamespace(scale=lambda x: x * 2.0)
+
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = torch.nn.Linear(4, 4)
+
+        def forward(self, x):
+            return ops.scale(self.fc(x))
+
+    register_api("scale", target=(ops, "scale"))
+    x = np.ones((2, 4), "float32")
+    result = nbdiff.auto_diff(Net(), Net(), x, api_level=True)
+    assert result and any(e.base.path == "::scale" for e in result.events)

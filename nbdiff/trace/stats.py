@@ -33,22 +33,27 @@ class Stats:
 
 
 def tensor_stats(a: np.ndarray) -> Stats:
-    """Statistics of ``a`` (zeros for empty or non-numeric tensors)."""
-    x = np.asarray(a)
+    """Statistics of ``a`` (zeros for empty or non-numeric tensors).
+
+    Sums accumulate in float64 without a float64 copy of the tensor (numpy casts in
+    buffered chunks), and the finite mask is only built when something is not finite:
+    this runs on every recorded tensor of a dump.
+    """
+    x = np.asarray(a).ravel()
     if x.size == 0 or x.dtype.kind not in "biuf":
         return Stats(0.0, 0.0, 0.0, 0.0, 0.0, 0, 0)
-    xf = x.astype(np.float64, copy=False)
-    if x.dtype.kind == "f":
-        finite_mask = np.isfinite(xf)
-        nan = int(np.isnan(xf).sum())
-        inf = int(xf.size - nan - finite_mask.sum())
-        finite = xf[finite_mask] if nan or inf else xf.ravel()
-    else:
-        nan = inf = 0
-        finite = xf.ravel()
-    if finite.size == 0:
-        return Stats(0.0, 0.0, 0.0, 0.0, 0.0, nan, inf)
-    return Stats(
-        float(finite.min()), float(finite.max()), float(finite.mean()), float(finite.std()),
-        float(np.abs(finite).mean()), nan, inf,
-    )  # fmt: skip
+    nan = inf = 0
+    if x.dtype.kind == "f" and not np.isfinite(x).all():
+        nan = int(np.isnan(x).sum())
+        inf = int(np.isinf(x).sum())
+        x = x[np.isfinite(x)]
+        if x.size == 0:
+            return Stats(0.0, 0.0, 0.0, 0.0, 0.0, nan, inf)
+    n = x.size
+    mean = float(np.add.reduce(x, dtype=np.float64)) / n
+    mean_sq = (
+        float(np.add.reduce(np.square(x, dtype=np.float64 if x.dtype.kind != "f" else x.dtype), dtype=np.float64)) / n
+    )
+    abs_mean = float(np.add.reduce(np.abs(x), dtype=np.float64)) / n
+    std = max(mean_sq - mean * mean, 0.0) ** 0.5
+    return Stats(float(x.min()), float(x.max()), mean, std, abs_mean, nan, inf)

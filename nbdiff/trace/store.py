@@ -127,7 +127,7 @@ def write_rank(
     manifest = {"format": FORMAT, "version": VERSION, **meta, "dump_type": dump_type, "layers": layers}
     manifest["steps"] = manifest_steps
     tmp = out / (MANIFEST + ".tmp")
-    tmp.write_text(json.dumps(manifest, indent=1))
+    tmp.write_text(json.dumps(manifest, separators=(",", ":")))
     tmp.replace(out / MANIFEST)  # a reader never sees half a manifest
     return out
 

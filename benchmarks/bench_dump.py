@@ -68,7 +68,11 @@ def main() -> None:
                 sizes[label] = sum(f.stat().st_size for f in Path(d).rglob("*") if f.is_file())
                 shutil.rmtree(d)
         bare = statistics.median(times["bare"])
-        parts = [f"{k} {statistics.median(v) / bare:.2f}x, {sizes[k] / 2**20:.1f} MiB" for k, v in times.items() if k != "bare"]
+        parts = [
+            f"{k} {statistics.median(v) / bare:.2f}x, {sizes[k] / 2**20:.1f} MiB"
+            for k, v in times.items()
+            if k != "bare"
+        ]
         print(f"{fw:7s} bare step {bare * 1e3:6.1f} ms | " + " | ".join(parts))
 
 

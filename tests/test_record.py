@@ -84,3 +84,26 @@ def test_steps_recorded_before_an_error_are_written(tmp_path):
         raise RuntimeError("crash in step 1")
     assert len(read_dump(rec.path).steps) == 1
     assert not any(m._forward_pre_hooks for m in base.modules())
+
+
+def test_parameter_gradients_of_each_step_without_zeroing(tmp_path):
+    # Regression: torch adopts the gradient buffer a hook saw as `param.grad` and adds the next
+    # step's gradient into it in place; step 0's recorded gradient then read twice its value.
+    import torch
+
+    base, _ = pair()
+    with nbdiff.record(base, tmp_path / "d") as rec:
+        for _ in range(2):
+            base(torch.tensor(X)).mean().backward()  # no zero_grad: .grad accumulates
+    dump = read_dump(rec.path)
+    grads = [
+        next(
+            t
+            for e in dump.steps[k]
+            if e.phase.value == "backward" and e.path == "fc3"
+            for t in e.params
+            if t.name == "bias"
+        )
+        for k in (0, 1)
+    ]
+    assert grads[0].value.sum() == pytest.approx(1.0) and grads[1].value.sum() == pytest.approx(1.0)

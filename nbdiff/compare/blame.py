@@ -19,7 +19,7 @@ from nbdiff.compare.tolerance import Tolerance
 from nbdiff.trace.events import Event, Kind, Phase
 from nbdiff.trace.stack import Frame
 
-__all__ = ["EventDiff", "Divergence", "blame_events", "worst_of", "post_order"]
+__all__ = ["EventDiff", "Divergence", "blame_events", "worst_of", "post_order", "divergence_of"]
 
 
 @dataclass(frozen=True)
@@ -159,12 +159,12 @@ def blame_events(
             continue
         kids = sorted(children.get(i, []), key=lambda k: diffs[k].base.order)
         if not kids:
-            return _divergence(d, "api" if d.base.kind is Kind.API else "layer"), diffs
+            return divergence_of(d, "api" if d.base.kind is Kind.API else "layer"), diffs
         if any(diffs[k].local is None and not diffs[k].passed for k in kids):
             continue  # a sublayer could not be measured; do not blame the parent's code
-        return _divergence(d, "between", _neighbours([diffs[k] for k in kids])), diffs
+        return divergence_of(d, "between", _neighbours([diffs[k] for k in kids])), diffs
     if first_acc is not None:
-        return _divergence(diffs[first_acc], "accumulated", inherited=True), diffs
+        return divergence_of(diffs[first_acc], "accumulated", inherited=True), diffs
     return None, diffs
 
 
@@ -180,7 +180,7 @@ def _label(d: EventDiff) -> str:
     return (d.base.path or "<root>") + (f"#{d.base.call}" if d.base.call else "")
 
 
-def _divergence(
+def divergence_of(
     d: EventDiff, where: str, between: tuple[str | None, str | None] = (None, None), inherited: bool = False
 ) -> Divergence:
     worst = worst_of(d.tensors)

@@ -90,8 +90,9 @@ class TorchFramework:
         return tensor.detach()
 
     def hold_grad(self, grad: Any) -> np.ndarray:
-        # autograd hands hooks the summed gradient and never steals a buffer still referenced.
-        return self.to_numpy(grad)
+        # A copy: AccumulateGrad adopts the buffer it was handed as `param.grad` and adds the
+        # next backward into it in place (a numpy view does not count as a reference).
+        return self.to_numpy(grad).copy()
 
     def tensor_version(self, tensor: Any) -> int:
         return int(tensor._version)

@@ -172,7 +172,12 @@ def write_weights(bfw: Framework, base: Any, rfw: Framework, raw: Any, wmap: Wei
     """Convert every planned tensor, then write them all; on failure raw is restored."""
     blayers, rlayers = dict(bfw.named_layers(base)), dict(rfw.named_layers(raw))
     writes: list[tuple[Any, Any]] = []
+    copies: list[tuple[Any, Any, Any]] = []
     for plan in wmap.layers:
+        if plan.copy is not None:  # a special-init function writes this layer itself
+            copies.append((plan.copy, blayers[plan.base_path], rlayers[plan.raw_path]))
+            writes += [(t, None) for t in layer_tensors(rfw, rlayers[plan.raw_path], True).values()]
+            continue
         btensors = layer_tensors(bfw, blayers[plan.base_path], plan.recursive)
         rtensors = layer_tensors(rfw, rlayers[plan.raw_path], plan.recursive)
         arrays = {n: bfw.to_numpy(t) for n, t in btensors.items()}
@@ -186,7 +191,10 @@ def write_weights(bfw: Framework, base: Any, rfw: Framework, raw: Any, wmap: Wei
     backup = [(t, rfw.to_numpy(t).copy()) for t, _ in writes]
     try:
         for t, a in writes:
-            rfw.set_value(t, a)
+            if a is not None:
+                rfw.set_value(t, a)
+        for copy, blayer, rlayer in copies:
+            copy(blayer, rlayer)
     except BaseException:
         for t, a in backup:
             rfw.set_value(t, a)

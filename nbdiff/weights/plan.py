@@ -37,6 +37,8 @@ class LayerWeights:
     """Raw arrays back to base arrays."""
     optional: tuple[str, ...] = ()
     """Raw tensors that may stay as they are."""
+    copy: Any = None
+    """``copy(base_layer, raw_layer)`` of a special-init rule, which writes raw itself."""
 
 
 def all_class_names(layer: Any) -> list[str]:
@@ -71,7 +73,7 @@ def plan_layer(bfw: Framework, bpath: str, blayer: Any, rfw: Framework, rpath: s
     if found is not None:
         rule, inverted = found
         conv, inv = (rule.inverse, rule.convert) if inverted else (rule.convert, rule.inverse)
-        return LayerWeights(bpath, rpath, btype, rtype, rule.name, rule.recursive, conv, inv, rule.optional)
+        return LayerWeights(bpath, rpath, btype, rtype, rule.name, rule.recursive, conv, inv, rule.optional, rule.copy)
     if bfw.name == rfw.name:
         # A framework layer with the same tensors is copied whole, which covers sublayers that
         # never run as modules (torch MultiheadAttention's out_proj); user layers stay per layer.

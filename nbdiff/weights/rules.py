@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -38,6 +39,9 @@ class WeightRule:
     """The rule covers the tensors of the layer's sublayers too (names with dots)."""
     optional: tuple[str, ...] = ()
     """Destination tensors that may have no source (left as initialised)."""
+    copy: Callable[[Any, Any], None] | None = None
+    """``copy(base_layer, raw_layer)`` writes raw's weights itself (PaDiff-style special init);
+    ``convert``/``inverse`` then only rename, for comparing gradients by name."""
 
 
 RULES: dict[tuple[str, str, str, str], WeightRule] = {}
@@ -46,12 +50,13 @@ RULES: dict[tuple[str, str, str, str], WeightRule] = {}
 def register_weight_rule(
     base: tuple[str, str] | type,
     raw: tuple[str, str] | type,
-    convert: Convert,
-    inverse: Convert,
+    convert: Convert | None,
+    inverse: Convert | None,
     *,
     name: str | None = None,
     recursive: bool = False,
     optional: tuple[str, ...] = (),
+    copy: Callable[[Any, Any], None] | None = None,
 ) -> WeightRule:
     """Teach nbdiff how to copy ``base`` layers into ``raw`` layers (and back).
 
@@ -61,9 +66,13 @@ def register_weight_rule(
     ``named_buffers`` of that layer) to the raw layer's; ``inverse`` goes back.
     Set ``recursive`` when the layer's sublayers' tensors are included (dotted names),
     and list in ``optional`` the tensors either side may have without a counterpart.
+    ``copy(base_layer, raw_layer)`` instead copies the weights itself (pass ``convert``/``inverse``
+    as ``None``); gradients of those layers are then compared by tensor name.
     """
+    if copy is not None and (convert is None or inverse is None):
+        convert, inverse = rename_rule({})
     b, r = _key(base), _key(raw)
-    rule = WeightRule(name or f"{b[0]}.{b[1]} -> {r[0]}.{r[1]}", b, r, convert, inverse, recursive, optional)
+    rule = WeightRule(name or f"{b[0]}.{b[1]} -> {r[0]}.{r[1]}", b, r, convert, inverse, recursive, optional, copy)
     RULES[(*b, *r)] = rule
     return rule
 

@@ -60,7 +60,7 @@ def auto_diff(
     single_step: bool = False,
     steps: int = 1,
     layer_map: LayerMap | None = None,
-    api_level: bool = False,
+    api_level: bool | str = False,
 ) -> DiffResult:
     """Find where ``raw`` first stops agreeing with ``base``.
 
@@ -69,7 +69,8 @@ def auto_diff(
     ``auto_init`` the base weights are copied into raw first. ``atol``/``rtol`` left
     as ``None`` use dtype-aware defaults under which equivalent models pass.
     ``api_level`` also records the framework functions each layer's own code calls
-    (``F.gelu``, ``x @ w``), so blame can name the call inside a layer.
+    (``F.gelu``, ``x @ w``), so blame can name the call inside a layer; ``"all"`` also
+    records the calls inside framework-provided layers (``nn.Linear``'s own ``linear``).
     Returns a :class:`DiffResult`, truthy when the models agree.
     """
     _check_options(loss_fns, optimizers, compare_mode, diff_phase, steps)

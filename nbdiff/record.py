@@ -42,7 +42,7 @@ class record:
         model: Any,
         dump_dir: str | os.PathLike[str],
         *,
-        api_level: bool = False,
+        api_level: bool | str = False,
         dump_type: str = "tensor",
         mode: str = "all",
         scope: list[str] | None = None,

@@ -50,7 +50,7 @@ def run_step(
     step: int,
     backward: bool,
     feed: Feed | None = None,
-    api_level: bool = False,
+    api_level: bool | str = False,
 ) -> StepRecord:
     """Run and record one step. Hooks are gone when this returns or raises."""
     rec = Recorder(fw, model, step=step, backward=backward, feed=feed, api_level=api_level)

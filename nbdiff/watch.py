@@ -54,7 +54,7 @@ class watch:
         diff_phase: str = "both",
         single_step: bool = False,
         layer_map: LayerMap | None = None,
-        api_level: bool = False,
+        api_level: bool | str = False,
     ) -> None:
         self.bfw, self.rfw = framework_of(base, "base"), framework_of(raw, "raw")
         self.base, self.raw = base, raw

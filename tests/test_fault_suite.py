@@ -117,3 +117,11 @@ def test_api_level_equivalent_pairs_pass(kind):
     for bfw, rfw in DIRECTIONS[:2]:
         result = nbdiff.auto_diff(BUILDERS[kind](bfw), BUILDERS[kind](rfw), inputs(kind), api_level=True)
         assert result, result.report()
+
+
+def test_api_level_all_records_inside_framework_layers():
+    kept = nbdiff.auto_diff(BUILDERS["mlp"]("torch"), BUILDERS["mlp"]("paddle"), inputs("mlp"), api_level=True)
+    inside = nbdiff.auto_diff(BUILDERS["mlp"]("torch"), BUILDERS["mlp"]("paddle"), inputs("mlp"), api_level="all")
+    assert kept and inside
+    assert not any(e.base.path.startswith("fc1::") for e in kept.events)
+    assert any(e.base.path == "fc1::linear" for e in inside.events)

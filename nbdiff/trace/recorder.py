@@ -73,7 +73,7 @@ class Recorder:
         feed: Feed | None = None,
         keep: Callable[[str, Any], bool] | None = None,
         stacks: bool = True,
-        api_level: bool = False,
+        api_level: bool | str = False,
         api_in_library: bool = False,
     ) -> None:
         self.fw = fw
@@ -93,9 +93,10 @@ class Recorder:
         """Folders whose frames are not user code (empty: keep every frame)."""
         self.paused = False
         """While True, calls are not recorded (a probe call made from a hook)."""
-        self.api_level = api_level
-        self.api_in_library = api_in_library
-        """Also record the API calls made inside framework-provided layers (their implementation)."""
+        self.api_level = bool(api_level)
+        self.api_in_library = api_in_library or api_level == "all"
+        """Also record the API calls made inside framework-provided layers (their implementation):
+        ``api_level="all"``. By default a framework layer is one event, not its internals too."""
         self._busy = False  # inside our own hooks: their tensor ops are not the user's API calls
         self._api_ctx: Any = None
 

@@ -7,54 +7,19 @@ in-place writes); conversion to numpy happens once, in :meth:`Recorder.events`.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
 
 from nbdiff.frameworks import Framework, Handle
 from nbdiff.trace.apis import SKIPPED_OPS, canonical_op
+from nbdiff.trace.calls import Call, Feed, input_name, link_backward_parents, replace_parent
 from nbdiff.trace.events import Event, Kind, Phase, TensorRecord
 from nbdiff.trace.nest import describe_non_tensors, flatten, unflatten
-from nbdiff.trace.stack import Frame, tool_roots, user_stack
+from nbdiff.trace.stack import tool_roots, user_stack
 
 __all__ = ["Recorder", "Feed"]
-
-
-@dataclass
-class _Call:
-    """Mutable bookkeeping for one layer call while the step runs."""
-
-    order: int
-    path: str
-    layer: Any
-    call: int
-    depth: int
-    parent: int | None
-    stack: tuple[Frame, ...]
-    template: Any = None
-    inputs: list[tuple[str, Any, int]] = field(default_factory=list)
-    outputs: list[tuple[str, Any, int]] = field(default_factory=list)
-    grad_in: dict[str, TensorRecord] = field(default_factory=dict)
-    grad_out: dict[str, TensorRecord] = field(default_factory=dict)
-    args: tuple[str, ...] = ()
-    done: bool = False
-    api: str = ""
-    """For an API call: the op's name (``layer`` is then ``None``)."""
-
-
-class Feed:
-    """Single-step feeding: values from the base trace given to raw layer calls."""
-
-    def __init__(
-        self,
-        inputs: dict[tuple[str, int], list[np.ndarray | None]],
-        grads: dict[tuple[str, int], dict[str, np.ndarray]],
-    ):
-        self.inputs = inputs
-        """``(raw path, call)`` to base input arrays, leaf by leaf (``None``: keep raw's)."""
-        self.grads = grads
-        """``(raw path, call)`` to base output-gradient arrays, by output name."""
 
 
 class Recorder:
@@ -83,12 +48,12 @@ class Recorder:
         self.feed = feed
         self.keep = keep
         self.stacks = stacks
-        self.calls: list[_Call] = []
+        self.calls: list[Call] = []
         self._handles: list[Handle] = []
         self._tensor_handles: list[Handle] = []
-        self._active: list[_Call] = []
+        self._active: list[Call] = []
         self._counts: dict[str, int] = {}
-        self._inplace_guard: dict[int, list[_Call]] = {}
+        self._inplace_guard: dict[int, list[Call]] = {}
         self.hidden_roots = fw.source_roots + tool_roots()
         """Folders whose frames are not user code (empty: keep every frame)."""
         self.paused = False
@@ -155,7 +120,7 @@ class Recorder:
             call_index = self._counts.get(path, 0)
             self._counts[path] = call_index + 1
             parent = self._active[-1] if self._active else None
-            rec = _Call(
+            rec = Call(
                 order=len(self.calls),
                 path=path,
                 layer=layer,
@@ -176,7 +141,7 @@ class Recorder:
             fed = self.feed.inputs.get((path, call_index)) if self.feed else None
             new_values = []
             for i, (key, t) in enumerate(leaves):
-                name = _input_name(key)
+                name = input_name(key)
                 if fed is not None and i < len(fed) and fed[i] is not None and fw.shape_of(t) == fed[i].shape:
                     base_t = fw.from_numpy(fed[i])
                     t = fw.with_value(t, base_t) if fw.requires_grad(t) else base_t
@@ -241,11 +206,11 @@ class Recorder:
             key = f"{parent.path}::{op}"
             call_index = self._counts.get(key, 0)
             self._counts[key] = call_index + 1
-            rec = _Call(
+            rec = Call(
                 order=len(self.calls), path=key, layer=None, call=call_index, depth=len(self._active),
                 parent=parent.order, stack=user_stack(self.hidden_roots) if self.stacks else (), done=True, api=op,
             )  # fmt: skip
-            rec.inputs = [self._keep(rec, _input_name(k), t) for k, t in ins]
+            rec.inputs = [self._keep(rec, input_name(k), t) for k, t in ins]
             rec.outputs = [self._keep(rec, k, t) for k, t in outs]
             self.calls.append(rec)
         finally:
@@ -270,7 +235,7 @@ class Recorder:
 
         return hook
 
-    def _keep(self, rec: _Call, name: str, t: Any) -> tuple[str, Any, int]:
+    def _keep(self, rec: Call, name: str, t: Any) -> tuple[str, Any, int]:
         ref = self.fw.detach(t)
         self._inplace_guard.setdefault(id(t), []).append(rec)
         return (name, ref, self.fw.tensor_version(ref))
@@ -303,7 +268,7 @@ class Recorder:
     ) -> list[tuple[list[Event], list[Event], list[str]]]:
         """One step per call of the root model (a training loop's iterations), with the
         parameter gradients of step ``k`` taken from ``grads[k]`` (by ``id`` of the parameter)."""
-        groups: list[list[_Call]] = []
+        groups: list[list[Call]] = []
         for rec in self.calls:
             if rec.depth == 0:
                 groups.append([])
@@ -330,7 +295,7 @@ class Recorder:
         return None if g is None else self.fw.to_numpy(g).copy()
 
     def _build(
-        self, calls: list[_Call], step: int, loss: Any | None, grad_of: Callable[[Any], np.ndarray | None]
+        self, calls: list[Call], step: int, loss: Any | None, grad_of: Callable[[Any], np.ndarray | None]
     ) -> tuple[list[Event], list[Event], list[str]]:
         fw = self.fw
         warnings: list[str] = []
@@ -363,7 +328,7 @@ class Recorder:
             forward.append(ev)
         # Parent pointers refer to call order; renumber to event order.
         renumber = {rec_order: ev.order for rec_order, ev in by_order.items()}
-        forward = [_replace_parent(e, renumber) for e in forward]
+        forward = [replace_parent(e, renumber) for e in forward]
         if loss is not None:
             forward.append(
                 Event(
@@ -420,9 +385,9 @@ class Recorder:
                         rec.stack,
                     )
                 )
-        return forward, _link_backward_parents(backward), warnings
+        return forward, link_backward_parents(backward), warnings
 
-    def _record(self, rec: _Call, name: str, ref: Any, version: int, warnings: list[str]) -> TensorRecord:
+    def _record(self, rec: Call, name: str, ref: Any, version: int, warnings: list[str]) -> TensorRecord:
         if self.fw.tensor_version(ref) != version:
             warnings.append(
                 f"`{rec.path or '<root>'}` {name} was overwritten in place after it was recorded; "
@@ -432,29 +397,3 @@ class Recorder:
 
     def _tensor(self, name: str, t: Any) -> TensorRecord:
         return TensorRecord(name, self.fw.shape_of(t), self.fw.dtype_name(t), self.fw.to_numpy(t))
-
-
-def _input_name(key: str) -> str:
-    """``[0][1]`` (second positional) becomes ``in[1]``; ``[1].x`` (keyword) becomes ``in.x``."""
-    return "in" + key[3:]
-
-
-def _replace_parent(e: Event, renumber: dict[int, int]) -> Event:
-    return replace(e, parent=renumber.get(e.parent) if e.parent is not None else None)
-
-
-def _link_backward_parents(events: list[Event]) -> list[Event]:
-    """Point each backward event at its enclosing layer's backward event.
-
-    Backward order is reversed pre-order, so walking it from the end is pre-order:
-    the enclosing layer is the nearest earlier (in that walk) event of smaller depth.
-    """
-    result = list(events)
-    ancestors: list[Event] = []
-    for i in range(len(result) - 1, -1, -1):
-        e = result[i]
-        while ancestors and ancestors[-1].depth >= e.depth:
-            ancestors.pop()
-        result[i] = replace(e, parent=ancestors[-1].order if ancestors else None)
-        ancestors.append(result[i])
-    return result

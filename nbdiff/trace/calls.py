@@ -1,0 +1,75 @@
+"""Bookkeeping records of a recording in progress, and how its events are numbered and linked."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import numpy as np
+
+from nbdiff.trace.events import Event, TensorRecord
+from nbdiff.trace.stack import Frame
+
+__all__ = ["Call", "Feed", "input_name", "replace_parent", "link_backward_parents"]
+
+
+@dataclass
+class Call:
+    """Mutable bookkeeping for one layer call while the step runs."""
+
+    order: int
+    path: str
+    layer: Any
+    call: int
+    depth: int
+    parent: int | None
+    stack: tuple[Frame, ...]
+    template: Any = None
+    inputs: list[tuple[str, Any, int]] = field(default_factory=list)
+    outputs: list[tuple[str, Any, int]] = field(default_factory=list)
+    grad_in: dict[str, TensorRecord] = field(default_factory=dict)
+    grad_out: dict[str, TensorRecord] = field(default_factory=dict)
+    args: tuple[str, ...] = ()
+    done: bool = False
+    api: str = ""
+    """For an API call: the op's name (``layer`` is then ``None``)."""
+
+
+class Feed:
+    """Single-step feeding: values from the base trace given to raw layer calls."""
+
+    def __init__(
+        self,
+        inputs: dict[tuple[str, int], list[np.ndarray | None]],
+        grads: dict[tuple[str, int], dict[str, np.ndarray]],
+    ):
+        self.inputs = inputs
+        """``(raw path, call)`` to base input arrays, leaf by leaf (``None``: keep raw's)."""
+        self.grads = grads
+        """``(raw path, call)`` to base output-gradient arrays, by output name."""
+
+
+def input_name(key: str) -> str:
+    """``[0][1]`` (second positional) becomes ``in[1]``; ``[1].x`` (keyword) becomes ``in.x``."""
+    return "in" + key[3:]
+
+
+def replace_parent(e: Event, renumber: dict[int, int]) -> Event:
+    return replace(e, parent=renumber.get(e.parent) if e.parent is not None else None)
+
+
+def link_backward_parents(events: list[Event]) -> list[Event]:
+    """Point each backward event at its enclosing layer's backward event.
+
+    Backward order is reversed pre-order, so walking it from the end is pre-order:
+    the enclosing layer is the nearest earlier (in that walk) event of smaller depth.
+    """
+    result = list(events)
+    ancestors: list[Event] = []
+    for i in range(len(result) - 1, -1, -1):
+        e = result[i]
+        while ancestors and ancestors[-1].depth >= e.depth:
+            ancestors.pop()
+        result[i] = replace(e, parent=ancestors[-1].order if ancestors else None)
+        ancestors.append(result[i])
+    return result

@@ -20,7 +20,7 @@ from nbdiff.errors import OptionError
 from nbdiff.frameworks import Framework, framework_of
 from nbdiff.trace.events import Event, Kind, Phase, TensorRecord
 from nbdiff.trace.session import ModelSession, Weights
-from nbdiff.trace.store import DUMP_TYPES, write_rank
+from nbdiff.trace.store import DUMP_TYPES, DumpWriter
 from nbdiff.weights.plan import all_class_names
 
 __all__ = ["record", "MODES", "event_names"]
@@ -74,27 +74,6 @@ class record:
         """The rank folder written, once the block has ended."""
 
     def __enter__(self) -> record:
-        try:
-            self._session.install(self._stack, lambda *a, **k: self._session.begin_step())
-        except BaseException:
-            self._stack.close()
-            raise
-        return self
-
-    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
-        try:
-            self._session.end()
-        finally:
-            self._stack.close()
-        self.path = self._write()
-
-    def _write(self) -> Path:
-        session = self._session
-        steps = []
-        per_step = session.recorder.events_by_root_call(session.grads)
-        for k, (forward, backward, _) in enumerate(per_step):
-            updates = _updates(self.fw, self.model, k, session.weights[k], session.weights[k + 1])
-            steps.append(self._select(forward + backward + updates))
         dist = self.fw.distributed_rank()
         rank, world = dist if dist is not None else _env_rank()
         meta = dict(
@@ -102,7 +81,36 @@ class record:
             rank=rank, world_size=world, api_level=self.api_level, **{k: v for k, v in self.options.items() if k != "dump_type"},
         )  # fmt: skip
         layers = {path: all_class_names(layer) for path, layer in self.fw.named_layers(self.model)}
-        return write_rank(self.dump_dir / f"rank{rank}", meta, layers, steps, str(self.options["dump_type"]))
+        self._writer = DumpWriter(self.dump_dir / f"rank{rank}", meta, layers, str(self.options["dump_type"]))
+        try:
+            self._session.install(self._stack, self._on_step)
+        except BaseException:
+            self._stack.close()
+            raise
+        return self
+
+    def _on_step(self, *args: Any, **kwargs: Any) -> None:
+        self._session.begin_step()
+        # The previous step is complete (this hook runs before the new root call is recorded):
+        # write it and let it go.
+        self._flush()
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        try:
+            self._session.end()
+        finally:
+            self._stack.close()
+        self._flush()
+        self.path = self._writer.close()
+
+    def _flush(self) -> None:
+        session = self._session
+        first = session.recorder.steps_taken
+        for i, (forward, backward, _) in enumerate(session.recorder.take_steps(session.grads)):
+            k = first + i
+            updates = _updates(self.fw, self.model, k, session.weights[k], session.weights[k + 1])
+            self._writer.add_step(self._select(forward + backward + updates))
+            session.weights[k], session.grads[k] = {}, {}  # done with them
 
     def _select(self, events: list[Event]) -> list[Event]:
         names = event_names(events)

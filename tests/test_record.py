@@ -107,3 +107,18 @@ def test_parameter_gradients_of_each_step_without_zeroing(tmp_path):
         for k in (0, 1)
     ]
     assert grads[0].value.sum() == pytest.approx(1.0) and grads[1].value.sum() == pytest.approx(1.0)
+
+
+def test_a_long_recording_holds_one_step_at_a_time(tmp_path):
+    import torch
+
+    base, _ = pair()
+    held = []
+    with nbdiff.record(base, tmp_path / "d") as rec:
+        for _ in range(5):
+            base(torch.tensor(X)).mean().backward()
+            held.append(len(rec._session.recorder.calls))
+    assert len(set(held)) == 1  # the same few calls each step, not a growing list
+    dump = read_dump(rec.path)
+    assert len(dump.steps) == 5 and [e.step for e in dump.steps[4]][:1] == [4]
+    assert (rec.path / "step4.safetensors").is_file()

@@ -58,6 +58,9 @@ class Recorder:
         """Folders whose frames are not user code (empty: keep every frame)."""
         self.paused = False
         """While True, calls are not recorded (a probe call made from a hook)."""
+        self._next_order = 0  # call numbers stay unique when finished steps are taken out
+        self.steps_taken = 0
+        """Root calls (steps) already handed out by :meth:`take_steps` and dropped."""
         self.api_level = bool(api_level)
         self.api_in_library = api_in_library or api_level == "all"
         """Also record the API calls made inside framework-provided layers (their implementation):
@@ -121,7 +124,7 @@ class Recorder:
             self._counts[path] = call_index + 1
             parent = self._active[-1] if self._active else None
             rec = Call(
-                order=len(self.calls),
+                order=self._new_order(),
                 path=path,
                 layer=layer,
                 call=call_index,
@@ -207,7 +210,7 @@ class Recorder:
             call_index = self._counts.get(key, 0)
             self._counts[key] = call_index + 1
             rec = Call(
-                order=len(self.calls), path=key, layer=None, call=call_index, depth=len(self._active),
+                order=self._new_order(), path=key, layer=None, call=call_index, depth=len(self._active),
                 parent=parent.order, stack=user_stack(self.hidden_roots) if self.stacks else (), done=True, api=op,
             )  # fmt: skip
             rec.inputs = [self._keep(rec, input_name(k), t) for k, t in ins]
@@ -263,19 +266,41 @@ class Recorder:
         """
         return self._build(self.calls, self.step, loss, self._live_grad)
 
-    def events_by_root_call(
-        self, grads: list[dict[int, np.ndarray]]
-    ) -> list[tuple[list[Event], list[Event], list[str]]]:
-        """One step per call of the root model (a training loop's iterations), with the
-        parameter gradients of step ``k`` taken from ``grads[k]`` (by ``id`` of the parameter)."""
+    def _new_order(self) -> int:
+        self._next_order += 1
+        return self._next_order - 1
+
+    def _groups(self) -> list[list[Call]]:
         groups: list[list[Call]] = []
         for rec in self.calls:
             if rec.depth == 0:
                 groups.append([])
             if groups:
                 groups[-1].append(rec)
+        return groups
+
+    def take_steps(self, grads: list[dict[int, np.ndarray]]) -> list[tuple[list[Event], list[Event], list[str]]]:
+        """Events of every step recorded so far, then forget them, so a long recording holds one
+        step at a time (call it between steps). Steps keep their absolute numbers."""
+        done = self._groups()
+        if not done:
+            return []
+        out = self.events_by_root_call(grads, groups=done)
+        dropped = {id(rec) for group in done for rec in group}
+        self.calls = [rec for rec in self.calls if id(rec) not in dropped]
+        self._inplace_guard.clear()
+        self.steps_taken += len(done)
+        return out
+
+    def events_by_root_call(
+        self, grads: list[dict[int, np.ndarray]], groups: list[list[Call]] | None = None
+    ) -> list[tuple[list[Event], list[Event], list[str]]]:
+        """One step per call of the root model (a training loop's iterations), with the
+        parameter gradients of step ``k`` taken from ``grads[k]`` (by ``id`` of the parameter)."""
+        groups = self._groups() if groups is None else groups
         out = []
-        for k, group in enumerate(groups):
+        for i, group in enumerate(groups):
+            k = self.steps_taken + i
             first_call: dict[str, int] = {}
             renumbered = []
             for i, rec in enumerate(group):

@@ -30,7 +30,7 @@ from nbdiff.trace.events import Event, Kind, Phase, TensorRecord
 from nbdiff.trace.stack import Frame
 from nbdiff.trace.stats import Stats
 
-__all__ = ["FORMAT", "VERSION", "RankDump", "write_rank", "read_dump", "rank_dirs"]
+__all__ = ["FORMAT", "VERSION", "RankDump", "DumpWriter", "write_rank", "read_dump", "rank_dirs"]
 
 FORMAT = "nbdiff-dump"
 VERSION = 1
@@ -101,6 +101,44 @@ def _event_json(e: Event, payload: dict[str, np.ndarray], keep_values: bool, kee
     }
 
 
+class DumpWriter:
+    """Writes one rank's dump step by step: each step's payload as it completes, the manifest last.
+
+    A long recording then holds one step in memory, not all of them.
+    """
+
+    def __init__(
+        self, rank_dir: str | os.PathLike[str], meta: dict[str, Any], layers: dict[str, list[str]], dump_type: str
+    ) -> None:
+        if dump_type not in DUMP_TYPES:
+            raise DumpError(f"dump_type={dump_type!r} is not one of {DUMP_TYPES}.")
+        self.path = Path(rank_dir)
+        self.path.mkdir(parents=True, exist_ok=True)
+        self.meta, self.layers, self.dump_type = meta, layers, dump_type
+        self._steps: list[dict[str, Any]] = []
+
+    def add_step(self, events: list[Event]) -> None:
+        from safetensors.numpy import save_file
+
+        k = len(self._steps)
+        payload: dict[str, np.ndarray] = {}
+        ev_json = [_event_json(e, payload, self.dump_type == "tensor", self.dump_type != "stack") for e in events]
+        file = None
+        if payload:
+            file = f"step{k}.safetensors"
+            save_file(payload, str(self.path / file))
+        self._steps.append({"step": k, "payload": file, "events": ev_json})
+
+    def close(self) -> Path:
+        manifest = {"format": FORMAT, "version": VERSION, **self.meta, "dump_type": self.dump_type}
+        manifest["layers"] = self.layers
+        manifest["steps"] = self._steps
+        tmp = self.path / (MANIFEST + ".tmp")
+        tmp.write_text(json.dumps(manifest, separators=(",", ":")))
+        tmp.replace(self.path / MANIFEST)  # a reader never sees half a manifest
+        return self.path
+
+
 def write_rank(
     rank_dir: str | os.PathLike[str],
     meta: dict[str, Any],
@@ -109,27 +147,10 @@ def write_rank(
     dump_type: str,
 ) -> Path:
     """Write one rank's manifest and payloads (payload files first, the manifest last)."""
-    from safetensors.numpy import save_file
-
-    if dump_type not in DUMP_TYPES:
-        raise DumpError(f"dump_type={dump_type!r} is not one of {DUMP_TYPES}.")
-    out = Path(rank_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    manifest_steps = []
-    for k, events in enumerate(steps):
-        payload: dict[str, np.ndarray] = {}
-        ev_json = [_event_json(e, payload, dump_type == "tensor", dump_type != "stack") for e in events]
-        file = None
-        if payload:
-            file = f"step{k}.safetensors"
-            save_file(payload, str(out / file))
-        manifest_steps.append({"step": k, "payload": file, "events": ev_json})
-    manifest = {"format": FORMAT, "version": VERSION, **meta, "dump_type": dump_type, "layers": layers}
-    manifest["steps"] = manifest_steps
-    tmp = out / (MANIFEST + ".tmp")
-    tmp.write_text(json.dumps(manifest, separators=(",", ":")))
-    tmp.replace(out / MANIFEST)  # a reader never sees half a manifest
-    return out
+    writer = DumpWriter(rank_dir, meta, layers, dump_type)
+    for events in steps:
+        writer.add_step(events)
+    return writer.close()
 
 
 def rank_dirs(dump_dir: str | os.PathLike[str]) -> dict[int, Path]:

@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint clean
+.PHONY: demo test lint typecheck clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -30,6 +30,10 @@ test: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check nbdiff tests benchmarks examples
 	$(BIN)/ruff format --check nbdiff tests benchmarks examples
+
+# mypy over the package (not part of `make test`, so a new stub release cannot break CI).
+typecheck: $(STAMP)
+	$(BIN)/python -m mypy nbdiff --ignore-missing-imports --follow-imports=silent
 
 clean:
 	rm -rf $(VENV) build *.egg-info

@@ -116,7 +116,8 @@ def auto_diff(
         initial = [save_state(bfw, base), save_state(rfw, raw)]
         if opts is None:
             # Not training: running statistics end as they were (raw's as copied from base).
-            stack.callback(lambda: (restore_state(bfw, initial[0]), restore_state(rfw, initial[1])))
+            stack.callback(restore_state, bfw, initial[0])
+            stack.callback(lambda: restore_state(rfw, initial[1]))  # initial[1] may be replaced below
         for step in range(steps):
             brec, rrec, pairing = run_pair(step, pairing)
             if wmap is None:

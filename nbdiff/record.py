@@ -114,7 +114,8 @@ class record:
 
     def _select(self, events: list[Event]) -> list[Event]:
         names = event_names(events)
-        keep = _selector(str(self.options["mode"]), list(self.options["scope"]), events, names)  # type: ignore[arg-type]
+        scope = self.options["scope"]
+        keep = _selector(str(self.options["mode"]), list(scope) if isinstance(scope, list) else [], events, names)
         out = [e for e in events if keep(e)]
         if self.options["filter_data"]:
             out = [_floating_only(e) for e in out]

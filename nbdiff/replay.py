@@ -80,7 +80,7 @@ class Replayer:
             return None
         values = []
         for mine, theirs in zip(template_event.inputs, base_inputs.inputs):
-            arr = theirs.value.astype(mine.value.dtype, copy=False)
+            arr = theirs.data.astype(mine.data.dtype, copy=False)
             values.append(fw.from_numpy(arr, requires_grad=grad))
         return unflatten(template_event.template, values), values
 
@@ -100,7 +100,7 @@ class Replayer:
         diffs = []
         for (_, t), b in zip(leaves, base.outputs):
             r = fw.to_numpy(t)
-            diffs.append(compare_tensors(b.name, r, b.value, self.tol(b.dtype, fw.dtype_name(t)), self.mode))
+            diffs.append(compare_tensors(b.name, r, b.data, self.tol(b.dtype, fw.dtype_name(t)), self.mode))
         return tuple(diffs) if diffs else None
 
     def _grads(
@@ -114,7 +114,7 @@ class Replayer:
         with kept_state(fw, fwd.layer):
             out = fwd.layer(*args, **kwargs)
         leaves, _ = flatten(out, fw.is_tensor, "out")
-        by_name = {t.name: t.value for t in grad_out.outputs}
+        by_name = {t.name: t.data for t in grad_out.outputs}
         outs, gouts = [], []
         for name, t in leaves:
             if name in by_name and fw.requires_grad(t):

@@ -221,10 +221,10 @@ def _backward_diffs(
             continue
         plan = plans.get(p.base.path)
         own = plan is not None and p.base.call == 0 and plan.raw_path == p.raw.path
-        bgrads = grads(bfw, blayers[p.base.path], plan.recursive) if own else {}
-        hint = magnitude([t.value for t in b.outputs + b.inputs] + list(bgrads.values()))
+        bgrads = grads(bfw, blayers[p.base.path], plan.recursive) if plan is not None and own else {}
+        hint = magnitude([t.data for t in b.outputs + b.inputs] + list(bgrads.values()))
         tensors = tensor_diffs(r.inputs, b.inputs, tol, mode, hint)
-        if own:
+        if plan is not None and own:
             tensors += compare_param_grads(
                 bgrads,
                 grads(rfw, rlayers[p.raw.path], plan.recursive),
@@ -266,10 +266,10 @@ def feed_for(brec: StepRecord, pairing: Pairing, diff_phase: str) -> Feed:
     for p in pairing.pairs:
         key = (p.raw.path, p.raw.call)
         if diff_phase != "backward":
-            inputs[key] = [t.value for t in p.base.inputs]
+            inputs[key] = [t.data for t in p.base.inputs]
         g = bwd.get((p.base.path, p.base.call))
         if g is not None and diff_phase != "forward":
-            grads[key] = {t.name: t.value for t in g.outputs}
+            grads[key] = {t.name: t.data for t in g.outputs}
     return Feed(inputs, grads)
 
 

@@ -138,3 +138,8 @@ def test_structure_pairing_treats_attention_as_one_unit(direction):
     out_t = t(*(torch.tensor(x),) * 3, need_weights=False)[0].detach().numpy()
     out_p = p(*(paddle.to_tensor(x),) * 3).numpy()
     np.testing.assert_allclose(out_p, out_t, rtol=1e-4, atol=1e-5)
+
+
+def test_a_rule_needs_conversions_or_a_copy_function():
+    with pytest.raises(nbdiff.OptionError, match="needs convert and inverse"):
+        nbdiff.register_weight_rule(("torch", "Nothing"), ("paddle", "Nothing"), None, None)

@@ -76,7 +76,8 @@ class ProxyModel:
     """What ``create_model`` returns: the model, plus PaDiff's ``auto_layer_map(role)``."""
 
     def __init__(self, model: Any, name: str | None = None) -> None:
-        self.model, self.name, self.role = model, name or type(model).__name__, None
+        self.model, self.name = model, name or type(model).__name__
+        self.role: str | None = None
 
     def auto_layer_map(self, role: str) -> None:
         """PaDiff needed a layer map for known models; nbdiff pairs by execution. Kept as the role."""

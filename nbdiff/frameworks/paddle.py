@@ -36,7 +36,7 @@ def _api_table() -> list[tuple[Any, str, str]]:
     """``(owner, attribute, name)`` of the public APIs to wrap: functional, math, linalg, fft, Tensor."""
     import inspect
 
-    table = []
+    table: list[tuple[Any, str, str]] = []
     for mod in (paddle, paddle.nn.functional, paddle.linalg, paddle.fft):
         for name in getattr(mod, "__all__", ()):
             fn = getattr(mod, name, None)
@@ -52,7 +52,7 @@ class PaddleFramework:
 
     name = "paddle"
     version = paddle.__version__
-    source_roots = (os.path.dirname(paddle.__file__),)
+    source_roots: tuple[str, ...] = (os.path.dirname(paddle.__file__),)
 
     def owns(self, obj: Any) -> bool:
         return isinstance(obj, (paddle.nn.Layer, paddle.Tensor, paddle.optimizer.Optimizer))

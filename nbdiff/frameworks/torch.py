@@ -19,8 +19,8 @@ class TorchFramework:
     """The :class:`~nbdiff.frameworks.base.Framework` for torch."""
 
     name = "torch"
-    version = torch.__version__
-    source_roots = (os.path.dirname(torch.__file__),)
+    version = str(torch.__version__)
+    source_roots: tuple[str, ...] = (os.path.dirname(torch.__file__),)
 
     def owns(self, obj: Any) -> bool:
         return isinstance(obj, (torch.nn.Module, torch.Tensor, torch.optim.Optimizer))

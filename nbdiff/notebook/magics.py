@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import argparse
 import shlex
-from typing import Any
+from typing import Any, NoReturn
 
 from IPython.core.magic import Magics, line_cell_magic, magics_class
 
@@ -26,7 +26,7 @@ USAGE = (
 
 
 class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # argparse would exit the kernel's process
+    def error(self, message: str) -> NoReturn:  # argparse would exit the kernel's process
         raise OptionError(f"%modeldiff: {message}\n{USAGE}")
 
 

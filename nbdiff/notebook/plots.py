@@ -60,7 +60,7 @@ def error_plots(base: np.ndarray, raw: np.ndarray, title: str = "") -> dict[str,
     if positive.size:
         lo, hi = np.log10(positive.min()), np.log10(positive.max())
         bins = np.logspace(lo, hi if hi > lo else lo + 1, 40)
-        ax.hist(positive, bins=bins, color="#d9534f")
+        ax.hist(positive, bins=list(bins), color="#d9534f")
         ax.set_xscale("log")
     ax.set_title(f"|raw - base| {title}".strip(), fontsize=8)
     ax.set_xlabel(f"{finite.size - positive.size} of {err.size} elements equal", fontsize=7)

@@ -199,7 +199,7 @@ def node_detail(tree: TreeData, node_id: int) -> dict[str, Any]:
         return dict(node=node, tensors=[], stacks=dict(base=[], raw=[]))
     d = tree.events[node["event"]]
     local = {t.name: t for t in d.local or ()}
-    tensors = []
+    tensors: list[dict[str, Any]] = []
     for t in d.tensors:
         bv, rv = tensor_pair(d, t.name)
         tensors.append(

@@ -29,9 +29,9 @@ class DiffView(anywidget.AnyWidget):
     _esm = _STATIC / "view.js"
     _css = _STATIC / "view.css"
 
-    nodes = T.List().tag(sync=True)
+    nodes: T.List = T.List().tag(sync=True)
     """Tree rows (see :func:`nbdiff.notebook.view_model.build_tree`)."""
-    order = T.List().tag(sync=True)
+    order: T.List = T.List().tag(sync=True)
     """Row ids in execution order, for the replay."""
     first = T.Int(-1).tag(sync=True)
     """Row id of the first divergence, or -1."""

@@ -32,7 +32,7 @@ def _stack(frames: tuple[Frame, ...]) -> list[str]:
 
 
 def _tree(events: list[EventDiff], mark: tuple[str, int] | None) -> list[str]:
-    rows = []
+    rows: list[str] = []
     at = 0
     for e in sorted(events, key=lambda d: d.base.order):
         name = e.base.path or "<root>"

@@ -50,6 +50,13 @@ class TensorRecord:
     stats: Stats | None = field(default=None, compare=False)
     """Summary statistics, when read from a dump (computed from ``value`` otherwise)."""
 
+    @property
+    def data(self) -> np.ndarray:
+        """The values; for live recordings, which always keep them (a statistics-only dump does not)."""
+        if self.value is None:
+            raise ValueError(f"tensor {self.name!r} {self.shape} was kept as statistics only")
+        return self.value
+
     def statistics(self) -> Stats | None:
         return self.stats if self.stats is not None else (tensor_stats(self.value) if self.value is not None else None)
 

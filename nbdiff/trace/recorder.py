@@ -145,8 +145,9 @@ class Recorder:
             new_values = []
             for i, (key, t) in enumerate(leaves):
                 name = input_name(key)
-                if fed is not None and i < len(fed) and fed[i] is not None and fw.shape_of(t) == fed[i].shape:
-                    base_t = fw.from_numpy(fed[i])
+                value = fed[i] if fed is not None and i < len(fed) else None
+                if value is not None and fw.shape_of(t) == value.shape:
+                    base_t = fw.from_numpy(value)
                     t = fw.with_value(t, base_t) if fw.requires_grad(t) else base_t
                     changed = True
                 kept = self._keep(rec, name, t)
@@ -310,8 +311,8 @@ class Recorder:
             new_order = {rec.order: i for i, rec in enumerate(group)}
             for new, old in zip(renumbered, group):
                 new.parent = new_order.get(old.parent) if old.parent is not None else None
-            step_grads = grads[k] if k < len(grads) else {}
-            out.append(self._build(renumbered, k, None, lambda p, g=step_grads: g.get(id(p))))
+            step_grads: dict[int, np.ndarray] = grads[k] if k < len(grads) else {}
+            out.append(self._build(renumbered, k, None, lambda p, g=step_grads: g.get(id(p))))  # type: ignore[misc]
         return out
 
     def _live_grad(self, param: Any) -> np.ndarray | None:

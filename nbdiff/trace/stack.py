@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import sys
 from dataclasses import dataclass
+from types import FrameType
 
 __all__ = ["Frame", "user_stack", "tool_roots"]
 
@@ -51,7 +52,7 @@ def user_stack(hidden_roots: tuple[str, ...], limit: int = 12) -> tuple[Frame, .
     """
     hidden = (_NBDIFF_ROOT, *(r.rstrip(os.sep) + os.sep for r in hidden_roots))
     frames: list[Frame] = []
-    f = sys._getframe(1)
+    f: FrameType | None = sys._getframe(1)
     while f is not None and len(frames) < limit:
         code = f.f_code
         name = code.co_filename

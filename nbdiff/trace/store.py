@@ -158,7 +158,7 @@ def rank_dirs(dump_dir: str | os.PathLike[str]) -> dict[int, Path]:
     root = Path(dump_dir)
     if (root / MANIFEST).is_file():
         return {int(_manifest(root)["rank"]): root}
-    found = {}
+    found: dict[int, Path] = {}
     if root.is_dir():
         for sub in sorted(root.iterdir()):
             if sub.name.startswith("rank") and (sub / MANIFEST).is_file():
@@ -224,9 +224,8 @@ def _tensor(t: dict[str, Any], payload: dict[str, np.ndarray], where: Path, step
     st = t.get("stats")
     stats = None
     if st is not None:
-        stats = Stats(
-            *(_read_float(st[f]) for f in ("min", "max", "mean", "std", "abs_mean")), int(st["nan"]), int(st["inf"])
-        )
+        m = [_read_float(st[f]) for f in ("min", "max", "mean", "std", "abs_mean")]
+        stats = Stats(m[0], m[1], m[2], m[3], m[4], int(st["nan"]), int(st["inf"]))
     return TensorRecord(str(t["name"]), tuple(int(n) for n in t["shape"]), str(t["dtype"]), value, stats)
 
 

@@ -115,7 +115,6 @@ def _by_name_and_shape(
             f"Cannot match the tensors of base `{bpath}` ({btype}: {_shapes(b)}) with raw `{rpath}` "
             f"({rtype}: {_shapes(r)}) by name or shape: {unmatched} have no counterpart. Fix: {fix}."
         )
-    transpose = []
     for n, m in mapping.items():
         bs, rs = b[n], r[m]
         if bs == rs:
@@ -134,7 +133,7 @@ def _by_name_and_shape(
             raise WeightTransferError(
                 f"Shape of base `{bpath}.{n}` {bs} does not match raw `{rpath}.{m}` {rs}. Fix: {fix}."
             )
-    conv, inv = rename_rule(mapping, tuple(transpose))
+    conv, inv = rename_rule(mapping)
     return LayerWeights(bpath, rpath, btype, rtype, "by name and shape", False, conv, inv)
 
 

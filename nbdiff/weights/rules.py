@@ -69,7 +69,9 @@ def register_weight_rule(
     ``copy(base_layer, raw_layer)`` instead copies the weights itself (pass ``convert``/``inverse``
     as ``None``); gradients of those layers are then compared by tensor name.
     """
-    if copy is not None and (convert is None or inverse is None):
+    if convert is None or inverse is None:
+        if copy is None:
+            raise OptionError("register_weight_rule needs convert and inverse (or copy=...).")
         convert, inverse = rename_rule({})
     b, r = _key(base), _key(raw)
     rule = WeightRule(name or f"{b[0]}.{b[1]} -> {r[0]}.{r[1]}", b, r, convert, inverse, recursive, optional, copy)

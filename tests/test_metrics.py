@@ -38,3 +38,9 @@ def test_scalars_and_empty_tensors_compare():
     assert compare_tensors("loss", np.float32(1.5), np.float32(1.5), tol).ratio == 0.0
     assert compare_tensors("loss", np.array(2.0, "float32"), np.array(1.0, "float32"), tol).ratio > 1
     assert compare_tensors("e", np.zeros((0, 3), "float32"), np.zeros((0, 3), "float32"), tol).passed
+
+
+def test_identical_tensors_short_cut_to_exact_agreement():
+    a = np.linspace(-1, 1, 12, dtype="float32").reshape(3, 4)
+    t = compare_tensors("x", a.copy(), a, resolve_tolerance(None, None, "float32"))
+    assert (t.max_abs, t.max_rel, t.mean_abs, t.cosine, t.ratio, t.passed) == (0.0, 0.0, 0.0, 1.0, 0.0, True)

@@ -13,7 +13,7 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install -q torch==2.13.0
 	$(BIN)/pip install -q "paddlepaddle==3.3.1"
 	$(BIN)/pip install -q -e ".[dev]"
-	# Browser tests drive Debian's chromium (never `playwright install`, which downloads browsers).
+	# Browser tests drive Debian's chromium; playwright's own browser download is never used.
 	# Without root or apt they are skipped, and say so.
 	command -v chromium >/dev/null 2>&1 || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive \
 		apt-get install -y -qq chromium fonts-dejavu-core >/dev/null) || echo "chromium not installed: browser tests will skip"

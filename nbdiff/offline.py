@@ -19,7 +19,7 @@ import numpy as np
 
 from nbdiff.align.pairing import Pairing, pair_forward
 from nbdiff.compare.blame import Divergence, EventDiff, blame_events
-from nbdiff.compare.tolerance import Tolerance, resolve_tolerance
+from nbdiff.compare.tolerance import Tolerance, resolve_tolerance, summed_terms
 from nbdiff.errors import DumpError
 from nbdiff.replay import largest_shape, magnitude
 from nbdiff.result import DiffResult
@@ -191,8 +191,6 @@ def _magnitude(records: tuple[TensorRecord, ...]) -> float:
 
 
 def _sqrt_terms(e: Event) -> float:
-    from nbdiff.compare.tolerance import summed_terms
-
     shape = largest_shape(e.outputs)
     worst = max((summed_terms(tuple(t.shape), shape) for t in e.params), default=1) if shape else 1
     return float(worst) ** 0.5

@@ -1,6 +1,6 @@
 """A throw-away JupyterLab on 127.0.0.1 and headless Debian Chromium driven by Playwright.
 
-Never `playwright install` (it downloads browsers): the system chromium is used. The
+Playwright never downloads a browser here: the system chromium is used. The
 tests skip, saying why, when chromium or playwright is missing; `make test` installs both.
 """
 

@@ -122,12 +122,6 @@ class PaddleFramework:
     def detach(self, tensor: Any) -> Any:
         return tensor.detach()
 
-    def hold_grad(self, grad: Any) -> np.ndarray:
-        # paddle calls hooks once per contribution and then adds the next ones into that same
-        # buffer in place: without a copy, a layer input's gradient would read as the total.
-        # A numpy copy costs a tenth of Tensor.clone() on CPU.
-        return self.to_numpy(grad).copy()
-
     def tensor_version(self, tensor: Any) -> int:
         return int(tensor.inplace_version)
 

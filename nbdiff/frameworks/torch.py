@@ -89,11 +89,6 @@ class TorchFramework:
     def detach(self, tensor: Any) -> Any:
         return tensor.detach()
 
-    def hold_grad(self, grad: Any) -> np.ndarray:
-        # A copy: AccumulateGrad adopts the buffer it was handed as `param.grad` and adds the
-        # next backward into it in place (a numpy view does not count as a reference).
-        return self.to_numpy(grad).copy()
-
     def tensor_version(self, tensor: Any) -> int:
         return int(tensor._version)
 

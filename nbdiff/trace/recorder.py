@@ -14,7 +14,7 @@ import numpy as np
 
 from nbdiff.frameworks import Framework, Handle
 from nbdiff.trace.apis import SKIPPED_OPS, canonical_op
-from nbdiff.trace.calls import Call, Feed, input_name, link_backward_parents, replace_parent
+from nbdiff.trace.calls import Call, Feed, hold_grad, input_name, link_backward_parents, replace_parent
 from nbdiff.trace.events import Event, Kind, Phase, TensorRecord
 from nbdiff.trace.nest import describe_non_tensors, flatten, unflatten
 from nbdiff.trace.stack import tool_roots, user_stack
@@ -232,7 +232,7 @@ class Recorder:
                 return fw.from_numpy(fed)
             # paddle calls a tensor's hook once per incoming contribution, torch once with the
             # sum: adding up gives the full gradient in both.
-            g = fw.hold_grad(grad)
+            g = hold_grad(fw, grad)
             prev = into.get(name)
             into[name] = TensorRecord(name, fw.shape_of(grad), fw.dtype_name(grad), prev.value + g if prev else g)
             return None

@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 
 from nbdiff.frameworks import Framework, Handle
+from nbdiff.trace.calls import hold_grad
 from nbdiff.trace.modes import no_dropout, training_flags
 from nbdiff.trace.recorder import Recorder
 
@@ -65,7 +66,7 @@ class ModelSession:
     def grad_hook(self, param: Any) -> Any:
         def hook(grad: Any) -> None:
             if self.steps:
-                g = self.fw.hold_grad(grad)
+                g = hold_grad(self.fw, grad)
                 into = self.grads[self.steps - 1]
                 into[id(param)] = into[id(param)] + g if id(param) in into else g
 

@@ -69,3 +69,16 @@ def test_calls_paired_with_nothing_are_shown_under_their_parent():
     assert all(n["parent"] == attn["id"] and n["event"] == -2 for n in unpaired)
     assert not set(tree.order) & {n["id"] for n in unpaired}
     assert node_detail(tree, unpaired[0]["id"])["tensors"] == []
+
+
+def test_statistics_only_dumps_show_their_statistics(tmp_path):
+    # Regression: the panel computed statistics from values, so a statistics dump showed none.
+    from tests.dumps import pair, train
+
+    base, raw = pair("eps")
+    a = train(base, tmp_path / "a", steps=1, dump_type="statistics")
+    b = train(raw, tmp_path / "b", steps=1, dump_type="statistics")
+    tree = build_tree(nbdiff.compare(a.parent, b.parent))
+    t = node_detail(tree, tree.first)["tensors"][0]
+    assert t["base"]["shape"] == [8, 64] and t["base"]["std"] > 0 and t["raw"]["nan"] == 0
+    json.dumps(t)

@@ -18,7 +18,7 @@ from nbdiff.compare.metrics import TensorDiff
 from nbdiff.result import DiffResult
 from nbdiff.trace.events import Event, Kind, Phase, TensorRecord
 
-__all__ = ["TreeData", "build_tree", "node_detail", "tensor_stats", "tensor_pair", "summary_line"]
+__all__ = ["TreeData", "build_tree", "node_detail", "record_stats", "tensor_pair", "summary_line"]
 
 _PHASES = (Phase.FORWARD, Phase.BACKWARD, Phase.OPTIMIZER)
 
@@ -150,22 +150,17 @@ def _label(d: EventDiff) -> str:
     return name if name == raw else f"{name} ~ {raw}"
 
 
-def tensor_stats(a: np.ndarray | None) -> dict[str, Any] | None:
-    """min/max/mean/std and NaN/Inf counts of one tensor (finite values only for the moments)."""
-    if a is None:
+def record_stats(t: TensorRecord | None) -> dict[str, Any] | None:
+    """Shape, dtype, min/max/mean/std and NaN/Inf counts of one recorded tensor, for the panel.
+
+    From :meth:`TensorRecord.statistics`, so statistics-only dumps show them too.
+    """
+    if t is None:
         return None
-    x = np.asarray(a)
-    out: dict[str, Any] = dict(shape=list(x.shape), dtype=str(x.dtype), size=int(x.size))
-    if x.size == 0 or x.dtype.kind not in "biuf":
-        return out
-    xf = x.astype(np.float64, copy=False)
-    finite = xf[np.isfinite(xf)] if x.dtype.kind == "f" else xf.ravel()
-    out.update(
-        nan=int(np.isnan(xf).sum()) if x.dtype.kind == "f" else 0,
-        inf=int(np.isinf(xf).sum()) if x.dtype.kind == "f" else 0,
-    )
-    if finite.size:
-        out.update(min=float(finite.min()), max=float(finite.max()), mean=float(finite.mean()), std=float(finite.std()))
+    out: dict[str, Any] = dict(shape=list(t.shape), dtype=t.dtype)
+    st = t.statistics()
+    if st is not None:
+        out.update({k: _ratio(v) if isinstance(v, float) else v for k, v in st.as_dict().items()})
     return out
 
 
@@ -201,13 +196,13 @@ def node_detail(tree: TreeData, node_id: int) -> dict[str, Any]:
     local = {t.name: t for t in d.local or ()}
     tensors: list[dict[str, Any]] = []
     for t in d.tensors:
-        bv, rv = tensor_pair(d, t.name)
+        bt, rt = _records(d.base).get(t.name), _records(d.raw).get(t.name)
         tensors.append(
             dict(
                 metrics=_metrics(t),
                 local=_metrics(local[t.name]) if t.name in local else None,
-                base=tensor_stats(bv),
-                raw=tensor_stats(rv),
+                base=record_stats(bt),
+                raw=record_stats(rt),
             )
         )
     tensors.sort(key=lambda x: -(x["metrics"]["ratio"] or 0.0))

@@ -155,15 +155,14 @@ class watch:
         finally:
             self._probing = False
             self._r.recorder.paused = False
-        base_fwd = self._b.recorder.events_by_root_call(self._b.grads)[0][0]
+        base_fwd = self._b.recorder.step_events(0, self._b.grads)[0]
         root = [e for e in base_fwd if e.depth == 0][:1]
         return self._cmp.pair(StepRecord(base_fwd, [], []), StepRecord(_with_root(root, raw_fwd, self.raw), [], []))
 
     def _feed(self, k: int) -> Feed:
         """Base inputs and output gradients of step ``k``, keyed by raw's running call numbers."""
         assert self._pairing0 is not None
-        steps = self._b.recorder.events_by_root_call(self._b.grads)
-        fwd, bwd, _ = steps[k]
+        fwd, bwd, _ = self._b.recorder.step_events(k, self._b.grads)  # this step only, each step
         by_key = {(e.path, e.call): e for e in fwd}
         pairs = tuple(
             Pair(by_key[(p.base.path, p.base.call)], p.raw)

@@ -299,21 +299,26 @@ class Recorder:
         """One step per call of the root model (a training loop's iterations), with the
         parameter gradients of step ``k`` taken from ``grads[k]`` (by ``id`` of the parameter)."""
         groups = self._groups() if groups is None else groups
-        out = []
-        for i, group in enumerate(groups):
-            k = self.steps_taken + i
-            first_call: dict[str, int] = {}
-            renumbered = []
-            for i, rec in enumerate(group):
-                base_call = first_call.setdefault(rec.path, rec.call)
-                renumbered.append(replace(rec, order=i, call=rec.call - base_call, parent=None))
-            # Parents: map old order -> new order inside the group.
-            new_order = {rec.order: i for i, rec in enumerate(group)}
-            for new, old in zip(renumbered, group):
-                new.parent = new_order.get(old.parent) if old.parent is not None else None
-            step_grads: dict[int, np.ndarray] = grads[k] if k < len(grads) else {}
-            out.append(self._build(renumbered, k, None, lambda p, g=step_grads: g.get(id(p))))  # type: ignore[misc]
-        return out
+        return [self._step(group, self.steps_taken + i, grads) for i, group in enumerate(groups)]
+
+    def step_events(self, k: int, grads: list[dict[int, np.ndarray]]) -> tuple[list[Event], list[Event], list[str]]:
+        """The events of step ``k`` alone (a step still held, not yet taken)."""
+        return self._step(self._groups()[k - self.steps_taken], k, grads)
+
+    def _step(
+        self, group: list[Call], k: int, grads: list[dict[int, np.ndarray]]
+    ) -> tuple[list[Event], list[Event], list[str]]:
+        first_call: dict[str, int] = {}
+        renumbered = []
+        for i, rec in enumerate(group):
+            base_call = first_call.setdefault(rec.path, rec.call)
+            renumbered.append(replace(rec, order=i, call=rec.call - base_call, parent=None))
+        # Parents: map old order -> new order inside the group.
+        new_order = {rec.order: i for i, rec in enumerate(group)}
+        for new, old in zip(renumbered, group):
+            new.parent = new_order.get(old.parent) if old.parent is not None else None
+        step_grads: dict[int, np.ndarray] = grads[k] if k < len(grads) else {}
+        return self._build(renumbered, k, None, lambda p, g=step_grads: g.get(id(p)))  # type: ignore[misc]
 
     def _live_grad(self, param: Any) -> np.ndarray | None:
         g = self.fw.grad_of(param)

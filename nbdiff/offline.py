@@ -19,9 +19,9 @@ import numpy as np
 
 from nbdiff.align.pairing import Pairing, pair_forward
 from nbdiff.compare.blame import Divergence, EventDiff, blame_events
-from nbdiff.compare.tolerance import Tolerance, resolve_tolerance, summed_terms
+from nbdiff.compare.tolerance import Tolerance, resolve_tolerance
 from nbdiff.errors import DumpError
-from nbdiff.replay import largest_shape, magnitude
+from nbdiff.replay import largest_shape, magnitude, param_grad_hint
 from nbdiff.result import DiffResult
 from nbdiff.step import StepRecord
 from nbdiff.stepdiff import api_local, forward_diffs, name_parameter, tensor_diffs, update_tolerance
@@ -177,8 +177,12 @@ def _backward(
         hint = _magnitude(be.outputs + be.inputs + be.params)
         tensors = tensor_diffs(re_.inputs, be.inputs, tol, mode, hint)
         if be.params and re_.params:
-            params = _converted_records(a, b, be.path, re_.path, be.params)
-            tensors += tensor_diffs(re_.params, params, tol, mode, hint * _sqrt_terms(be))
+            base_params = {t.name: t for t in _converted_records(a, b, be.path, re_.path, be.params)}
+            out_shape = largest_shape(be.outputs)
+            for r in re_.params:  # each with its own summed-terms scale, as compare_param_grads does
+                b_t = base_params.get(r.name)
+                if b_t is not None:
+                    tensors += tensor_diffs((r,), (b_t,), tol, mode, param_grad_hint(hint, tuple(r.shape), out_shape))
         diffs.append(EventDiff(be, re_, tuple(tensors)))
     return sorted(diffs, key=lambda d: d.base.order)
 
@@ -188,12 +192,6 @@ def _magnitude(records: tuple[TensorRecord, ...]) -> float:
     values = [t.value for t in records if t.value is not None]
     stats = [t.stats for t in records if t.value is None and t.stats is not None]
     return max(magnitude(values), max((max(abs(s.min), abs(s.max)) for s in stats), default=0.0))
-
-
-def _sqrt_terms(e: Event) -> float:
-    shape = largest_shape(e.outputs)
-    worst = max((summed_terms(tuple(t.shape), shape) for t in e.params), default=1) if shape else 1
-    return float(worst) ** 0.5
 
 
 def _updates(

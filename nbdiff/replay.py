@@ -21,7 +21,7 @@ from nbdiff.trace.modes import kept_state
 from nbdiff.trace.nest import flatten, unflatten
 from nbdiff.weights.plan import LayerWeights, layer_tensors
 
-__all__ = ["Replayer", "compare_param_grads", "largest_shape", "magnitude"]
+__all__ = ["Replayer", "compare_param_grads", "largest_shape", "magnitude", "param_grad_hint"]
 
 TolFn = Callable[[str, str], Tolerance]
 
@@ -38,6 +38,12 @@ def magnitude(arrays: list[np.ndarray]) -> float:
 def largest_shape(records: tuple[TensorRecord, ...]) -> tuple[int, ...]:
     """Shape of the largest of these tensors (a layer's main output), ``()`` if none."""
     return max((tuple(t.shape) for t in records), key=math.prod, default=())
+
+
+def param_grad_hint(scale_hint: float, param_shape: tuple[int, ...], grad_out_shape: tuple[int, ...]) -> float:
+    """The rounding scale of one parameter gradient: the layer's magnitude times the square root
+    of the number of terms summed into each element (``()``: no output shape known)."""
+    return scale_hint * math.sqrt(summed_terms(param_shape, grad_out_shape)) if grad_out_shape else scale_hint
 
 
 def compare_param_grads(
@@ -64,9 +70,7 @@ def compare_param_grads(
     for name, r in raw.items():
         b = converted.get(name)
         if b is not None:
-            hint = (
-                scale_hint * math.sqrt(summed_terms(tuple(r.shape), grad_out_shape)) if grad_out_shape else scale_hint
-            )
+            hint = param_grad_hint(scale_hint, tuple(r.shape), grad_out_shape)
             out.append(compare_tensors(name, r, b, tol(str(b.dtype), str(r.dtype)), mode, hint))
     return out
 

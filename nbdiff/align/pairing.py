@@ -41,10 +41,6 @@ class Pairing:
     skipped: tuple[tuple[str, str], ...] = field(default=())
     """``(side:path, reason)`` for events left out by the LayerMap."""
 
-    def raw_for(self) -> dict[tuple[str, int], Event]:
-        """Raw ``(path, call)`` to its paired base event."""
-        return {(p.raw.path, p.raw.call): p.base for p in self.pairs}
-
 
 def _shapes(e: Event) -> tuple[tuple[int, ...], ...]:
     return tuple(t.shape for t in e.outputs)

@@ -1,0 +1,120 @@
+"""The torch side of two paddle.vision models, written the way torchvision writes them.
+
+torchvision's wheel does not load beside the CPU torch we pin, so these follow its code:
+in-place residual adds, ``inplace=True`` activations and Conv-Norm-Activation wrappers
+(a ``Sequential`` subclass), the patterns that trip a recorder holding references.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+
+class BasicBlock(nn.Module):
+    expansion = 1
+
+    def __init__(self, inplanes: int, planes: int, stride: int = 1, downsample: nn.Module | None = None) -> None:
+        super().__init__()
+        self.conv1 = nn.Conv2d(inplanes, planes, 3, stride, 1, bias=False)
+        self.bn1 = nn.BatchNorm2d(planes)
+        self.relu = nn.ReLU(inplace=True)
+        self.conv2 = nn.Conv2d(planes, planes, 3, 1, 1, bias=False)
+        self.bn2 = nn.BatchNorm2d(planes)
+        self.downsample = downsample
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        identity = x
+        out = self.relu(self.bn1(self.conv1(x)))
+        out = self.bn2(self.conv2(out))
+        if self.downsample is not None:
+            identity = self.downsample(x)
+        out += identity
+        return self.relu(out)
+
+
+class ResNet18(nn.Module):
+    def __init__(self, num_classes: int = 10) -> None:
+        super().__init__()
+        self.inplanes = 64
+        self.conv1 = nn.Conv2d(3, 64, 7, 2, 3, bias=False)
+        self.bn1 = nn.BatchNorm2d(64)
+        self.relu = nn.ReLU(inplace=True)
+        self.maxpool = nn.MaxPool2d(3, 2, 1)
+        self.layer1 = self._layer(64, 1)
+        self.layer2 = self._layer(128, 2)
+        self.layer3 = self._layer(256, 2)
+        self.layer4 = self._layer(512, 2)
+        self.avgpool = nn.AdaptiveAvgPool2d((1, 1))
+        self.fc = nn.Linear(512, num_classes)
+
+    def _layer(self, planes: int, stride: int) -> nn.Sequential:
+        down = None
+        if stride != 1 or self.inplanes != planes:
+            down = nn.Sequential(nn.Conv2d(self.inplanes, planes, 1, stride, bias=False), nn.BatchNorm2d(planes))
+        blocks = [BasicBlock(self.inplanes, planes, stride, down), BasicBlock(planes, planes)]
+        self.inplanes = planes
+        return nn.Sequential(*blocks)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.maxpool(self.relu(self.bn1(self.conv1(x))))
+        x = self.layer4(self.layer3(self.layer2(self.layer1(x))))
+        return self.fc(torch.flatten(self.avgpool(x), 1))
+
+
+class Conv2dNormActivation(nn.Sequential):
+    def __init__(self, cin: int, cout: int, kernel: int = 3, stride: int = 1, groups: int = 1, act: bool = True):
+        layers: list[nn.Module] = [
+            nn.Conv2d(cin, cout, kernel, stride, (kernel - 1) // 2, groups=groups, bias=False),
+            nn.BatchNorm2d(cout),
+        ]
+        if act:
+            layers.append(nn.ReLU6(inplace=True))
+        super().__init__(*layers)
+
+
+def _divisible(v: float, d: int = 8) -> int:
+    new = max(d, int(v + d / 2) // d * d)
+    return new + d if new < 0.9 * v else new
+
+
+class InvertedResidual(nn.Module):
+    def __init__(self, inp: int, oup: int, stride: int, expand: int) -> None:
+        super().__init__()
+        hidden = int(round(inp * expand))
+        self.use_res_connect = stride == 1 and inp == oup
+        layers: list[nn.Module] = []
+        if expand != 1:
+            layers.append(Conv2dNormActivation(inp, hidden, 1))
+        layers += [
+            Conv2dNormActivation(hidden, hidden, 3, stride, groups=hidden),
+            nn.Conv2d(hidden, oup, 1, 1, 0, bias=False),
+            nn.BatchNorm2d(oup),
+        ]
+        self.conv = nn.Sequential(*layers)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + self.conv(x) if self.use_res_connect else self.conv(x)
+
+
+class MobileNetV2(nn.Module):
+    SETTING = [[1, 16, 1, 1], [6, 24, 2, 2], [6, 32, 3, 2], [6, 64, 4, 2], [6, 96, 3, 1], [6, 160, 3, 2], [6, 320, 1, 1]]
+
+    def __init__(self, scale: float = 0.25, num_classes: int = 10) -> None:
+        super().__init__()
+        cin = _divisible(32 * scale)
+        last = _divisible(1280 * max(1.0, scale))
+        feats: list[nn.Module] = [Conv2dNormActivation(3, cin, stride=2)]
+        for t, c, n, s in self.SETTING:
+            cout = _divisible(c * scale)
+            for i in range(n):
+                feats.append(InvertedResidual(cin, cout, s if i == 0 else 1, t))
+                cin = cout
+        feats.append(Conv2dNormActivation(cin, last, 1))
+        self.features = nn.Sequential(*feats)
+        self.pool2d_avg = nn.AdaptiveAvgPool2d(1)
+        self.classifier = nn.Sequential(nn.Dropout(0.2), nn.Linear(last, num_classes))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.pool2d_avg(self.features(x))
+        return self.classifier(torch.flatten(x, 1))

@@ -163,3 +163,49 @@ def test_a_model_with_no_sublayers(bfw, rfw):
     raw = make[rfw]()
     result = nbdiff.auto_diff(make[bfw](), raw, X, loss_fns=[None, lambda out: (out * 1.01).mean()])
     assert result.first_divergence is not None
+
+
+def _residual_pair(scale_raw=None):
+    """fc, then an in-place residual add (torch) or an out-of-place one (paddle), then ReLU;
+    ``scale_raw`` puts an in-place scaling between fc and the add on the raw side."""
+
+    class TB(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = torch.nn.Linear(4, 4)
+            self.relu = torch.nn.ReLU(inplace=True)
+
+        def forward(self, x):
+            out = self.fc(x)
+            out.mul_(2.0)
+            out += x
+            return self.relu(out)
+
+    class PB(paddle.nn.Layer):
+        def __init__(self):
+            super().__init__()
+            self.fc = paddle.nn.Linear(4, 4)
+            self.relu = paddle.nn.ReLU()
+
+        def forward(self, x):
+            out = self.fc(x)
+            out = out.scale_(scale_raw or 2.0)
+            out = out + x
+            return self.relu(out)
+
+    return TB(), PB()
+
+
+def test_inplace_residual_add_is_not_a_divergence():
+    base, raw = _residual_pair()
+    result = nbdiff.auto_diff(base, raw, np.random.RandomState(0).randn(3, 4).astype("float32"))
+    assert result, result.report()
+    assert not result.warnings
+
+
+def test_inplace_op_between_layers_is_blamed_on_the_code_between_them():
+    base, raw = _residual_pair(scale_raw=2.5)
+    result = nbdiff.auto_diff(base, raw, np.random.RandomState(0).randn(3, 4).astype("float32"))
+    d = result.first_divergence
+    assert d is not None and d.where == "between" and d.base_path == "", result.report()
+    assert d.between[0] == "fc"

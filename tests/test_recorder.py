@@ -132,3 +132,30 @@ def test_recorded_parameter_gradients_survive_clearing(fw_name):
     lin = next(e for e in backward if e.path == "lin")
     weight_grad = next(t for t in lin.params if t.name == "weight")
     np.testing.assert_allclose(weight_grad.value, np.full((4, 4), 12.0))
+
+
+def test_value_is_recorded_at_the_time_before_a_residual_add_in_place():
+    # torchvision's BasicBlock: `out = bn2(out); out += identity; relu(out)` with ReLU(inplace=True).
+    # A kept reference read bn2's output as bn2 + identity.
+    class TB(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = torch.nn.Linear(4, 4)
+            self.relu = torch.nn.ReLU(inplace=True)
+
+        def forward(self, x):
+            out = self.fc(x)
+            out += x
+            return self.relu(out)
+
+    model = TB()
+    x = torch.tensor(np.random.RandomState(0).randn(3, 4).astype("float32"))
+    expected = model.fc(x).detach().numpy().copy()
+    with Recorder(framework_of(model, "m"), model, backward=True) as rec:
+        model(x).sum().backward()
+    forward, _, warnings = rec.events()
+    fc = next(e for e in forward if e.path == "fc")
+    relu = next(e for e in forward if e.path == "relu")
+    np.testing.assert_allclose(fc.outputs[0].value, expected, rtol=1e-6)
+    np.testing.assert_allclose(relu.inputs[0].value, expected + x.numpy(), rtol=1e-6)
+    assert not warnings

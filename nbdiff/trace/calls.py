@@ -35,8 +35,8 @@ class Call:
     parent: int | None
     stack: tuple[Frame, ...]
     template: Any = None
-    inputs: list[tuple[str, Any, int]] = field(default_factory=list)
-    outputs: list[tuple[str, Any, int]] = field(default_factory=list)
+    inputs: list[TensorRecord] = field(default_factory=list)
+    outputs: list[TensorRecord] = field(default_factory=list)
     grad_in: dict[str, TensorRecord] = field(default_factory=dict)
     grad_out: dict[str, TensorRecord] = field(default_factory=dict)
     args: tuple[str, ...] = ()

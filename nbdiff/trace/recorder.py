@@ -1,7 +1,9 @@
 """Record one model's layer calls, gradients and parameter gradients for one step.
 
-Hooks only take detached references (and a version number to detect later
-in-place writes); conversion to numpy happens once, in :meth:`Recorder.events`.
+A recorded value is the value when the event produced it: hooks copy each tensor to
+the host as they see it, because a later in-place write (``out += identity``,
+``ReLU(inplace=True)``) would change a kept reference. A tensor handed from one
+layer to the next is copied once: copies are shared by tensor and version.
 """
 
 from __future__ import annotations
@@ -53,7 +55,8 @@ class Recorder:
         self._tensor_handles: list[Handle] = []
         self._active: list[Call] = []
         self._counts: dict[str, int] = {}
-        self._inplace_guard: dict[int, list[Call]] = {}
+        self._copies: dict[tuple[int, int], tuple[Any, TensorRecord]] = {}
+        """``(id, version)`` of a tensor -> (the tensor, kept alive so its id stays unique; its copy)."""
         self.hidden_roots = fw.source_roots + tool_roots()
         """Folders whose frames are not user code (empty: keep every frame)."""
         self.paused = False
@@ -138,8 +141,6 @@ class Recorder:
             rec.template = template
             rec.args = describe_non_tensors(template)
             inplace = getattr(layer, "inplace", False) is True
-            if inplace:
-                self._protect(leaves)
             changed = False
             fed = self.feed.inputs.get((path, call_index)) if self.feed else None
             new_values = []
@@ -150,8 +151,7 @@ class Recorder:
                     base_t = fw.from_numpy(value)
                     t = fw.with_value(t, base_t) if fw.requires_grad(t) else base_t
                     changed = True
-                kept = self._keep(rec, name, t)
-                rec.inputs.append(self._snapshot(kept, t) if inplace else kept)
+                rec.inputs.append(self._keep(name, t))
                 if self.backward and fw.requires_grad(t):
                     # A fresh autograd node per layer input gives this layer's own input gradient.
                     t = fw.identity(t, copy=inplace)
@@ -182,7 +182,7 @@ class Recorder:
             leaves, _ = flatten(output, fw.is_tensor, "out")
             grads = self.feed.grads.get((rec.path, rec.call)) if self.feed else None
             for name, t in leaves:
-                rec.outputs.append(self._keep(rec, name, t))
+                rec.outputs.append(self._keep(name, t))
                 if self.backward and fw.requires_grad(t):
                     replace = grads.get(name) if grads else None
                     self._tensor_handles.append(fw.hook_tensor(t, self._grad_hook(rec.grad_out, name, replace)))
@@ -214,8 +214,8 @@ class Recorder:
                 order=self._new_order(), path=key, layer=None, call=call_index, depth=len(self._active),
                 parent=parent.order, stack=user_stack(self.hidden_roots) if self.stacks else (), done=True, api=op,
             )  # fmt: skip
-            rec.inputs = [self._keep(rec, input_name(k), t) for k, t in ins]
-            rec.outputs = [self._keep(rec, k, t) for k, t in outs]
+            rec.inputs = [self._keep(input_name(k), t) for k, t in ins]
+            rec.outputs = [self._keep(k, t) for k, t in outs]
             self.calls.append(rec)
         finally:
             self._busy = False
@@ -239,24 +239,16 @@ class Recorder:
 
         return hook
 
-    def _keep(self, rec: Call, name: str, t: Any) -> tuple[str, Any, int]:
-        ref = self.fw.detach(t)
-        self._inplace_guard.setdefault(id(t), []).append(rec)
-        return (name, ref, self.fw.tensor_version(ref))
-
-    def _protect(self, leaves: list[tuple[str, Any]]) -> None:
-        # An in-place layer is about to overwrite its input: freeze earlier records of it.
-        for _, t in leaves:
-            for rec in self._inplace_guard.get(id(t), ()):
-                rec.inputs = [self._snapshot(x, t) for x in rec.inputs]
-                rec.outputs = [self._snapshot(x, t) for x in rec.outputs]
-
-    def _snapshot(self, item: tuple[str, Any, int], t: Any) -> tuple[str, Any, int]:
-        name, ref, version = item
-        if self.fw.tensor_version(ref) == self.fw.tensor_version(t) and self.fw.shape_of(ref) == self.fw.shape_of(t):
-            copy = self.fw.from_numpy(self.fw.to_numpy(ref))
-            return (name, copy, self.fw.tensor_version(copy))
-        return item
+    def _keep(self, name: str, t: Any) -> TensorRecord:
+        """The tensor's value now, as a host copy no later in-place write can change."""
+        fw = self.fw
+        key = (id(t), fw.tensor_version(t))
+        hit = self._copies.get(key)
+        if hit is None:
+            value = np.array(fw.to_numpy(t), copy=True)
+            hit = self._copies[key] = (t, TensorRecord(name, fw.shape_of(t), fw.dtype_name(t), value))
+        record = hit[1]
+        return record if record.name == name else replace(record, name=name)
 
     # -- results -------------------------------------------------------------
     def events(self, loss: Any | None = None) -> tuple[list[Event], list[Event], list[str]]:
@@ -289,7 +281,7 @@ class Recorder:
         out = self.events_by_root_call(grads, groups=done)
         dropped = {id(rec) for group in done for rec in group}
         self.calls = [rec for rec in self.calls if id(rec) not in dropped]
-        self._inplace_guard.clear()
+        self._copies.clear()
         self.steps_taken += len(done)
         return out
 
@@ -335,8 +327,7 @@ class Recorder:
         for rec in calls:
             if not rec.done:
                 continue
-            ins = tuple(self._record(rec, n, r, v, warnings) for n, r, v in rec.inputs)
-            outs = tuple(self._record(rec, n, r, v, warnings) for n, r, v in rec.outputs)
+            ins, outs = tuple(rec.inputs), tuple(rec.outputs)
             ev = Event(
                 step=step,
                 phase=Phase.FORWARD,
@@ -417,14 +408,6 @@ class Recorder:
                     )
                 )
         return forward, link_backward_parents(backward), warnings
-
-    def _record(self, rec: Call, name: str, ref: Any, version: int, warnings: list[str]) -> TensorRecord:
-        if self.fw.tensor_version(ref) != version:
-            warnings.append(
-                f"`{rec.path or '<root>'}` {name} was overwritten in place after it was recorded; "
-                "its recorded value is the overwritten one (use out-of-place ops to compare it)."
-            )
-        return self._tensor(name, ref)
 
     def _tensor(self, name: str, t: Any) -> TensorRecord:
         return TensorRecord(name, self.fw.shape_of(t), self.fw.dtype_name(t), self.fw.to_numpy(t))

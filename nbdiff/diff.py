@@ -11,6 +11,7 @@ from nbdiff.align.pairing import Pairing
 from nbdiff.compare.blame import Divergence, EventDiff
 from nbdiff.compare.metrics import COMPARE_MODES
 from nbdiff.compare.tolerance import Tolerance, resolve_tolerance
+from nbdiff.constants import constant_differences
 from nbdiff.errors import InputError, OptionError, WeightTransferError
 from nbdiff.frameworks import Framework, framework_of
 from nbdiff.result import DiffResult
@@ -127,10 +128,15 @@ def auto_diff(
                 if copied is not None and not copied.covers(wmap):
                     restore_state(bfw, initial[0])
                     restore_state(rfw, initial[1])
-                    write_weights(bfw, base, rfw, raw, wmap)
+                    wmap = WeightMap(wmap.layers, wmap.warnings + tuple(write_weights(bfw, base, rfw, raw, wmap)))
                     initial[1] = save_state(rfw, raw)
                     brec, rrec, pairing = run_pair(step, pairing)
+                elif copied is not None:
+                    wmap = WeightMap(wmap.layers, wmap.warnings + tuple(w for w in copied.warnings if "tied" in w))
                 warnings += wmap.warnings
+                warnings += constant_differences(
+                    bfw, cmp.blayers, rfw, cmp.rlayers, execution_pairs(pairing), lambda a, b: tol(a, b)
+                )
                 cmp.set_plans(wmap.by_base_path())
             warnings += [f"base: {w}" for w in brec.warnings] + [f"raw: {w}" for w in rrec.warnings]
             divergence, diffs = cmp.compare(pairing, brec, rrec)
@@ -182,8 +188,8 @@ def _first_copy(
     if layer_map is None or not layer_map.map:
         try:
             wmap = plan_weights(base, raw)[2]
-            write_weights(bfw, base, rfw, raw, wmap)
-            return wmap
+            tied = write_weights(bfw, base, rfw, raw, wmap)
+            return WeightMap(wmap.layers, wmap.warnings + tuple(tied))
         except WeightTransferError:
             pass
     return assign_weight(base, raw, layer_map, inputs)

@@ -75,6 +75,18 @@ def compare_param_grads(
     return out
 
 
+def _forced(fw: Framework, t: Any, mine: TensorRecord | None, theirs: TensorRecord | None) -> Any:
+    """The base value in place of ``t`` when its shape fits (broadcast if needed), else ``t``."""
+    if mine is None or theirs is None or theirs.value is None:
+        return t
+    shape = fw.shape_of(t)
+    try:
+        value = np.broadcast_to(theirs.value, shape)
+    except ValueError:
+        return t
+    return fw.from_numpy(value.astype(fw.to_numpy(t).dtype, copy=False))
+
+
 class Replayer:
     """Measures local errors of paired events."""
 
@@ -92,24 +104,77 @@ class Replayer:
             values.append(fw.from_numpy(arr, requires_grad=grad))
         return unflatten(template_event.template, values), values
 
-    def forward(self, base: Event, raw: Event) -> tuple[TensorDiff, ...] | None:
-        """Raw layer on base inputs, compared with base outputs."""
+    def forward(
+        self,
+        base: Event,
+        raw: Event,
+        children: list[tuple[Event, Event]] = (),  # type: ignore[assignment]
+    ) -> tuple[TensorDiff, ...] | None:
+        """Raw layer on base inputs, compared with base outputs.
+
+        ``children``: ``(base, raw)`` events of the paired sublayers called inside this call.
+        Their outputs are forced to the base values, so what remains is the error of this
+        layer's own code, not the sum of its sublayers' rounding.
+        """
         fw = self.rfw
         built = self._args(fw, raw, base, grad=False)
         if built is None or raw.layer is None:
             return None
         (args, kwargs), _ = built
+        handles, fed = self._force_outputs(children)
         try:
             with kept_state(fw, raw.layer), fw.no_grad():
                 out = raw.layer(*args, **kwargs)
         except Exception:
             return None
+        finally:
+            for h in handles:
+                h.remove()
         leaves, _ = flatten(out, fw.is_tensor, "out")
-        diffs = []
+        diffs = list(fed)
         for (_, t), b in zip(leaves, base.outputs):
             r = fw.to_numpy(t)
             diffs.append(compare_tensors(b.name, r, b.data, self.tol(b.dtype, fw.dtype_name(t)), self.mode))
         return tuple(diffs) if diffs else None
+
+    def _force_outputs(self, children: list[tuple[Event, Event]]) -> tuple[list[Any], list[TensorDiff]]:
+        """Hooks making each paired sublayer return the base side's recorded outputs, call by call.
+
+        What the layer's own code hands each sublayer is compared with what base handed it
+        (the second list, filled as the replay runs): code between two sublayers shows there.
+        """
+        fw = self.rfw
+        fed: list[TensorDiff] = []
+        queue: dict[int, list[tuple[Event, Event]]] = {}
+        layers: dict[int, Any] = {}
+        for b, r in sorted(children, key=lambda br: br[1].order):
+            if r.layer is not None:
+                queue.setdefault(id(r.layer), []).append((b, r))
+                layers[id(r.layer)] = r.layer
+
+        def post(layer: Any, args: tuple, kwargs: dict, output: Any) -> Any:
+            todo = queue.get(id(layer))
+            if not todo:
+                return None
+            b, r = todo.pop(0)
+            given, _ = flatten((args, kwargs), fw.is_tensor)
+            for (_, t), want in zip(given, b.inputs):
+                if want.value is not None and fw.is_floating(t):
+                    got = fw.to_numpy(t)
+                    tol = self.tol(want.dtype, fw.dtype_name(t))
+                    fed.append(compare_tensors(f"{b.path}:{want.name}", got, want.value, tol, self.mode))
+            leaves, template = flatten(output, fw.is_tensor, "out")
+            values = []
+            for i, (_, t) in enumerate(leaves):
+                mine = r.outputs[i] if i < len(r.outputs) else None
+                theirs = b.outputs[i] if i < len(b.outputs) else None
+                values.append(_forced(fw, t, mine, theirs))
+            return unflatten(template, values)
+
+        handles: list[Any] = []
+        for layer in layers.values():
+            handles += fw.hook_forward(layer, lambda *a: None, post)
+        return handles, fed
 
     def _grads(
         self, fw: Framework, fwd: Event, base_fwd: Event, grad_out: Event, plan_recursive: bool

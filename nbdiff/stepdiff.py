@@ -17,7 +17,7 @@ from nbdiff.align.layer_map import LayerMap
 from nbdiff.align.pairing import Pairing, pair_forward
 from nbdiff.compare.blame import Divergence, EventDiff, blame_events, post_order
 from nbdiff.compare.metrics import TensorDiff, compare_statistics, compare_tensors
-from nbdiff.compare.tolerance import Tolerance
+from nbdiff.compare.tolerance import Tolerance, loosest
 from nbdiff.errors import PairingError
 from nbdiff.frameworks import Framework
 from nbdiff.replay import Replayer, compare_param_grads, largest_shape, magnitude
@@ -98,7 +98,8 @@ class StepComparer:
         if self.diff_phase != "forward":
             bwd = _backward_diffs(pairing, brec, rrec, self.plans, self, grads)
         if self.diff_phase != "backward":
-            divergence, fwd = blame_events(fwd, lambda d: _local_forward(self.replayer, d))
+            kids = _paired_children(fwd)
+            divergence, fwd = blame_events(fwd, lambda d: _local_forward(self.replayer, d, kids))
         if divergence is None and bwd:
             divergence, bwd = blame_events(bwd, lambda d: _local_backward(self.replayer, brec, rrec, d))
         return divergence, fwd + bwd
@@ -169,13 +170,49 @@ def forward_diffs(
     pairing: Pairing, brec: StepRecord, rrec: StepRecord, tol: Callable[[str, str], Tolerance], mode: str
 ) -> list[EventDiff]:
     pairs = [(p.base, p.raw) for p in pairing.pairs] + api_pairs(pairing, brec.forward, rrec.forward)
-    diffs = [EventDiff(b, r, tuple(tensor_diffs(r.outputs, b.outputs, tol, mode))) for b, r in pairs]
+    pairs = _under_paired_ancestors(pairs, brec.forward)
+    diffs = [EventDiff(b, r, tuple(tensor_diffs(r.outputs, b.outputs, _input_tol(tol, b, r), mode))) for b, r in pairs]
     ordered = post_order(diffs)
     bl = [e for e in brec.forward if e.kind is Kind.LOSS]
     rl = [e for e in rrec.forward if e.kind is Kind.LOSS]
     if bl and rl:
-        ordered.append(EventDiff(bl[0], rl[0], tuple(tensor_diffs(rl[0].outputs, bl[0].outputs, tol, mode))))
+        # A loss is a reduction of the outputs: its rounding is relative to them, not to its own
+        # value (the mean of LayerNorm outputs is about 0).
+        roots = [e for e in brec.forward if e.kind is Kind.LAYER and e.parent is None]
+        hint = _reduction_scale([t.value for e in roots for t in e.outputs if t.value is not None], tol)
+        ordered.append(EventDiff(bl[0], rl[0], tuple(tensor_diffs(rl[0].outputs, bl[0].outputs, tol, mode, hint))))
     return ordered
+
+
+def _reduction_scale(outputs: list[np.ndarray], tol: TolFn) -> float:
+    """The magnitude a mean of ``outputs`` is judged against: its error is at most the mean of the
+    outputs' allowed errors, ``atol * max|x| + rtol * mean|x|``, written as a scale for ``atol``."""
+    floats = [a for a in outputs if a.size and a.dtype.kind == "f"]
+    if not floats:
+        return 0.0
+    t = tol(str(floats[0].dtype), str(floats[0].dtype))
+    mean_abs = max(float(np.mean(np.abs(a))) for a in floats)
+    return magnitude(floats) + (t.rtol / t.atol * mean_abs if t.scaled and t.atol > 0 else 0.0)
+
+
+def _input_tol(tol: TolFn, b: Event, r: Event) -> TolFn:
+    """The tolerance of an event's outputs also allows for its inputs' dtype (fp16 in, fp32 out)."""
+    ins = loosest([t.dtype for t in b.inputs + r.inputs])
+    return lambda x, y: tol(loosest([x, y, ins]), ins)
+
+
+def _under_paired_ancestors(pairs: list[tuple[Event, Event]], events: list[Event]) -> list[tuple[Event, Event]]:
+    """Each base event's parent becomes its nearest *paired* ancestor, so an event inside an
+    unpaired wrapper hangs under the wrapper's parent instead of becoming a root."""
+    parent = {e.order: e.parent for e in events}
+    paired = {b.order for b, _ in pairs}
+    out = []
+    for b, r in pairs:
+        p = b.parent
+        while p is not None and p not in paired:
+            p = parent.get(p)
+        out.append((replace(b, parent=p) if p != b.parent else b, r))
+    return out
 
 
 def api_pairs(pairing: Pairing, base: list[Event], raw: list[Event]) -> list[tuple[Event, Event]]:
@@ -238,12 +275,23 @@ def _backward_diffs(
     return sorted(diffs, key=lambda d: d.base.order)
 
 
-def _local_forward(replayer: Replayer, d: EventDiff) -> tuple[TensorDiff, ...] | None:
+def _paired_children(diffs: list[EventDiff]) -> dict[int, list[tuple[Event, Event]]]:
+    """Base order of a layer call -> the paired layer calls directly under it."""
+    out: dict[int, list[tuple[Event, Event]]] = {}
+    for d in diffs:
+        if d.base.kind is Kind.LAYER and d.base.parent is not None:
+            out.setdefault(d.base.parent, []).append((d.base, d.raw))
+    return out
+
+
+def _local_forward(
+    replayer: Replayer, d: EventDiff, kids: dict[int, list[tuple[Event, Event]]]
+) -> tuple[TensorDiff, ...] | None:
     if d.base.kind is Kind.LOSS:
         return d.tensors
     if d.base.kind is Kind.API:
         return api_local(d, replayer.tol, replayer.mode)
-    return replayer.forward(d.base, d.raw)
+    return replayer.forward(d.base, d.raw, kids.get(d.base.order, []))
 
 
 def _local_backward(

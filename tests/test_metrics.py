@@ -44,3 +44,16 @@ def test_identical_tensors_short_cut_to_exact_agreement():
     a = np.linspace(-1, 1, 12, dtype="float32").reshape(3, 4)
     t = compare_tensors("x", a.copy(), a, resolve_tolerance(None, None, "float32"))
     assert (t.max_abs, t.max_rel, t.mean_abs, t.cosine, t.ratio, t.passed) == (0.0, 0.0, 0.0, 1.0, 0.0, True)
+
+
+def test_broadcast_equivalent_shapes_are_compared_after_broadcasting():
+    # A rotary embedding returns (1, S, D) on one side and (B, S, D) on the other.
+    one = np.random.RandomState(0).randn(1, 5, 4).astype("float32")
+    tol = resolve_tolerance(None, None, "float32")
+    d = compare_tensors("out", np.repeat(one, 3, axis=0), one, tol)
+    assert d.passed and "broadcast" in d.note
+    assert (d.base_shape, d.raw_shape) == ((1, 5, 4), (3, 5, 4))
+    wrong = np.repeat(one, 3, axis=0)
+    wrong[2] += 1.0
+    assert not compare_tensors("out", wrong, one, tol).passed
+    assert not compare_tensors("out", np.zeros((3, 5, 2), "float32"), one, tol).passed

@@ -1,9 +1,10 @@
 """Pair base and raw forward events by execution order, type and shape.
 
 Never by ``__init__`` definition order: both sequences are in the order the
-layers actually ran, and are aligned greedily with a short lookahead, so a
-wrapper layer present on one side only is skipped, not fatal. Linear in the
-number of events.
+layers actually ran. Each base call takes the best raw call in a short window
+(by class, output and weight shapes, name, and inside its parent's counterpart),
+so a wrapper present on one side only is skipped, and independent work done in
+another order still pairs right. Linear in the number of events.
 """
 
 from __future__ import annotations
@@ -12,13 +13,15 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from nbdiff.align.layer_map import LayerMap
-from nbdiff.align.typemap import equivalent_types
+from nbdiff.align.typemap import type_affinity
 from nbdiff.trace.events import Event
 
-__all__ = ["Pair", "Pairing", "pair_forward", "LOOKAHEAD"]
+__all__ = ["Pair", "Pairing", "pair_forward", "LOOKAHEAD", "LOOKBACK"]
 
 LOOKAHEAD = 24
-"""How far ahead to look for a strong match before accepting a weak one."""
+"""How far after the last paired raw call to look for a base call's counterpart."""
+LOOKBACK = 8
+"""How far before it: raw calls skipped earlier, when independent work ran in another order."""
 
 
 @dataclass(frozen=True)
@@ -46,15 +49,47 @@ def _shapes(e: Event) -> tuple[tuple[int, ...], ...]:
     return tuple(t.shape for t in e.outputs)
 
 
-def _score(a: Event, b: Event) -> int:
-    """3: same type, output shapes and depth; 2: same type and shapes; 1: plausible; 0: different."""
-    same_type = equivalent_types(a.type_name, b.type_name)
-    same_shape = _shapes(a) == _shapes(b)
-    if same_type and same_shape:
-        return 3 if a.depth == b.depth else 2
-    if same_type or (not a.library and not b.library and same_shape and a.outputs):
-        return 1
-    return 0
+def _same_shapes(a: Event, b: Event) -> bool:
+    sa, sb = _shapes(a), _shapes(b)
+    if sa == sb:
+        return True
+    # A tuple on one side and its first tensor on the other (attention with and without weights),
+    # or (1, S, D) against (B, S, D): the main output decides.
+    return bool(sa and sb) and _broadcastable(sa[0], sb[0])
+
+
+def _broadcastable(a: tuple[int, ...], b: tuple[int, ...]) -> bool:
+    return len(a) == len(b) and all(x == y or 1 in (x, y) for x, y in zip(a, b))
+
+
+def _score(a: Event, b: Event) -> float:
+    """How well ``b`` does ``a``'s job; 0 when it cannot.
+
+    The class counts most, then output shapes, weight shapes and the attribute name. A
+    different class is accepted only where the shapes agree (a swapped activation).
+    """
+    if a.parent is None and b.parent is None and a.depth == 0 and b.depth == 0:
+        return 2 * STRONG  # the two models the user handed in
+    affinity = type_affinity(a.type_name, a.bases, b.type_name, b.bases)
+    shapes = _same_shapes(a, b)
+    if affinity == 0 and not (shapes and a.outputs and not a.library and not b.library):
+        return 0.0
+    if affinity <= 1 and not shapes:
+        return 0.0
+    score = 4.0 * affinity + (4.0 if shapes else 0.0)
+    if a.weights and b.weights:
+        score += 3.0 if a.weights == b.weights else -3.0
+    elif a.weights or b.weights:
+        score -= 1.0
+    if a.path.rsplit(".", 1)[-1] == b.path.rsplit(".", 1)[-1]:
+        score += 2.0
+    return max(score, 0.1)
+
+
+MIN_SCORE = 4.0
+"""Below this a candidate is not a pair: a related class with nothing else in common."""
+STRONG = 12.0
+"""A match this good is taken even when the next base event would fit the raw one as well."""
 
 
 def _ancestors(events: list[Event]) -> dict[int, list[Event]]:
@@ -125,64 +160,71 @@ def pair_forward(
     b_seq = [e for e in b_kept if e.path not in base_cut]
     r_seq = [e for e in r_kept if e.path not in raw_cut]
 
-    pairs: list[Pair] = []
-    lost_b: list[Event] = []
-    lost_r: list[Event] = []
-    i = j = 0
-    while i < len(b_seq) and j < len(r_seq):
-        a, b = b_seq[i], r_seq[j]
-        s = _score(a, b)
-        if s >= 2:
-            pairs.append(Pair(a, b))
-            i += 1
-            j += 1
-            continue
-        if _substitution(b_seq, r_seq, i, j):
-            # Same place, same shapes, different class (say GELU vs ReLU): that is the pair.
-            pairs.append(Pair(a, b))
-            i += 1
-            j += 1
-            continue
-        skip = _lookahead(b_seq, r_seq, i, j)
-        if skip is not None:
-            side, k = skip
-            if side == "raw":
-                lost_r += r_seq[j : j + k]
-                j += k
-            else:
-                lost_b += b_seq[i : i + k]
-                i += k
-        elif s == 1:
-            pairs.append(Pair(a, b))
-            i += 1
-            j += 1
-        else:
-            lost_b.append(a)
-            lost_r.append(b)
-            i += 1
-            j += 1
-    lost_b += b_seq[i:]
-    lost_r += r_seq[j:]
+    pairs, lost_b, lost_r = _match(b_seq, r_seq, [p.base for p in explicit], [p.raw for p in explicit], base, raw)
     all_pairs = sorted(pairs + explicit, key=lambda p: p.base.order)
     return Pairing(tuple(all_pairs), tuple(lost_b), tuple(lost_r), tuple(b_skip + r_skip))
 
 
-def _substitution(b_seq: list[Event], r_seq: list[Event], i: int, j: int) -> bool:
-    a, b = b_seq[i], r_seq[j]
-    if _shapes(a) != _shapes(b) or not a.outputs or a.depth != b.depth:
-        return False
-    nxt_b, nxt_r = i + 1 < len(b_seq), j + 1 < len(r_seq)
-    if not nxt_b and not nxt_r:
-        return True
-    return nxt_b and nxt_r and _score(b_seq[i + 1], r_seq[j + 1]) >= 2
+def _match(
+    b_seq: list[Event],
+    r_seq: list[Event],
+    fixed_b: list[Event],
+    fixed_r: list[Event],
+    b_all: list[Event],
+    r_all: list[Event],
+) -> tuple[list[Pair], list[Event], list[Event]]:
+    """Pair each base event with the best raw event in a window from the first unpaired one.
+
+    Execution order decides where to look, not who pairs: independent work done in another
+    order (token-type before position embeddings) still pairs by class, shapes and weights.
+    A raw event must lie inside the raw counterpart of the base event's nearest paired
+    ancestor. A weak match is left to the next base event when that one fits it better.
+    """
+    b_parent = {e.order: e.parent for e in b_all}
+    r_parent = {e.order: e.parent for e in r_all}
+    partner: dict[int, int] = {b.order: r.order for b, r in zip(fixed_b, fixed_r)}
+    used = [False] * len(r_seq)
+    pairs: list[Pair] = []
+    lost_b: list[Event] = []
+    cursor = 0  # just after the last paired raw event
+    for i, a in enumerate(b_seq):
+        scope = _paired_ancestor(a.order, b_parent, partner)
+        best, best_score = -1, 0.0
+        for j in range(max(0, cursor - LOOKBACK), min(len(r_seq), cursor + LOOKAHEAD)):
+            if used[j] or (scope is not None and not _inside(r_seq[j].order, scope, r_parent)):
+                continue
+            s = _score(a, r_seq[j]) - 0.01 * abs(j - cursor)
+            if s > best_score:
+                best, best_score = j, s
+        if best < 0 or best_score < MIN_SCORE:
+            lost_b.append(a)
+            continue
+        nxt = b_seq[i + 1] if i + 1 < len(b_seq) else None
+        if best_score < STRONG and nxt is not None and _score(nxt, r_seq[best]) > best_score + 2:
+            lost_b.append(a)  # e.g. an extra Identity on the base side before a swapped activation
+            continue
+        used[best] = True
+        cursor = max(cursor, best + 1)
+        partner[a.order] = r_seq[best].order
+        pairs.append(Pair(a, r_seq[best]))
+    lost_r = [e for j, e in enumerate(r_seq) if not used[j]]
+    return pairs, lost_b, lost_r
 
 
-def _lookahead(b_seq: list[Event], r_seq: list[Event], i: int, j: int) -> tuple[str, int] | None:
-    """The shortest skip on one side that reaches a strong match (same depth first)."""
-    for want in (3, 2):
-        for k in range(1, LOOKAHEAD + 1):
-            if j + k < len(r_seq) and _score(b_seq[i], r_seq[j + k]) >= want:
-                return ("raw", k)
-            if i + k < len(b_seq) and _score(b_seq[i + k], r_seq[j]) >= want:
-                return ("base", k)
+def _paired_ancestor(order: int, parent: dict[int, int | None], partner: dict[int, int]) -> int | None:
+    """The raw counterpart of the nearest paired ancestor of a base event."""
+    p = parent.get(order)
+    while p is not None:
+        if p in partner:
+            return partner[p]
+        p = parent.get(p)
     return None
+
+
+def _inside(order: int, ancestor: int, parent: dict[int, int | None]) -> bool:
+    p = parent.get(order)
+    while p is not None:
+        if p == ancestor:
+            return True
+        p = parent.get(p)
+    return False

@@ -6,7 +6,7 @@ names that differ in more than case are listed here.
 
 from __future__ import annotations
 
-__all__ = ["TYPE_ALIASES", "canonical_type", "equivalent_types"]
+__all__ = ["TYPE_ALIASES", "ACTIVATION_KINDS", "canonical_type", "equivalent_types", "type_affinity", "activation_kind"]
 
 TYPE_ALIASES: tuple[tuple[str, str], ...] = (
     # (torch name, paddle name)
@@ -23,12 +23,24 @@ TYPE_ALIASES: tuple[tuple[str, str], ...] = (
     ("Hardsigmoid", "Hardsigmoid"),
     ("Softmax2d", "Softmax2D"),
     ("CrossEntropyLoss", "CrossEntropyLoss"),
+    ("Conv2dNormActivation", "ConvNormActivation"),
+    ("SiLU", "Silu"),
+    ("Linear", "LMHead"),  # paddleformers' output head: a Linear stored (vocab, hidden), as torch stores it
 )
+
+ACTIVATION_KINDS: tuple[tuple[str, str], ...] = (
+    # (substring of a lowercased class name, kind); the first match wins, so longer names come first.
+    ("relu6", "relu6"), ("leakyrelu", "leakyrelu"), ("hardswish", "hardswish"), ("hardsigmoid", "hardsigmoid"),
+    ("relu", "relu"), ("gelu", "gelu"), ("silu", "silu"), ("swish", "silu"), ("sigmoid", "sigmoid"),
+    ("tanh", "tanh"), ("mish", "mish"), ("softplus", "softplus"), ("elu", "elu"),
+)  # fmt: skip
+"""Activation classes of any library (torch, paddle, transformers' ``SiLUActivation``) by what they compute."""
 
 _CANON: dict[str, str] = {}
 for _torch, _paddle in TYPE_ALIASES:
-    _CANON.setdefault(_paddle.lower(), _torch.lower())
-    _CANON.setdefault(_torch.lower(), _torch.lower())
+    # Chains join: Linear ~ NonDynamicallyQuantizableLinear and Linear ~ LMHead share one name.
+    _root = _CANON.setdefault(_torch.lower(), _CANON.get(_paddle.lower(), _torch.lower()))
+    _CANON.setdefault(_paddle.lower(), _root)
 
 
 def canonical_type(type_name: str) -> str:
@@ -40,3 +52,38 @@ def canonical_type(type_name: str) -> str:
 def equivalent_types(a: str, b: str) -> bool:
     """Whether two layer class names denote the same layer."""
     return canonical_type(a) == canonical_type(b)
+
+
+def activation_kind(names: tuple[str, ...]) -> str | None:
+    """What an activation class computes (``gelu``, ``silu``...), from its own and base class names."""
+    for name in names:
+        low = name.lower()
+        for key, kind in ACTIVATION_KINDS:
+            if key in low:
+                return kind
+    return None
+
+
+def type_affinity(a: str, a_bases: tuple[str, ...], b: str, b_bases: tuple[str, ...]) -> int:
+    """How surely two layer classes do the same job.
+
+    3: the same class (up to the alias table); 2: related: one derives from the other's
+    framework class (``GPTLayerNorm(paddle.nn.LayerNorm)`` ~ ``LayerNorm``), both derive from
+    the same one, one name ends with the other (``LlamaRMSNorm`` ~ ``RMSNorm``), or both are
+    activations of the same kind; 1: activations of different kinds (a swapped activation
+    sits where the other was); 0: unrelated.
+    """
+    ca, cb = canonical_type(a), canonical_type(b)
+    if ca == cb:
+        return 3
+    sa = {ca} | {canonical_type(x) for x in a_bases}
+    sb = {cb} | {canonical_type(x) for x in b_bases}
+    ka, kb = activation_kind((a, *a_bases)), activation_kind((b, *b_bases))
+    if ka and kb:
+        return 2 if ka == kb else 1
+    if sa & sb:
+        return 2
+    short, long_ = sorted((ca, cb), key=len)
+    if len(short) >= 3 and long_.endswith(short):
+        return 2
+    return 0

@@ -115,9 +115,7 @@ def post_order(diffs: Sequence[EventDiff]) -> list[EventDiff]:
     kids: dict[int | None, list[EventDiff]] = {}
     known = {d.base.order for d in diffs}
     for d in sorted(diffs, key=lambda d: d.base.order):
-        parent = d.base.parent
-        while parent is not None and parent not in known:
-            parent = None  # enclosing layer was not paired: treat as a root
+        parent = d.base.parent if d.base.parent in known else None  # parents are paired ancestors
         kids.setdefault(parent, []).append(d)
     out: list[EventDiff] = []
 

@@ -128,6 +128,17 @@ def _scratch(shape: tuple[int, ...], dtype: np.dtype) -> tuple[np.ndarray, np.nd
     return pool[0, :n].reshape(shape), pool[1, :n].reshape(shape), pool[2, :n].reshape(shape)
 
 
+def _broadcast(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...] | None:
+    """The common shape when one shape broadcasts to the other by size-1 axes only, else ``None``."""
+    if len(a) != len(b):
+        return None
+    try:
+        wide = tuple(np.broadcast_shapes(a, b))
+    except ValueError:
+        return None
+    return wide if wide in (a, b) else None
+
+
 def compare_tensors(
     name: str, raw: np.ndarray, base: np.ndarray, tol: Tolerance, mode: str = "strict", scale_hint: float = 0.0
 ) -> TensorDiff:
@@ -138,8 +149,14 @@ def compare_tensors(
     rounding noise of much larger terms); a scaled ``atol`` uses the larger one.
     """
     note = ""
+    shapes = (tuple(base.shape), tuple(raw.shape))
     if raw.shape != base.shape:
-        if raw.size != base.size:
+        wide = _broadcast(raw.shape, base.shape)
+        if wide is not None:
+            # (1, S, D) against (B, S, D): the same values, one side not yet expanded.
+            note = f"shape {raw.shape} vs base {base.shape}, compared after broadcasting"
+            raw, base = np.broadcast_to(raw, wide), np.broadcast_to(base, wide)
+        elif raw.size != base.size:
             return TensorDiff(
                 name,
                 base.shape,
@@ -157,24 +174,23 @@ def compare_tensors(
                 mode,
                 f"shape {raw.shape} vs base {base.shape}",
             )
-        note = f"shape {raw.shape} vs base {base.shape}, compared flattened"
-        raw = raw.reshape(base.shape)
+        else:
+            note = f"shape {raw.shape} vs base {base.shape}, compared flattened"
+            raw = raw.reshape(base.shape)
     a, b = _pair(raw, base)
     if a.dtype.kind not in "fc":
         a, b = a.astype(np.float64), b.astype(np.float64)
     if a.ndim == 0:  # scalars: keep array semantics for the in-place passes below
         a, b = a.reshape(1), b.reshape(1)
     if a.size == 0:
-        return TensorDiff(name, base.shape, raw.shape, 0.0, 0.0, 0.0, 1.0, 0, 0, 0, 0, 0.0, tol, mode, note)
+        return TensorDiff(name, *shapes, 0.0, 0.0, 0.0, 1.0, 0, 0, 0, 0, 0.0, tol, mode, note)
     d, absb, buf = _scratch(a.shape, a.dtype)
     np.subtract(a, b, out=d)
     np.abs(d, out=d)
     worst = float(d.max())
     if worst == 0.0 and mode == "strict":
         # Bit-identical (common within one framework): nothing else to measure.
-        return TensorDiff(
-            name, tuple(base.shape), tuple(raw.shape), 0.0, 0.0, 0.0, 1.0, 0, 0, 0, 0, 0.0, tol, mode, note
-        )
+        return TensorDiff(name, shapes[0], shapes[1], 0.0, 0.0, 0.0, 1.0, 0, 0, 0, 0, 0.0, tol, mode, note)
     counts = (0, 0, 0, 0)
     if not np.isfinite(worst):
         counts = (nan_count(b), nan_count(a), inf_count(b), inf_count(a))
@@ -214,8 +230,8 @@ def compare_tensors(
         rel = 0.0
     return TensorDiff(
         name,
-        tuple(base.shape),
-        tuple(raw.shape),
+        shapes[0],
+        shapes[1],
         worst,
         rel,
         float(d.mean()),

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["Tolerance", "DEFAULTS", "resolve_tolerance", "summed_terms"]
+__all__ = ["Tolerance", "DEFAULTS", "resolve_tolerance", "summed_terms", "loosest"]
 
 DEFAULTS: dict[str, tuple[float, float]] = {
     # dtype: (atol relative to max|base|, rtol)
@@ -60,6 +60,13 @@ def resolve_tolerance(atol: float | None, rtol: float | None, *dtypes: str) -> T
     if atol is None:
         return Tolerance(d_atol, d_rtol if rtol is None else float(rtol), scaled=True)
     return Tolerance(float(atol), d_rtol if rtol is None else float(rtol), scaled=False)
+
+
+def loosest(dtypes: list[str]) -> str:
+    """The floating dtype with the loosest default tolerance (``float32`` when there is none):
+    a float32 result computed from float16 inputs carries float16 rounding."""
+    floats = [d for d in dtypes if d in DEFAULTS]
+    return max(floats, key=lambda d: DEFAULTS[d][0], default="float32")
 
 
 def summed_terms(param_shape: tuple[int, ...], grad_out_shape: tuple[int, ...]) -> int:

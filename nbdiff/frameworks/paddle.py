@@ -78,6 +78,9 @@ class PaddleFramework:
     def direct_buffers(self, layer: Any) -> list[tuple[str, Any]]:
         return [(n, b) for n, b in layer.named_buffers(include_sublayers=False) if b is not None]
 
+    def constant_buffers(self, layer: Any) -> set[str]:
+        return set(getattr(layer, "_non_persistable_buffer_names_set", ()))
+
     def is_trainable(self, param: Any) -> bool:
         return not param.stop_gradient and getattr(param, "trainable", True)
 

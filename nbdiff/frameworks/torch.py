@@ -46,6 +46,9 @@ class TorchFramework:
     def direct_buffers(self, layer: Any) -> list[tuple[str, Any]]:
         return [(n, b) for n, b in layer.named_buffers(recurse=False) if b is not None]
 
+    def constant_buffers(self, layer: Any) -> set[str]:
+        return set(getattr(layer, "_non_persistent_buffers_set", ()))
+
     def is_trainable(self, param: Any) -> bool:
         return bool(param.requires_grad)
 

@@ -103,6 +103,11 @@ class Event:
     """The layer object itself (not saved to disk), for local replay."""
     rank: int = 0
     """Distributed rank that recorded the event (0 outside distributed jobs)."""
+    bases: tuple[str, ...] = ()
+    """Framework classes the layer's class derives from, most specific first (``LayerNorm``
+    for a library's ``GPTLayerNorm(paddle.nn.LayerNorm)``), for pairing."""
+    weights: tuple[tuple[int, ...], ...] = ()
+    """Shapes of the layer's own parameters, each sorted (layouts may be transposed), for pairing."""
 
     @property
     def key(self) -> tuple[int, str, str, int]:

@@ -345,6 +345,8 @@ class Recorder:
                 stack=rec.stack,
                 template=rec.template,
                 layer=rec.layer,
+                bases=() if rec.api else _bases(fw, rec.layer),
+                weights=() if rec.api else _weight_shapes(fw, rec.layer),
             )
             by_order[rec.order] = ev
             forward.append(ev)
@@ -411,3 +413,14 @@ class Recorder:
 
     def _tensor(self, name: str, t: Any) -> TensorRecord:
         return TensorRecord(name, self.fw.shape_of(t), self.fw.dtype_name(t), self.fw.to_numpy(t))
+
+
+_GENERIC = {"Module", "Layer", "object"}
+
+
+def _bases(fw: Framework, layer: Any) -> tuple[str, ...]:
+    return tuple(n for n in fw.class_names(layer) if n not in _GENERIC)
+
+
+def _weight_shapes(fw: Framework, layer: Any) -> tuple[tuple[int, ...], ...]:
+    return tuple(sorted(tuple(sorted(fw.shape_of(p))) for _, p in fw.direct_params(layer)))

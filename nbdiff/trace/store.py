@@ -93,6 +93,8 @@ def _event_json(e: Event, payload: dict[str, np.ndarray], keep_values: bool, kee
         "depth": e.depth,
         "parent": e.parent,
         "library": e.library,
+        "bases": list(e.bases),
+        "weights": [list(w) for w in e.weights],
         "inputs": tensors("in", e.inputs),
         "outputs": tensors("out", e.outputs),
         "params": tensors("param", e.params),
@@ -246,4 +248,6 @@ def _event(e: dict[str, Any], step: int, payload: dict[str, np.ndarray], where: 
         params=tuple(_tensor(t, payload, where, step) for t in e["params"]),
         args=tuple(str(a) for a in e.get("args", ())),
         stack=tuple(Frame(str(f[0]), int(f[1]), str(f[2])) for f in e.get("stack", ())),
+        bases=tuple(str(b) for b in e.get("bases", ())),
+        weights=tuple(tuple(int(n) for n in w) for w in e.get("weights", ())),
     )

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from nbdiff.align.layer_map import LayerMap
 from nbdiff.align.pairing import Pairing, pair_forward
 from nbdiff.align.typemap import equivalent_types
@@ -46,7 +48,7 @@ class WeightMap:
 
 
 def _owns_tensors(fw: Framework, layer: Any) -> bool:
-    return bool(fw.direct_params(layer) or fw.direct_buffers(layer))
+    return bool(layer_tensors(fw, layer))
 
 
 def execution_pairs(pairing: Pairing) -> list[tuple[str, str]]:
@@ -164,14 +166,19 @@ def assign_weight(base: Any, raw: Any, layer_map: LayerMap | None = None, inputs
     restored, so raw is never half-copied.
     """
     bfw, rfw, wmap = plan_weights(base, raw, layer_map, inputs)
-    write_weights(bfw, base, rfw, raw, wmap)
-    return wmap
+    tied = write_weights(bfw, base, rfw, raw, wmap)
+    return WeightMap(wmap.layers, wmap.warnings + tuple(tied)) if tied else wmap
 
 
-def write_weights(bfw: Framework, base: Any, rfw: Framework, raw: Any, wmap: WeightMap) -> None:
-    """Convert every planned tensor, then write them all; on failure raw is restored."""
+def write_weights(bfw: Framework, base: Any, rfw: Framework, raw: Any, wmap: WeightMap) -> list[str]:
+    """Convert every planned tensor, then write them all; on failure raw is restored.
+
+    Returns warnings: a raw tensor that two different base tensors are written into is
+    tied on the raw side only (``tie_word_embeddings``), and the last copy wins.
+    """
     blayers, rlayers = dict(bfw.named_layers(base)), dict(rfw.named_layers(raw))
     writes: list[tuple[Any, Any]] = []
+    names: dict[int, str] = {}
     copies: list[tuple[Any, Any, Any]] = []
     for plan in wmap.layers:
         if plan.copy is not None:  # a special-init function writes this layer itself
@@ -188,6 +195,7 @@ def write_weights(bfw: Framework, base: Any, rfw: Framework, raw: Any, wmap: Wei
                 f"{exc}\n\n{_trees(bfw, base, plan.base_path, rfw, raw, plan.raw_path)}"
             ) from None
         writes += [(rtensors[n], a) for n, a in out.items()]
+        names.update({id(rtensors[n]): f"{plan.raw_path}.{n}".lstrip(".") for n in out})
     backup = [(t, rfw.to_numpy(t).copy()) for t, _ in writes]
     try:
         for t, a in writes:
@@ -199,6 +207,23 @@ def write_weights(bfw: Framework, base: Any, rfw: Framework, raw: Any, wmap: Wei
         for t, a in backup:
             rfw.set_value(t, a)
         raise
+    return _tied_on_raw_only(writes, names)
+
+
+def _tied_on_raw_only(writes: list[tuple[Any, Any]], names: dict[int, str]) -> list[str]:
+    first: dict[int, Any] = {}
+    out = []
+    for t, a in writes:
+        if a is None:
+            continue
+        prev = first.setdefault(id(t), a)
+        if prev is not a and (prev.shape != a.shape or not np.array_equal(prev, a)):
+            out.append(
+                f"raw `{names.get(id(t), '?')}` is one tensor shared by several raw layers (tied weights), but "
+                "the base layers paired with them hold different values: only the last copy is kept. Tie or untie "
+                "both models the same way (e.g. tie_word_embeddings in both configs)."
+            )
+    return list(dict.fromkeys(out))
 
 
 def _trees(bfw: Framework, base: Any, bpath: str, rfw: Framework, raw: Any, rpath: str, context: int = 4) -> str:

@@ -51,15 +51,21 @@ def all_class_names(layer: Any) -> list[str]:
     return names
 
 
+def _own_tensors(fw: Framework, layer: Any) -> list[tuple[str, Any]]:
+    # Non-persistent buffers are constants computed in __init__, not weights: compared, never copied.
+    constants = fw.constant_buffers(layer)
+    return fw.direct_params(layer) + [(n, b) for n, b in fw.direct_buffers(layer) if n not in constants]
+
+
 def layer_tensors(fw: Framework, layer: Any, recursive: bool = False) -> dict[str, Any]:
-    """Parameters and buffers of a layer by relative name (dotted when ``recursive``)."""
+    """Parameters and persistent buffers of a layer by relative name (dotted when ``recursive``)."""
     if not recursive:
-        return {n: t for n, t in fw.direct_params(layer) + fw.direct_buffers(layer) if n not in _IGNORABLE}
+        return {n: t for n, t in _own_tensors(fw, layer) if n not in _IGNORABLE}
     out: dict[str, Any] = {}
     seen: set[int] = set()
     for path, sub in fw.named_layers(layer):
         prefix = f"{path}." if path else ""
-        for n, t in fw.direct_params(sub) + fw.direct_buffers(sub):
+        for n, t in _own_tensors(fw, sub):
             if id(t) not in seen and n not in _IGNORABLE:  # paddle RNN cells share their parent's parameters
                 seen.add(id(t))
                 out[prefix + n] = t
@@ -88,8 +94,10 @@ def plan_layer(bfw: Framework, bpath: str, blayer: Any, rfw: Framework, rpath: s
 def _by_name_and_shape(
     bfw: Framework, bpath: str, blayer: Any, rfw: Framework, rpath: str, rlayer: Any
 ) -> LayerWeights:
-    b = {n: bfw.shape_of(t) for n, t in layer_tensors(bfw, blayer).items() if n not in _IGNORABLE}
-    r = {n: rfw.shape_of(t) for n, t in layer_tensors(rfw, rlayer).items() if n not in _IGNORABLE}
+    # A buffer that is a constant on either side (persistent on the other) is computed, not copied.
+    constants = bfw.constant_buffers(blayer) | rfw.constant_buffers(rlayer)
+    b = {n: bfw.shape_of(t) for n, t in layer_tensors(bfw, blayer).items() if n not in _IGNORABLE | constants}
+    r = {n: rfw.shape_of(t) for n, t in layer_tensors(rfw, rlayer).items() if n not in _IGNORABLE | constants}
     mapping: dict[str, str] = {}
     canon_r = {_ALIASES.get(n, n): n for n in r}
     for n in b:

@@ -169,6 +169,7 @@ def _register_builtin() -> None:
             f"InstanceNorm{n}D (weight <-> scale)",
             optional=("scale", "bias", "weight"),
         )
+    tp(["Linear"], ["LMHead"], same, "LMHead (paddleformers: (vocab, hidden), as torch Linear)")
     tp(["Embedding"], ["Embedding"], same, "Embedding")
     tp(["LayerNorm"], ["LayerNorm"], same, "LayerNorm")
     tp(["GroupNorm"], ["GroupNorm"], same, "GroupNorm")

@@ -36,7 +36,7 @@ def _seed() -> None:
 # -- transformers Llama <-> paddleformers Llama --------------------------------------------
 LLAMA = dict(
     vocab_size=96, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-    num_key_value_heads=2, max_position_embeddings=64, rms_norm_eps=1e-6,
+    num_key_value_heads=2, max_position_embeddings=64, rms_norm_eps=1e-6, tie_word_embeddings=False,
 )  # fmt: skip
 
 

@@ -8,7 +8,7 @@ from typing import Any
 
 from nbdiff.align.layer_map import LayerMap
 from nbdiff.align.pairing import Pairing
-from nbdiff.compare.blame import Divergence, EventDiff
+from nbdiff.compare.blame import Divergence, EventDiff, inherited_notes
 from nbdiff.compare.metrics import COMPARE_MODES
 from nbdiff.compare.tolerance import Tolerance, resolve_tolerance
 from nbdiff.constants import constant_differences
@@ -162,6 +162,7 @@ def auto_diff(
         unmatched_base=pairing.unmatched_base if pairing else (),
         unmatched_raw=pairing.unmatched_raw if pairing else (),
         warnings=tuple(warnings),
+        notes=tuple(inherited_notes(events)) if divergence is None else (),
         options=dict(
             atol=atol,
             rtol=rtol,

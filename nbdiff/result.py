@@ -28,6 +28,8 @@ class DiffResult:
     unmatched_base: tuple[Event, ...] = ()
     unmatched_raw: tuple[Event, ...] = ()
     warnings: tuple[str, ...] = ()
+    notes: tuple[str, ...] = ()
+    """Findings that do not fail the result: inherited blips that vanish downstream."""
     options: dict[str, Any] = field(default_factory=dict)
     """The options used, after defaults."""
 

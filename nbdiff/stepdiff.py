@@ -99,9 +99,11 @@ class StepComparer:
             bwd = _backward_diffs(pairing, brec, rrec, self.plans, self, grads)
         if self.diff_phase != "backward":
             kids = _paired_children(fwd)
-            divergence, fwd = blame_events(fwd, lambda d: _local_forward(self.replayer, d, kids))
+            divergence, fwd = blame_events(fwd, lambda d: _local_forward(self.replayer, d, kids), _final_forward)
         if divergence is None and bwd:
-            divergence, bwd = blame_events(bwd, lambda d: _local_backward(self.replayer, brec, rrec, d))
+            divergence, bwd = blame_events(
+                bwd, lambda d: _local_backward(self.replayer, brec, rrec, d), _final_backward
+            )
         return divergence, fwd + bwd
 
     def snapshot(self) -> tuple[Snapshot, Snapshot]:
@@ -252,14 +254,19 @@ def _backward_diffs(
     rb = {(e.path, e.call): e for e in rrec.backward}
     bfw, rfw, blayers, rlayers, tol, mode = sides.bfw, sides.rfw, sides.blayers, sides.rlayers, sides.tol, sides.mode
     diffs = []
-    for p in pairing.pairs:
+    arriving = 0.0  # largest gradient arriving at any layer so far, in backward order
+    for p in sorted(pairing.pairs, key=lambda p: -p.base.order):
         b, r = bb.get((p.base.path, p.base.call)), rb.get((p.raw.path, p.raw.call))
         if b is None or r is None:
             continue
         plan = plans.get(p.base.path)
         own = plan is not None and p.base.call == 0 and plan.raw_path == p.raw.path
         bgrads = grads(bfw, blayers[p.base.path], plan.recursive) if plan is not None and own else {}
-        hint = magnitude([t.data for t in b.outputs + b.inputs] + list(bgrads.values()))
+        # A gradient is computed from the ones arriving before it: a sum of such terms that
+        # cancels to ~0 (everything in front of a final LayerNorm under a mean loss) rounds
+        # relative to them, not to itself.
+        arriving = max(arriving, magnitude([t.data for t in b.outputs]))
+        hint = max(arriving, magnitude([t.data for t in b.outputs + b.inputs] + list(bgrads.values())))
         tensors = tensor_diffs(r.inputs, b.inputs, tol, mode, hint)
         if plan is not None and own:
             tensors += compare_param_grads(
@@ -273,6 +280,19 @@ def _backward_diffs(
             )
         diffs.append(EventDiff(b, r, tuple(tensors)))
     return sorted(diffs, key=lambda d: d.base.order)
+
+
+def _final_forward(d: EventDiff) -> bool:
+    """The model's own outputs and the loss: what the user sees of a forward pass."""
+    return d.base.kind is Kind.LOSS or (d.base.kind is Kind.LAYER and d.base.parent is None and d.base.depth == 0)
+
+
+def _final_backward(d: EventDiff) -> bool:
+    """Parameter gradients: what the optimizer sees of a backward pass."""
+    params = {t.name for t in d.raw.params} | {t.name for t in d.base.params}
+    return any(not t.passed and t.name in params for t in d.tensors) or bool(
+        params and any(not t.passed and not t.name.startswith("in") for t in d.tensors)
+    )
 
 
 def _paired_children(diffs: list[EventDiff]) -> dict[int, list[tuple[Event, Event]]]:

@@ -19,7 +19,7 @@ from nbdiff.compare.tolerance import Tolerance
 from nbdiff.trace.events import Event, Kind, Phase
 from nbdiff.trace.stack import Frame
 
-__all__ = ["EventDiff", "Divergence", "blame_events", "worst_of", "post_order", "divergence_of"]
+__all__ = ["EventDiff", "Divergence", "blame_events", "inherited_notes", "worst_of", "post_order", "divergence_of"]
 
 
 @dataclass(frozen=True)
@@ -132,11 +132,15 @@ def post_order(diffs: Sequence[EventDiff]) -> list[EventDiff]:
 def blame_events(
     diffs: Sequence[EventDiff],
     local_fn: Callable[[EventDiff], tuple[TensorDiff, ...] | None],
+    final: Callable[[EventDiff], bool] = lambda d: True,
 ) -> tuple[Divergence | None, list[EventDiff]]:
     """Blame within one step and phase. ``diffs`` must be in completion order.
 
     Returns the divergence (or ``None``) and the diffs with local errors filled
-    in where they were measured.
+    in where they were measured. When no event exceeds its tolerance on its own, the
+    accumulated error fails the step only if it reaches a ``final`` event (the model's
+    outputs, the loss, a parameter gradient); a blip that vanishes downstream is not a
+    divergence (:func:`inherited_notes` describes it).
     """
     diffs = list(diffs)
     children: dict[int, list[int]] = {}
@@ -152,8 +156,9 @@ def blame_events(
             first_acc = i
         local = local_fn(d)
         diffs[i] = d = replace(d, local=local)
-        local_bad = local is None or max((t.ratio for t in local), default=0.0) > 1.0
-        if not local_bad:
+        if local is None:
+            continue  # not measurable: never blamed; the nearest measurable event is
+        if max((t.ratio for t in local), default=0.0) <= 1.0:
             continue
         kids = sorted(children.get(i, []), key=lambda k: diffs[k].base.order)
         if not kids:
@@ -161,9 +166,21 @@ def blame_events(
         if any(diffs[k].local is None and not diffs[k].passed for k in kids):
             continue  # a sublayer could not be measured; do not blame the parent's code
         return divergence_of(d, "between", _neighbours([diffs[k] for k in kids])), diffs
-    if first_acc is not None:
+    if first_acc is not None and any(not d.passed and final(d) for d in diffs):
         return divergence_of(diffs[first_acc], "accumulated", inherited=True), diffs
     return None, diffs
+
+
+def inherited_notes(diffs: Sequence[EventDiff]) -> list[str]:
+    """Lines for events over tolerance only by what they inherited, in a step that agrees."""
+    out = []
+    for d in diffs:
+        if not d.passed and d.local_ratio is not None and d.local_ratio <= 1.0:
+            out.append(
+                f"step {d.base.step}, {d.base.phase.value}: `{d.base.path or '<root>'}` is {d.ratio:.3g}x its "
+                f"tolerance by inherited error only (local {d.local_ratio:.3g}x), and it vanishes downstream"
+            )
+    return out
 
 
 def _neighbours(kids: list[EventDiff]) -> tuple[str | None, str | None]:

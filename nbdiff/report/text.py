@@ -70,6 +70,8 @@ def render_text(result: DiffResult) -> str:
         )
     for w in result.warnings[:10]:
         lines.append(f"  warning: {w}")
+    for n in result.notes[:10]:
+        lines.append(f"  note: {n}")
     d = result.first_divergence
     if d is None:
         return "\n".join(lines)

@@ -118,7 +118,7 @@ def resnet(bug: str | None = None, train: str | None = None) -> Callable[[], tup
             raw.layer1[0].bn1._momentum = 0.1  # torch's number copied: paddle's momentum is 1 - torch's
         if bug is None or bug == "momentum":
             pass
-        x = np.random.RandomState(0).randn(2, 3, 32, 32).astype("float32")
+        x = np.random.RandomState(0).randn(4, 3, 64, 64).astype("float32")
         opts = _training(train, base, raw)
         if bug == "momentum":
             opts = _sgd(base, raw)
@@ -150,10 +150,10 @@ def mobilenet(bug: str | None = None, train: str | None = None) -> Callable[[], 
         base = MobileNetV2(0.25, 10)
         raw = paddle.vision.models.mobilenet_v2(scale=0.25, num_classes=10)
         if bug == "act":
-            raw.features[2].conv[1][2] = paddle.nn.ReLU()
+            raw.features[2].conv[1][2] = paddle.nn.Hardswish()  # a MobileNetV3 activation mixed in
         if bug == "eps":
             raw.features[3].conv[3]._epsilon = 1e-3
-        x = np.random.RandomState(0).randn(2, 3, 32, 32).astype("float32")
+        x = np.random.RandomState(0).randn(4, 3, 64, 64).astype("float32")
         return base, raw, x, _training(train, base, raw)
 
     return build

@@ -142,12 +142,14 @@ def auto_diff(
             divergence, diffs = cmp.compare(pairing, brec, rrec)
             events += diffs
             if opts is not None and backward:
+                cmp.feed_optimizer()
                 before = cmp.snapshot()
                 run_optimizer(bfw, opts[0], "base")
                 run_optimizer(rfw, opts[1], "raw")
                 updated, odiffs = cmp.compare_updates(step, before, cmp.snapshot())
-                events += odiffs
-                divergence = divergence or updated
+                stated, sdiffs = cmp.compare_state(step)
+                events += odiffs + sdiffs
+                divergence = divergence or updated or stated
             done = step + 1
             if divergence is not None:
                 break

@@ -15,7 +15,7 @@ import numpy as np
 
 from nbdiff.align.layer_map import LayerMap
 from nbdiff.align.pairing import Pairing, pair_forward
-from nbdiff.compare.blame import Divergence, EventDiff, blame_events, post_order
+from nbdiff.compare.blame import Divergence, EventDiff, blame_events, first_nonfinite, post_order
 from nbdiff.compare.metrics import TensorDiff, compare_statistics, compare_tensors
 from nbdiff.compare.tolerance import Tolerance, loosest
 from nbdiff.errors import PairingError
@@ -100,6 +100,7 @@ class StepComparer:
         if self.diff_phase != "backward":
             kids = _paired_children(fwd)
             divergence, fwd = blame_events(fwd, lambda d: _local_forward(self.replayer, d, kids), _final_forward)
+            divergence = divergence if divergence is not None else first_nonfinite(fwd)
         if divergence is None and bwd:
             divergence, bwd = blame_events(
                 bwd, lambda d: _local_backward(self.replayer, brec, rrec, d), _final_backward
@@ -110,6 +111,71 @@ class StepComparer:
         """Trainable tensors of every planned layer, both sides, as copies."""
         assert self.plans is not None
         return snapshot(self.bfw, self.blayers, self.plans, "base"), snapshot(self.rfw, self.rlayers, self.plans, "raw")
+
+    def feed_optimizer(self, grads: ParamGrads = live_param_grads) -> None:
+        """Give raw base's weights and gradients (converted), so both optimizers step from the same
+        point: their updates then differ only by the optimizers' own error. Without this, Adam turns
+        rounding-level gradients (a key bias whose true gradient is 0) into lr-sized differences."""
+        assert self.plans is not None
+        bfw, rfw = self.bfw, self.rfw
+        for plan in self.plans.values():
+            bl, rl = self.blayers[plan.base_path], self.rlayers[plan.raw_path]
+            weights = {n: bfw.to_numpy(t) for n, t in layer_tensors(bfw, bl, plan.recursive).items()}
+            theirs = layer_tensors(rfw, rl, plan.recursive)
+            try:
+                w, g = plan.convert(weights), plan.convert(grads(bfw, bl, plan.recursive))
+            except (KeyError, ValueError):
+                continue
+            for n, t in theirs.items():
+                if n in w and rfw.is_trainable(t) and tuple(w[n].shape) == rfw.shape_of(t):
+                    rfw.set_value(t, w[n])
+                held = rfw.grad_of(t) if n in g and rfw.is_trainable(t) else None
+                if held is not None and tuple(g[n].shape) == rfw.shape_of(held):
+                    rfw.set_value(held, g[n])
+
+    def compare_state(self, step: int) -> tuple[Divergence | None, list[EventDiff]]:
+        """Running statistics after a training step, then raw's set to base's (as weights are)."""
+        assert self.plans is not None
+        bfw, rfw = self.bfw, self.rfw
+        diffs = []
+        for order, plan in enumerate(self.plans.values()):
+            bl, rl = self.blayers[plan.base_path], self.rlayers[plan.raw_path]
+            mine = {
+                n: bfw.to_numpy(t).copy()
+                for n, t in layer_tensors(bfw, bl, plan.recursive).items()
+                if not bfw.is_trainable(t)
+            }
+            theirs = {n: t for n, t in layer_tensors(rfw, rl, plan.recursive).items() if not rfw.is_trainable(t)}
+            if not mine or not theirs:
+                continue
+            try:
+                converted = plan.convert(mine)
+            except (KeyError, ValueError):
+                continue
+            values = {n: rfw.to_numpy(t).copy() for n, t in theirs.items() if n in converted}
+            tensors = [
+                compare_tensors(n, values[n], converted[n], self.tol(str(converted[n].dtype), str(v.dtype)), self.mode)
+                for n, v in values.items()
+                if np.asarray(converted[n]).dtype.kind == "f"
+            ]
+            for n in values:
+                rfw.set_value(theirs[n], converted[n])
+            if tensors:
+                ev = lambda path, kind, arrays, order=order: Event(  # noqa: E731
+                    step, Phase.STATE, Kind.PARAM, order, path, kind, 0, 0, None, True, (),
+                    tuple(TensorRecord(n, v.shape, str(v.dtype), v) for n, v in arrays.items()),
+                )  # fmt: skip
+                diffs.append(
+                    EventDiff(
+                        ev(plan.base_path, plan.base_type, mine),
+                        ev(plan.raw_path, plan.raw_type, values),
+                        tuple(tensors),
+                    )
+                )
+        divergence, _ = blame_events(diffs, lambda d: d.tensors)
+        if divergence is not None:
+            divergence = replace(name_parameter(divergence, self.plans), where="state")
+        return divergence, diffs
 
     def compare_updates(
         self, step: int, before: tuple[Snapshot, Snapshot], after: tuple[Snapshot, Snapshot]
@@ -174,7 +240,7 @@ def forward_diffs(
     pairs = [(p.base, p.raw) for p in pairing.pairs] + api_pairs(pairing, brec.forward, rrec.forward)
     pairs = _under_paired_ancestors(pairs, brec.forward)
     diffs = [EventDiff(b, r, tuple(tensor_diffs(r.outputs, b.outputs, _input_tol(tol, b, r), mode))) for b, r in pairs]
-    ordered = post_order(diffs)
+    ordered = _input_diffs(pairing, tol, mode) + post_order(diffs)
     bl = [e for e in brec.forward if e.kind is Kind.LOSS]
     rl = [e for e in rrec.forward if e.kind is Kind.LOSS]
     if bl and rl:
@@ -184,6 +250,19 @@ def forward_diffs(
         hint = _reduction_scale([t.value for e in roots for t in e.outputs if t.value is not None], tol)
         ordered.append(EventDiff(bl[0], rl[0], tuple(tensor_diffs(rl[0].outputs, bl[0].outputs, tol, mode, hint))))
     return ordered
+
+
+def _input_diffs(pairing: Pairing, tol: TolFn, mode: str) -> list[EventDiff]:
+    """The root calls' inputs, compared before any layer: different inputs are a finding of their
+    own, not a divergence of the first layer or the loss."""
+    roots = [p for p in pairing.pairs if p.base.parent is None and p.base.depth == 0 and p.raw.depth == 0]
+    if not roots:
+        return []
+    b, r = roots[0].base, roots[0].raw
+    as_input = lambda e: replace(  # noqa: E731
+        e, kind=Kind.INPUT, order=-1, path="<inputs>", type_name="Inputs", parent=None, inputs=(), outputs=e.inputs
+    )
+    return [EventDiff(as_input(b), as_input(r), tuple(tensor_diffs(r.inputs, b.inputs, tol, mode)))]
 
 
 def _reduction_scale(outputs: list[np.ndarray], tol: TolFn) -> float:
@@ -307,7 +386,7 @@ def _paired_children(diffs: list[EventDiff]) -> dict[int, list[tuple[Event, Even
 def _local_forward(
     replayer: Replayer, d: EventDiff, kids: dict[int, list[tuple[Event, Event]]]
 ) -> tuple[TensorDiff, ...] | None:
-    if d.base.kind is Kind.LOSS:
+    if d.base.kind in (Kind.LOSS, Kind.INPUT):
         return d.tensors
     if d.base.kind is Kind.API:
         return api_local(d, replayer.tol, replayer.mode)
@@ -333,7 +412,7 @@ def feed_for(brec: StepRecord, pairing: Pairing, diff_phase: str) -> Feed:
     grads: dict[tuple[str, int], dict[str, np.ndarray]] = {}
     for p in pairing.pairs:
         key = (p.raw.path, p.raw.call)
-        if diff_phase != "backward":
+        if diff_phase != "backward" and p.base.depth > 0:  # the root keeps the user's inputs: compared first
             inputs[key] = [t.data for t in p.base.inputs]
         g = bwd.get((p.base.path, p.base.call))
         if g is not None and diff_phase != "forward":

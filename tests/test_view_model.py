@@ -36,7 +36,7 @@ def test_first_divergence_is_marked_and_replay_covers_every_event(failed):
     assert (first["base"], first["phase"], first["status"]) == ("norm", "forward", "blamed")
     assert sorted(tree.order) == sorted(n["id"] for n in tree.nodes if n["event"] >= 0)
     fwd_order = [tree.nodes[i]["base"] for i in tree.order if tree.nodes[i]["phase"] == "forward"]
-    assert fwd_order[:3] == ["", "fc1", "norm"]  # execution order, the root's call first
+    assert fwd_order[:4] == ["<inputs>", "", "fc1", "norm"]  # the inputs, then execution order, the root first
     statuses = {n["base"]: n["status"] for n in tree.nodes if n["phase"] == "forward"}
     assert statuses["fc1"] == "ok" and statuses["fc2"] == "inherited"
 

@@ -14,12 +14,23 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
+import numpy as np
+
 from nbdiff.compare.metrics import TensorDiff
 from nbdiff.compare.tolerance import Tolerance
 from nbdiff.trace.events import Event, Kind, Phase
 from nbdiff.trace.stack import Frame
 
-__all__ = ["EventDiff", "Divergence", "blame_events", "inherited_notes", "worst_of", "post_order", "divergence_of"]
+__all__ = [
+    "EventDiff",
+    "Divergence",
+    "blame_events",
+    "first_nonfinite",
+    "inherited_notes",
+    "worst_of",
+    "post_order",
+    "divergence_of",
+]
 
 
 @dataclass(frozen=True)
@@ -70,7 +81,8 @@ class Divergence:
     where: str
     """``layer``, ``api`` (a framework call in a layer's own code, API-level tracing),
     ``between`` (the layer's own code between two sublayers), ``parameter`` (an
-    optimizer update) or ``accumulated``."""
+    optimizer update), ``state`` (a running statistic), ``inputs`` (the models were
+    given different inputs), ``nonfinite`` (the first event producing NaN/Inf) or ``accumulated``."""
     between: tuple[str | None, str | None] = (None, None)
     """For ``between``: the sublayer events just before and just after the fault."""
     parameter: str | None = None
@@ -85,6 +97,16 @@ class Divergence:
         head = f"step {self.step}{f', rank {self.rank}' if self.rank else ''}, {self.phase.value}"
         if self.where == "parameter":
             return f"{head}: update of parameter `{self.parameter}` (layer `{b}` ~ raw `{r}`)"
+        if self.where == "state":
+            return f"{head}: running statistic `{self.parameter}` (layer `{b}` ~ raw `{r}`)"
+        if self.where == "inputs":
+            return f"{head}: the two models were given different inputs (`{self.metrics.name}`), before any layer ran"
+        if self.where == "nonfinite":
+            m = self.metrics
+            return (
+                f"{head}: layer `{b}` ({self.base_type}) ~ raw `{r}` produces NaN/Inf from finite inputs "
+                f"(base {m.nan_base} NaN {m.inf_base} Inf, raw {m.nan_raw} NaN {m.inf_raw} Inf)"
+            )
         if self.where == "api":
             owner, _, op = self.base_path.rpartition("::")
             raw_op = self.raw_path.rpartition("::")[2]
@@ -162,13 +184,32 @@ def blame_events(
             continue
         kids = sorted(children.get(i, []), key=lambda k: diffs[k].base.order)
         if not kids:
-            return divergence_of(d, "api" if d.base.kind is Kind.API else "layer"), diffs
+            where = {Kind.API: "api", Kind.INPUT: "inputs"}.get(d.base.kind, "layer")
+            return divergence_of(d, where), diffs
         if any(diffs[k].local is None and not diffs[k].passed for k in kids):
             continue  # a sublayer could not be measured; do not blame the parent's code
         return divergence_of(d, "between", _neighbours([diffs[k] for k in kids])), diffs
     if first_acc is not None and any(not d.passed and final(d) for d in diffs):
         return divergence_of(diffs[first_acc], "accumulated", inherited=True), diffs
     return None, diffs
+
+
+def first_nonfinite(diffs: Sequence[EventDiff]) -> Divergence | None:
+    """The first event (in completion order) whose outputs hold NaN/Inf on either side while its
+    inputs are finite: where non-finite values are produced, even when both sides agree."""
+    for d in diffs:
+        if not d.tensors:
+            continue
+        outs = [t.value for e in (d.base, d.raw) for t in e.outputs if t.value is not None]
+        ins = [t.value for e in (d.base, d.raw) for t in e.inputs if t.value is not None]
+        if any(not _finite(a) for a in outs) and all(_finite(a) for a in ins):
+            worst = max(d.tensors, key=lambda t: (t.nan_base + t.nan_raw + t.inf_base + t.inf_raw, t.ratio))
+            return replace(divergence_of(d, "nonfinite"), metrics=worst)
+    return None
+
+
+def _finite(a: np.ndarray) -> bool:
+    return a.dtype.kind not in "fc" or bool(np.isfinite(a).all())
 
 
 def inherited_notes(diffs: Sequence[EventDiff]) -> list[str]:

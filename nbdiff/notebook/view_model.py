@@ -20,7 +20,7 @@ from nbdiff.trace.events import Event, Kind, Phase, TensorRecord
 
 __all__ = ["TreeData", "build_tree", "node_detail", "record_stats", "tensor_pair", "summary_line"]
 
-_PHASES = (Phase.FORWARD, Phase.BACKWARD, Phase.OPTIMIZER)
+_PHASES = (Phase.FORWARD, Phase.BACKWARD, Phase.OPTIMIZER, Phase.STATE)
 
 
 @dataclass(frozen=True)

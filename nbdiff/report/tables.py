@@ -53,7 +53,7 @@ def write_tables(result: DiffResult, out_dir: str | os.PathLike[str], prefix: st
                             t.max_rel, t.mean_abs, t.cosine, t.nan_base, t.nan_raw, t.inf_base, t.inf_raw, t.ratio,
                             t.passed, t.tolerance.describe(), t.mode, local.get(t.name, ""), t.note,
                         ])  # fmt: skip
-                if rows or phase is not Phase.OPTIMIZER:
+                if rows or phase in (Phase.FORWARD, Phase.BACKWARD):
                     written.append(_write(out / f"{prefix}{phase.value}_compare_{tag}.csv", COMPARE_COLUMNS, rows))
     return written
 

@@ -55,7 +55,8 @@ def render_text(result: DiffResult) -> str:
     """Summary line, first divergence with metrics, a compact tree, and both stacks."""
     head = f"nbdiff: base {result.base_framework} {result.base_model} vs raw {result.raw_framework} {result.raw_model}"
     counts = {
-        ph: len([e for e in result.events if e.base.phase.value == ph]) for ph in ("forward", "backward", "optimizer")
+        ph: len([e for e in result.events if e.base.phase.value == ph])
+        for ph in ("forward", "backward", "optimizer", "state")
     }
     lines = [
         f"{head}: {'SUCCESS' if result else 'FAILED'}",
@@ -83,7 +84,7 @@ def render_text(result: DiffResult) -> str:
     lines += [
         "",
         f"Tree (step {d.step}, {d.phase.value}):",
-        *_tree(phase_events, (d.base_path, 0) if d.phase.value != "optimizer" else None),
+        *_tree(phase_events, (d.base_path, 0) if d.phase.value not in ("optimizer", "state") else None),
     ]
     lines += [
         "",

@@ -20,6 +20,8 @@ class Phase(str, Enum):
     FORWARD = "forward"
     BACKWARD = "backward"
     OPTIMIZER = "optimizer"
+    STATE = "state"
+    """Running statistics (BatchNorm means and variances) after a training step."""
 
 
 class Kind(str, Enum):
@@ -31,6 +33,8 @@ class Kind(str, Enum):
     """The loss value of a step."""
     PARAM = "param"
     """One parameter's update by the optimizer."""
+    INPUT = "input"
+    """The inputs the two models were given (compared before any layer)."""
     API = "api"
     """A framework function called by a layer's own code (``F.gelu``, ``x @ w``): API-level tracing."""
 

@@ -64,10 +64,14 @@ def eval_mode(fw: Framework, model: Any) -> Iterator[None]:
 
 @contextmanager
 def no_dropout(fw: Framework, model: Any) -> Iterator[None]:
-    """Set every dropout probability to 0 so both sides compute the same thing; restore after."""
+    """Set the dropout probability of every dropout in training mode to 0, so both sides compute
+    the same thing; restore after. In eval mode dropout is left alone: it is already off, and
+    zeroing ``p`` would also remove paddle's ``downscale_in_infer`` eval scaling, a real difference."""
     saved: list[tuple[Any, str, Any]] = []
     try:
         for _, layer in fw.named_layers(model):
+            if not fw.is_training(layer):
+                continue
             for attr in fw.dropout_attrs(layer):
                 saved.append((layer, attr, getattr(layer, attr)))
                 setattr(layer, attr, 0.0)

@@ -13,6 +13,10 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install -q torch==2.13.0
 	$(BIN)/pip install -q "paddlepaddle==3.3.1"
 	$(BIN)/pip install -q -e ".[dev]"
+	# The real-model zoo (tests/zoo): transformers and paddleformers, tiny configs, no downloads.
+	# paddleformers pulls paddlecodec, which registers itself as torchcodec and breaks transformers' Llama.
+	$(BIN)/pip install -q -e ".[zoo]"
+	$(BIN)/pip uninstall -y -q paddlecodec || true
 	# Browser tests drive Debian's chromium; playwright's own browser download is never used.
 	# Without root or apt they are skipped, and say so.
 	command -v chromium >/dev/null 2>&1 || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive \

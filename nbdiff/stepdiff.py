@@ -196,7 +196,10 @@ def _pair(
     r = [e for e in rrec.forward if e.kind is Kind.LAYER]
     pairing = pair_forward(b, r, layer_map, blayers, rlayers)
     nb, nr = len(pairing.pairs) + len(pairing.unmatched_base), len(pairing.pairs) + len(pairing.unmatched_raw)
-    if not pairing.pairs or len(pairing.unmatched_base) * 2 > nb or len(pairing.unmatched_raw) * 2 > nr:
+    inner = [p for p in pairing.pairs if p.base.depth > 0 or p.raw.depth > 0]
+    # Structures that differ a lot still pair what they can (blame then names the first layer that
+    # differs); only two models with sublayers and not one pair between them is an error.
+    if not pairing.pairs or (not inner and pairing.unmatched_base and pairing.unmatched_raw):
         # The roots rarely tell the user anything: name the first unpaired sublayers.
         ub = next((e for e in pairing.unmatched_base if e.path), next(iter(pairing.unmatched_base), None))
         ur = next((e for e in pairing.unmatched_raw if e.path), next(iter(pairing.unmatched_raw), None))

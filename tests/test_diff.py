@@ -209,3 +209,136 @@ def test_inplace_op_between_layers_is_blamed_on_the_code_between_them():
     d = result.first_divergence
     assert d is not None and d.where == "between" and d.base_path == "", result.report()
     assert d.between[0] == "fc"
+
+
+def _pair_of(make_torch, make_paddle):
+    torch.manual_seed(0)
+    paddle.seed(0)
+    return make_torch(), make_paddle()
+
+
+def test_non_persistent_buffers_are_compared_not_copied():
+    # Rotary inv_freq, BERT position_ids: constants computed in __init__ raised WeightTransferError.
+    class TRot(torch.nn.Module):
+        def __init__(self, theta=10000.0):
+            super().__init__()
+            self.fc = torch.nn.Linear(4, 4)
+            self.register_buffer("inv_freq", 1.0 / theta ** (torch.arange(0, 4, 2).float() / 4), persistent=False)
+            self.register_buffer("original_inv_freq", self.inv_freq.clone(), persistent=False)
+
+        def forward(self, x):
+            return self.fc(x) * self.inv_freq.repeat(2)
+
+    class PRot(paddle.nn.Layer):
+        def __init__(self, theta=10000.0):
+            super().__init__()
+            self.fc = paddle.nn.Linear(4, 4)
+            inv = 1.0 / theta ** (paddle.arange(0, 4, 2).astype("float32") / 4)
+            self.register_buffer("inv_freq", inv, persistable=False)
+
+        def forward(self, x):
+            return self.fc(x) * self.inv_freq.tile([2])
+
+    x = np.random.RandomState(0).randn(3, 4).astype("float32")
+    assert nbdiff.auto_diff(TRot(), PRot(), x)
+    result = nbdiff.auto_diff(TRot(), PRot(theta=500000.0), x)
+    assert not result and result.first_divergence.base_path == ""
+    assert any("constant `inv_freq`" in w for w in result.warnings), result.warnings
+
+
+def test_loss_of_layernorm_outputs_is_judged_by_the_outputs_magnitude():
+    # The mean of LayerNorm outputs is ~3e-9: judged against itself, equivalent models false-alarmed.
+    base, raw = _pair_of(lambda: torch.nn.LayerNorm(16), lambda: paddle.nn.LayerNorm(16))
+    x = np.random.RandomState(0).randn(4, 16).astype("float32")
+    result = nbdiff.auto_diff(base, raw, x)
+    assert result, result.report()
+
+
+def test_train_mode_batchnorm_and_tuple_outputs_are_measured_not_blamed():
+    # MultiheadAttention returns a tuple in torch and a tensor in paddle; its backward replay
+    # cannot pair those, and unmeasurable local error must never be blamed.
+    class TB(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.attn = torch.nn.MultiheadAttention(8, 2, batch_first=True)
+            self.norm = torch.nn.LayerNorm(8)
+
+        def forward(self, x):
+            return self.norm(self.attn(x, x, x, need_weights=False)[0])
+
+    class PB(paddle.nn.Layer):
+        def __init__(self):
+            super().__init__()
+            self.attn = paddle.nn.MultiHeadAttention(8, 2)
+            self.norm = paddle.nn.LayerNorm(8)
+
+        def forward(self, x):
+            return self.norm(self.attn(x, x, x))
+
+    x = np.random.RandomState(0).randn(2, 5, 8).astype("float32")
+    result = nbdiff.auto_diff(*_pair_of(TB, PB), x)
+    assert result, result.report()
+
+
+def test_a_layer_inside_an_unpaired_wrapper_hangs_under_the_nearest_paired_ancestor():
+    class Wrap(paddle.nn.Layer):
+        def __init__(self, inner):
+            super().__init__()
+            self.inner = inner
+
+        def forward(self, x):
+            return self.inner(x)
+
+    base = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.LayerNorm(4, eps=1e-5))
+    raw = paddle.nn.Sequential(paddle.nn.Linear(4, 4), Wrap(paddle.nn.LayerNorm(4, epsilon=1e-3)))
+    result = nbdiff.auto_diff(base, raw, np.random.RandomState(0).randn(3, 4).astype("float32") * 0.01)
+    d = result.first_divergence
+    assert d is not None and (d.base_path, d.where) == ("1", "layer"), result.report()
+    norm = next(e for e in result.events if e.base.path == "1" and e.base.phase.value == "forward")
+    assert norm.base.parent is not None
+
+
+def test_adam_on_rounding_level_gradients_is_not_a_divergence():
+    # A key bias's true gradient is exactly 0; Adam turned its rounding noise into lr-sized updates.
+    base, raw = _pair_of(lambda: BUILDERS["transformer"]("torch"), lambda: BUILDERS["transformer"]("paddle"))
+    topt = torch.optim.AdamW(base.parameters(), lr=1e-3)
+    popt = paddle.optimizer.AdamW(learning_rate=1e-3, parameters=raw.parameters())
+    result = nbdiff.auto_diff(base, raw, inputs("transformer"), optimizers=[topt, popt], steps=3)
+    assert result, result.report()
+    assert any(e.base.phase.value == "optimizer" for e in result.events)
+
+
+def test_batchnorm_momentum_bug_is_blamed_in_the_state_phase():
+    base, raw = _pair_of(lambda: torch.nn.BatchNorm1d(4), lambda: paddle.nn.BatchNorm1D(4, momentum=0.1))
+    opts = [torch.optim.SGD(base.parameters(), lr=0.1), paddle.optimizer.SGD(0.1, parameters=raw.parameters())]
+    result = nbdiff.auto_diff(base, raw, np.random.RandomState(0).randn(64, 4).astype("float32"), optimizers=opts)
+    d = result.first_divergence
+    assert d is not None and (d.phase.value, d.where) == ("state", "state"), result.report()
+    assert d.parameter == "running_mean"
+
+
+def test_different_inputs_are_reported_as_inputs():
+    x = np.random.RandomState(0).randn(8, 16).astype("float32")
+    base, raw = BUILDERS["mlp"]("torch"), BUILDERS["mlp"]("paddle")
+    result = nbdiff.auto_diff(base, raw, (torch.from_numpy(x), paddle.to_tensor(x + 0.01)))
+    d = result.first_divergence
+    assert d is not None and d.where == "inputs" and d.metrics.max_abs > 0.009, result.report()
+    assert "different inputs" in d.describe()
+
+
+def test_first_event_producing_nan_is_reported_even_when_both_sides_agree():
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc1 = torch.nn.Linear(4, 4)
+            self.act = torch.nn.ReLU()
+
+        def forward(self, x):
+            return self.act(self.fc1(x))
+
+    base, raw = Net(), Net()
+    with torch.no_grad():
+        base.fc1.weight[0, 0] = float("nan")
+    result = nbdiff.auto_diff(base, raw, np.random.RandomState(0).randn(3, 4).astype("float32"), auto_init=True)
+    d = result.first_divergence
+    assert d is not None and (d.base_path, d.where) == ("fc1", "nonfinite"), result.report()

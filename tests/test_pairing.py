@@ -71,3 +71,73 @@ def test_nothing_in_common_is_reported_as_unmatched():
     pairing = pair_forward(b, r)
     assert {e.path for e in pairing.unmatched_base} >= {"fc1", "fc2"}
     assert "0" in {e.path for e in pairing.unmatched_raw}
+
+
+def test_independent_work_in_another_order_pairs_by_weights():
+    # HF BertEmbeddings looks up token types before positions; paddlenlp does the reverse.
+    class TEmb(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.token_type = torch.nn.Embedding(2, 8)
+            self.position = torch.nn.Embedding(64, 8)
+
+        def forward(self, x):
+            ids = torch.zeros(x.shape, dtype=torch.long)
+            return x.unsqueeze(-1) + self.token_type(ids) + self.position(ids)
+
+    class PEmb(paddle.nn.Layer):
+        def __init__(self):
+            super().__init__()
+            self.position = paddle.nn.Embedding(64, 8)
+            self.token_type = paddle.nn.Embedding(2, 8)
+
+        def forward(self, x):
+            ids = paddle.zeros(x.shape, dtype="int64")
+            return x.unsqueeze(-1) + self.position(ids) + self.token_type(ids)
+
+    assert set(_paths(_pairing(TEmb(), PEmb()))) == {("", ""), ("token_type", "token_type"), ("position", "position")}
+
+
+def test_library_subclasses_and_activation_classes_pair_with_the_framework_type():
+    # A library's LayerNorm subclass against paddle's own, and an activation class of another
+    # library (transformers' SiLUActivation derives from nn.Module only) against paddle's Silu.
+    class GPTLayerNorm(paddle.nn.LayerNorm):
+        pass
+
+    class SiLUActivation(torch.nn.Module):
+        def forward(self, x):
+            return torch.nn.functional.silu(x)
+
+    class TNet(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = torch.nn.Linear(8, 8)
+            self.act = SiLUActivation()
+            self.norm = torch.nn.LayerNorm(8)
+
+        def forward(self, x):
+            return self.norm(self.act(self.fc(x)))
+
+    class PNet(paddle.nn.Layer):
+        def __init__(self):
+            super().__init__()
+            self.fc = paddle.nn.Linear(8, 8)
+            self.block = paddle.nn.Sequential(paddle.nn.Silu())  # one level deeper
+            self.norm = GPTLayerNorm(8)
+
+        def forward(self, x):
+            return self.norm(self.block(self.fc(x)))
+
+    pairs = set(_paths(_pairing(TNet(), PNet())))
+    assert {("act", "block.0"), ("norm", "norm"), ("fc", "fc")} <= pairs
+
+
+def test_roots_always_pair_and_a_changed_stem_is_paired_not_fatal():
+    # A stem whose padding changes every later shape: the layers still pair, so blame can name the stem.
+    t = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3, padding=1), torch.nn.ReLU(), torch.nn.Conv2d(4, 4, 3))
+    p = paddle.nn.Sequential(paddle.nn.Conv2D(3, 4, 3, padding=2), paddle.nn.ReLU(), paddle.nn.Conv2D(4, 4, 3))
+    bfw, rfw = framework_of(t, "base"), framework_of(p, "raw")
+    x = np.random.RandomState(0).randn(1, 3, 8, 8).astype("float32")
+    bcall, rcall = split_inputs(x, bfw, rfw)
+    got = pair_forward(forward_structure(bfw, t, bcall, "base"), forward_structure(rfw, p, rcall, "raw"))
+    assert set(_paths(got)) == {("", ""), ("0", "0"), ("1", "1"), ("2", "2")}

@@ -182,21 +182,28 @@ class Replayer:
         built = self._args(fw, fwd, base_fwd, grad=True)
         if built is None or fwd.layer is None:
             return None
-        (args, kwargs), ins = built
+        _, ins = built
+        # Copies, not the leaves themselves: an in-place layer (ReLU(inplace=True)) cannot write a leaf.
+        args, kwargs = unflatten(fwd.template, [fw.identity(x, copy=True) if fw.requires_grad(x) else x for x in ins])
         params = {n: p for n, p in layer_tensors(fw, fwd.layer, plan_recursive).items() if fw.is_trainable(p)}
+        # Gradients inside kept_state: restoring a train-mode BatchNorm's running statistics writes
+        # tensors its backward still holds ("modified by an inplace operation").
         with kept_state(fw, fwd.layer):
             out = fwd.layer(*args, **kwargs)
-        leaves, _ = flatten(out, fw.is_tensor, "out")
-        by_name = {t.name: t.data for t in grad_out.outputs}
-        outs, gouts = [], []
-        for name, t in leaves:
-            if name in by_name and fw.requires_grad(t):
-                outs.append(t)
-                gouts.append(fw.from_numpy(by_name[name].astype(fw.to_numpy(t).dtype, copy=False)))
-        targets = [x for x in ins if fw.requires_grad(x)] + list(params.values())
-        if not outs or not targets:
-            return None
-        grads = fw.grad(outs, targets, gouts)
+            leaves, _ = flatten(out, fw.is_tensor, "out")
+            by_name = {t.name: t.data for t in grad_out.outputs}
+            in_order = [t.data for t in grad_out.outputs]
+            outs, gouts = [], []
+            for i, (name, t) in enumerate(leaves):
+                # By name, else by position: a tuple on one side, a tensor on the other (attention).
+                g = by_name.get(name, in_order[i] if len(leaves) == 1 and i < len(in_order) else None)
+                if g is not None and fw.requires_grad(t) and tuple(g.shape) == fw.shape_of(t):
+                    outs.append(t)
+                    gouts.append(fw.from_numpy(g.astype(fw.to_numpy(t).dtype, copy=False)))
+            targets = [x for x in ins if fw.requires_grad(x)] + list(params.values())
+            if not outs or not targets:
+                return None
+            grads = fw.grad(outs, targets, gouts)
         k = sum(1 for x in ins if fw.requires_grad(x))
         in_grads = [None if g is None else fw.to_numpy(g) for g in grads[:k]]
         p_grads = {n: fw.to_numpy(g) for n, g in zip(params, grads[k:]) if g is not None}

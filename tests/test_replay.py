@@ -1,0 +1,31 @@
+"""Local error by replay: layers that used to be unmeasurable are measured."""
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from nbdiff.compare.tolerance import resolve_tolerance  # noqa: E402
+from nbdiff.frameworks import framework_of  # noqa: E402
+from nbdiff.replay import Replayer  # noqa: E402
+from nbdiff.step import run_step  # noqa: E402
+from nbdiff.trace.events import Kind  # noqa: E402
+from nbdiff.trace.inputs import split_inputs  # noqa: E402
+from nbdiff.weights.assign import plan_weights  # noqa: E402
+
+
+@pytest.mark.parametrize("path", ["1", "2"])
+def test_train_mode_batchnorm_and_inplace_layers_have_a_measured_backward(path):
+    # BatchNorm in train mode: running statistics were restored before autograd.grad ran
+    # ("modified by an inplace operation"); ReLU(inplace=True) could not write a leaf input.
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.BatchNorm1d(4), torch.nn.ReLU(inplace=True))
+    fw = framework_of(model, "m")
+    call, _ = split_inputs(np.random.RandomState(0).randn(8, 4).astype("float32"), fw, fw)
+    rec = run_step(fw, model, call, None, side="base", step=0, backward=True)
+    replayer = Replayer(
+        fw, fw, plan_weights(model, model)[2].by_base_path(), lambda a, b: resolve_tolerance(None, None, a, b), "strict"
+    )
+    fwd = next(e for e in rec.forward if e.path == path and e.kind is Kind.LAYER)
+    bwd = next(e for e in rec.backward if e.path == path)
+    local = replayer.backward(fwd, fwd, bwd)
+    assert local is not None and all(t.passed for t in local)

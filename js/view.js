@@ -27,9 +27,23 @@ function fmt(x) {
   return a >= 1e4 || a < 1e-3 ? x.toExponential(2) : x.toPrecision(4).replace(/\.?0+$/, "");
 }
 
+// Status classes the filter and the legend use; "none" rows compared nothing.
+const FILTERS = [
+  ["all", "all rows", () => true],
+  ["own", "own error (blamed, local)", (n) => n.status === "blamed" || n.status === "local"],
+  ["fail", "diverging (own or inherited)", (n) => ["blamed", "local", "inherited"].includes(n.status)],
+  ["pass", "passing", (n) => n.status === "ok"],
+  ["unpaired", "unpaired", (n) => n.status === "unpaired"],
+  ["none", "not compared", (n) => n.status === "none"],
+];
+const LEGEND =
+  "error / tol: the worst tensor's error over what the tolerance allows; above 1 fails. " +
+  "(local x): the error the layer adds on identical inputs. Red: own error; orange: inherited from " +
+  "earlier layers; green: passes; grey: unpaired or not compared.";
+
 function colour(node) {
   const r = node.status === "blamed" || node.status === "local" ? node.local ?? node.ratio : node.ratio;
-  if (node.status === "unpaired") return "var(--nbd-unpaired)";
+  if (node.status === "unpaired" || node.status === "none") return "var(--nbd-unpaired)";
   if (node.status === "ok" || r === null) return "var(--nbd-ok)";
   const k = Math.min(1, Math.log10(Math.max(r, 1)) / 4); // 1x .. 10^4x
   if (node.status === "inherited") return `rgba(240, 173, 78, ${0.25 + 0.5 * k})`;
@@ -54,7 +68,8 @@ function render({ model, el }) {
   let replayAt = -1;
 
   const summary = h("div", { class: "nbd-summary" });
-  const onlyBad = h("input", { type: "checkbox", class: "nbd-only-bad" });
+  const filter = h("select", { class: "nbd-filter", title: LEGEND }, ...FILTERS.map(([v, label]) => h("option", { value: v }, label)));
+  filter.value = "all";
   const search = h("input", { type: "search", class: "nbd-search", placeholder: "search layers" });
   const slider = h("input", { type: "range", class: "nbd-slider", min: "0", max: "0", value: "0" });
   const replayLabel = h("span", { class: "nbd-replay-label" });
@@ -62,8 +77,13 @@ function render({ model, el }) {
   const toolbar = h(
     "div",
     { class: "nbd-toolbar" },
-    h("label", {}, onlyBad, " only diverging"),
+    h("label", { title: LEGEND }, "show ", filter),
     search,
+    btn("↑", "previous divergence (p)", () => jump(-1)),
+    btn("↓", "next divergence (n)", () => jump(1)),
+    btn("⊞", "expand all", () => setAll(false)),
+    btn("⊟", "collapse all", () => setAll(true)),
+    h("span", { class: "nbd-legend", title: LEGEND }, "ⓘ"),
     h(
       "span",
       { class: "nbd-replay" },
@@ -85,13 +105,14 @@ function render({ model, el }) {
   const spacer = h("div", { class: "nbd-spacer" });
   const rows = h("div", { class: "nbd-rows" });
   const scroller = h("div", { class: "nbd-scroll" }, spacer, rows);
-  const tree = h("div", { class: "nbd-tree" }, header, scroller);
+  // Focusable, and Lumino (JupyterLab, Notebook 7) leaves keys pressed in here alone.
+  const tree = h("div", { class: "nbd-tree", tabindex: "0", "data-lm-suppress-shortcuts": "true" }, header, scroller);
   const panel = h("div", { class: "nbd-panel" }, h("div", { class: "nbd-hint" }, "Click a row to see its tensors."));
   const stack = h("div", { class: "nbd-stack" });
   const plotBox = h("div", { class: "nbd-plots" });
   const source = h("div", { class: "nbd-source" });
   const side = h("div", { class: "nbd-side" }, panel, stack, source);
-  el.append(h("div", { class: "nbd" }, summary, toolbar, h("div", { class: "nbd-main" }, tree, side)));
+  el.append(h("div", { class: "nbd", "data-lm-suppress-shortcuts": "true" }, summary, toolbar, h("div", { class: "nbd-main" }, tree, side)));
 
   function index() {
     kids.clear();
@@ -101,12 +122,12 @@ function render({ model, el }) {
   function keep() {
     // Rows shown by the filters: matches plus their ancestors.
     const q = search.value.trim().toLowerCase();
-    const bad = onlyBad.checked;
-    if (!q && !bad) return null;
+    const pass = FILTERS.find(([v]) => v === filter.value)[2];
+    if (!q && filter.value === "all") return null;
     const all = nodes();
     const shown = new Set();
     for (const n of all) {
-      const hit = (!bad || n.status !== "ok") && (!q || `${n.base} ${n.raw} ${n.base_type} ${n.raw_type}`.toLowerCase().includes(q));
+      const hit = pass(n) && (!q || `${n.base} ${n.raw} ${n.base_type} ${n.raw_type}`.toLowerCase().includes(q));
       if (!hit || n.event === -1) continue;
       for (let p = n; p && !shown.has(p.id); p = all[p.parent]) shown.add(p.id);
     }
@@ -130,15 +151,26 @@ function render({ model, el }) {
 
   function draw() {
     const top = scroller.scrollTop;
+    // Before the output area lays the view out, clientHeight is 0: draw a full box's worth.
+    const height = scroller.clientHeight || 420;
     const first = Math.max(0, Math.floor(top / ROW) - 10);
-    const last = Math.min(visible.length, Math.ceil((top + scroller.clientHeight) / ROW) + 10);
+    const last = Math.min(visible.length, Math.ceil((top + height) / ROW) + 10);
+    const blamed = model.get("first");
     const selected = model.get("selected");
     const out = [];
     for (let i = first; i < last; i++) {
       const n = visible[i];
       const hasKids = kids.has(n.id);
       const twisty = hasKids ? (collapsed.has(n.id) ? "▸" : "▾") : " ";
-      const err = n.event < 0 ? fmt(n.ratio) : n.local !== null ? `${fmt(n.ratio)} (local ${fmt(n.local)})` : fmt(n.ratio);
+      const holdsBlamed = hasKids && collapsed.has(n.id) && blamed >= 0 && isAncestor(n.id, blamed);
+      const err =
+        n.status === "none"
+          ? "not compared"
+          : n.event < 0
+            ? fmt(n.ratio)
+            : n.local !== null
+              ? `${fmt(n.ratio)} (local ${fmt(n.local)})`
+              : fmt(n.ratio);
       const row = h(
         "div",
         {
@@ -153,6 +185,7 @@ function render({ model, el }) {
           h("span", { class: "nbd-twisty", dataset: { toggle: n.id } }, twisty),
           n.event === -1 ? n.label : n.base || (n.event === -2 ? "—" : "<root>"),
           n.event === -1 ? null : h("small", {}, " " + n.base_type),
+          holdsBlamed ? h("span", { class: "nbd-holds", title: "the blamed row is inside" }, " ●") : null,
         ),
         h("span", { class: "nbd-cell nbd-raw" }, n.event === -1 ? "" : n.raw || (n.event === -2 ? "—" : "<root>"), n.event === -1 ? null : h("small", {}, " " + n.raw_type)),
         h("span", { class: "nbd-cell nbd-err" }, n.event === -2 ? "unpaired" : n.status === "blamed" ? `◀ ${err}` : err),
@@ -160,6 +193,46 @@ function render({ model, el }) {
       out.push(row);
     }
     rows.replaceChildren(...out);
+  }
+
+  function isAncestor(a, id) {
+    const all = nodes();
+    for (let p = all[id] && all[all[id].parent]; p; p = all[p.parent]) if (p.id === a) return true;
+    return false;
+  }
+
+  function setAll(collapse) {
+    collapsed.clear();
+    if (collapse) for (const n of nodes()) if (kids.has(n.id) && n.event !== -1) collapsed.add(n.id);
+    flatten();
+  }
+
+  // Next/previous row with its own error (or, when none has, any diverging row), in tree order.
+  function jump(dir) {
+    const all = nodes();
+    const own = FILTERS[1][2];
+    let targets = all.filter(own);
+    if (!targets.length) targets = all.filter(FILTERS[2][2]);
+    if (!targets.length) return;
+    const pos = treeOrder();
+    targets.sort((a, b) => pos.get(a.id) - pos.get(b.id));
+    const cur = pos.get(model.get("selected")) ?? -1;
+    const next = dir > 0 ? targets.find((n) => pos.get(n.id) > cur) ?? targets[0] : [...targets].reverse().find((n) => pos.get(n.id) < cur) ?? targets[targets.length - 1];
+    clickedAt = performance.now();
+    select(next.id);
+    tree.focus({ preventScroll: true }); // the arrows go on from here
+  }
+
+  function treeOrder() {
+    const pos = new Map();
+    const walk = (parent) => {
+      for (const n of kids.get(parent) ?? []) {
+        pos.set(n.id, pos.size);
+        walk(n.id);
+      }
+    };
+    walk(-1);
+    return pos;
   }
 
   function reveal(id) {
@@ -174,9 +247,17 @@ function render({ model, el }) {
   }
 
   function select(id) {
+    if (id < 0) return;
     model.set("selected", id);
     model.save_changes();
     reveal(id);
+  }
+
+  function label() {
+    const order = model.get("order");
+    const n = nodes()[model.get("selected")];
+    const at = n ? order.indexOf(n.id) : -1;
+    replayLabel.textContent = n ? `${at >= 0 ? `${at + 1}/${order.length}` : "–"} · step ${n.step} ${n.phase}` : "";
   }
 
   function replay(i) {
@@ -184,10 +265,31 @@ function render({ model, el }) {
     if (!order.length) return;
     replayAt = Math.max(0, Math.min(order.length - 1, i));
     slider.value = String(replayAt);
-    const n = nodes()[order[replayAt]];
-    replayLabel.textContent = `${replayAt + 1}/${order.length} · step ${n.step} ${n.phase}`;
     select(order[replayAt]);
   }
+
+  // Keys once the tree has focus: arrows move and fold, Enter opens, n/p jump between divergences.
+  tree.addEventListener("keydown", (ev) => {
+    const all = nodes();
+    const cur = visible.findIndex((n) => n.id === model.get("selected"));
+    const n = visible[cur];
+    let handled = true;
+    if (ev.key === "ArrowDown") select(visible[Math.min(visible.length - 1, cur + 1)]?.id ?? -1);
+    else if (ev.key === "ArrowUp") select(visible[Math.max(0, cur - 1)]?.id ?? -1);
+    else if (ev.key === "ArrowRight" && n && kids.has(n.id)) collapsed.delete(n.id), flatten();
+    else if (ev.key === "ArrowLeft" && n && kids.has(n.id) && !collapsed.has(n.id)) collapsed.add(n.id), flatten();
+    else if (ev.key === "ArrowLeft" && n && n.parent >= 0) select(all[n.parent].id);
+    else if (ev.key === "Enter" && n) (clickedAt = performance.now()), select(n.id);
+    else if (ev.key === "n") jump(1);
+    else if (ev.key === "p") jump(-1);
+    else if (ev.key === "Home") select(visible[0]?.id ?? -1);
+    else if (ev.key === "End") select(visible[visible.length - 1]?.id ?? -1);
+    else handled = false;
+    if (handled) {
+      ev.preventDefault();
+      ev.stopPropagation();
+    }
+  });
 
   rows.addEventListener("click", (ev) => {
     const toggle = ev.target.closest("[data-toggle]");
@@ -198,6 +300,7 @@ function render({ model, el }) {
       return;
     }
     const row = ev.target.closest(".nbd-row");
+    tree.focus({ preventScroll: true });
     if (row) {
       clickedAt = performance.now();
       const id = Number(row.dataset.id);
@@ -210,7 +313,9 @@ function render({ model, el }) {
     }
   });
   scroller.addEventListener("scroll", () => requestAnimationFrame(draw));
-  onlyBad.addEventListener("change", flatten);
+  // The box can be resized (and is laid out late): draw what fits whenever its size changes.
+  new ResizeObserver(() => draw()).observe(scroller);
+  filter.addEventListener("change", flatten);
   search.addEventListener("input", flatten);
   slider.addEventListener("input", () => replay(Number(slider.value)));
 
@@ -298,10 +403,13 @@ function render({ model, el }) {
     );
     const href = s.relpath ? labUrl(s.relpath) : null;
     const title = s.kind === "cell" ? `notebook cell, line ${s.line}` : `${s.file}:${s.line}`;
+    const pre = h("pre", { class: "nbd-src" }, ...lines);
     source.replaceChildren(
       h("div", { class: "nbd-src-title" }, title, " ", href ? h("a", { href, target: "_blank", class: "nbd-open" }, "open in JupyterLab") : null),
-      h("pre", { class: "nbd-src" }, ...lines),
+      pre,
     );
+    const here = pre.querySelector(".nbd-src-here");
+    if (here) pre.scrollTop = Math.max(0, here.offsetTop - pre.clientHeight / 3);
   }
 
   model.on("change:nodes", () => {
@@ -312,13 +420,18 @@ function render({ model, el }) {
   model.on("change:detail", drawDetail);
   model.on("change:source", drawSource);
   model.on("change:plots", drawPlots);
-  model.on("change:selected", draw);
+  model.on("change:selected", () => {
+    draw();
+    label();
+  });
 
   index();
   summary.textContent = model.get("summary");
   slider.max = String(Math.max(0, model.get("order").length - 1));
   flatten();
   drawDetail();
+  label();
+  requestAnimationFrame(draw);
   const first = model.get("first");
   if (first >= 0) {
     replayAt = model.get("order").indexOf(first);

@@ -55,6 +55,8 @@ def _ratio(x: float | None) -> float | None:
 def _status(d: EventDiff, is_first: bool) -> str:
     if is_first:
         return "blamed"
+    if not d.tensors and d.local is None:
+        return "none"  # nothing to compare (a backward root, a container): not a green 0
     local = d.local_ratio
     if local is not None and local > 1:
         return "local"
@@ -104,8 +106,8 @@ def build_tree(result: DiffResult) -> TreeData:
                 nodes.append(
                     dict(id=nid, parent=parent, depth=nodes[parent]["depth"] + 1, label=_label(d), base=d.base.path,
                          raw=d.raw.path, base_type=d.base.type_name, raw_type=d.raw.type_name, phase=phase.value,
-                         step=step, ratio=_ratio(d.ratio), local=_ratio(d.local_ratio),
-                         status=_status(d, is_first), event=len(events))
+                         step=step, ratio=_ratio(d.ratio) if d.tensors else None,
+                         local=_ratio(d.local_ratio), status=_status(d, is_first), event=len(events))
                 )  # fmt: skip
                 events.append(d)
                 if d.base.kind is Kind.LAYER:

@@ -122,12 +122,13 @@ def test_modeldiff_view_click_stack_and_replay(page, jupyter_server, ui):
     )
     assert page.locator(f"{VIEW} .nbd-row.nbd-selected").count() == 1
 
-    # Filters: only diverging rows, then a name search.
-    page.locator(f"{VIEW} .nbd-only-bad").check()
+    # Status filters: rows with their own error (and their ancestors), then all again, then a name search.
+    page.locator(f"{VIEW} .nbd-filter").select_option("own")
     page.wait_for_function(
-        "() => ![...document.querySelectorAll('.nbd-row.nbd-ok')].some(r => !r.classList.contains('nbd-group') && !r.textContent.includes('<root>'))"
+        "() => ![...document.querySelectorAll('.nbd-rows .nbd-row')].some(r => /nbd-(ok|inherited|none)/.test(r.className) && !r.classList.contains('nbd-group') && !r.textContent.includes('<root>'))"
     )
-    page.locator(f"{VIEW} .nbd-only-bad").uncheck()
+    assert page.locator(f"{VIEW} .nbd-rows .nbd-row.nbd-blamed").count() == 1
+    page.locator(f"{VIEW} .nbd-filter").select_option("all")
     page.locator(f"{VIEW} .nbd-search").fill("fc1")
     page.wait_for_function(
         "() => [...document.querySelectorAll('.nbd-rows .nbd-row')].every(r => r.classList.contains('nbd-group') || /fc1|root/.test(r.textContent))"
@@ -188,3 +189,56 @@ def test_html_report_works_without_a_kernel(page, tmp_path):
     page.locator(f"{VIEW} .nbd-title", has_text="fc2").wait_for()
     assert not [m for m in page.console_messages if m.startswith(("error", "pageerror"))]
     assert all(u.startswith(("file:", "data:")) for u in page.request_urls), page.request_urls
+
+
+AGREE = (
+    "%load_ext nbdiff\n"
+    "from tests.fault_suite.models import BUILDERS, inputs\n"
+    "ta, pa, xa = BUILDERS['mlp']('torch'), BUILDERS['mlp']('paddle'), inputs('mlp')"
+)
+
+
+@pytest.mark.parametrize("ui", ["lab", "notebook7"])
+def test_navigation_by_keys_and_divergence_buttons(page, jupyter_server, ui):
+    name = f"nav_{ui}.ipynb"
+    write_notebook(jupyter_server["root"] / name, [AGREE, "%modeldiff ta pa xa", SETUP, "%modeldiff tb pb x"])
+    open_notebook(page, jupyter_server, name, ui)
+    for i in range(4):
+        run_cell(page, i, timeout=120_000)
+    agree, failed = page.locator(VIEW).nth(0), page.locator(VIEW).nth(1)
+
+    # A view with no divergence draws every row on open (the tree is small), none left for a scroll.
+    agree.locator(".nbd-row", has_text="fc1").first.wait_for()
+    total = agree.evaluate("el => el.querySelectorAll('.nbd-rows .nbd-row').length")
+    assert total >= 13, total
+    assert "backward" in agree.inner_text() and agree.locator(".nbd-row.nbd-none").count() >= 1
+    assert "not compared" in agree.locator(".nbd-row.nbd-none").first.inner_text()
+
+    # Next divergence jumps to the blamed row; keys move the selection and stay in the view.
+    failed.locator(".nbd-row.nbd-blamed").wait_for()
+    failed.locator(".nbd-row", has_text="fc2").first.click()
+    failed.locator(".nbd-btn[title^='next divergence']").click()
+    failed.locator(".nbd-row.nbd-selected.nbd-blamed").wait_for()
+    label = failed.locator(".nbd-replay-label").inner_text()
+    assert "step 0 forward" in label, label
+    active_cell = page.evaluate("() => document.querySelector('.jp-Notebook .jp-Cell.jp-mod-active')?.innerText")
+    before = failed.locator(".nbd-row.nbd-selected").inner_text()
+    page.keyboard.press("ArrowDown")
+    page.wait_for_function(
+        "([el, b]) => el.querySelector('.nbd-row.nbd-selected')?.innerText !== b",
+        arg=[failed.element_handle(), before],
+    )
+    page.keyboard.press("ArrowUp")
+    failed.locator(".nbd-row.nbd-selected.nbd-blamed").wait_for()
+    page.keyboard.press("Enter")
+    # The notebook did not see the keys: same active cell, still in command mode (no editor opened).
+    assert (
+        page.evaluate("() => document.querySelector('.jp-Notebook .jp-Cell.jp-mod-active')?.innerText") == active_cell
+    )
+    assert page.locator(".jp-Notebook.jp-mod-editMode").count() == 0
+    # Collapse all, and the collapsed parent of the blamed row carries a mark.
+    failed.locator(".nbd-btn[title='collapse all']").click()
+    failed.locator(".nbd-holds").first.wait_for()
+    failed.locator(".nbd-btn[title='expand all']").click()
+    failed.locator(".nbd-row.nbd-blamed").wait_for()
+    _no_widget_errors(page, jupyter_server)

@@ -375,7 +375,7 @@ function render({ model, el }) {
                 model.save_changes();
               },
             },
-            `${f.file.split("/").pop()}:${f.line} in ${f.function}`,
+            `${f.label || `${f.file.split("/").pop()}:${f.line}`} in ${f.function}`,
           ),
         );
       });
@@ -402,7 +402,7 @@ function render({ model, el }) {
       h("div", { class: `nbd-src-line${s.first + i === s.line ? " nbd-src-here" : ""}` }, h("span", { class: "nbd-lineno" }, String(s.first + i)), text),
     );
     const href = s.relpath ? labUrl(s.relpath) : null;
-    const title = s.kind === "cell" ? `notebook cell, line ${s.line}` : `${s.file}:${s.line}`;
+    const title = s.kind === "cell" ? s.label || `notebook cell, line ${s.line}` : `${s.file}:${s.line}`;
     const pre = h("pre", { class: "nbd-src" }, ...lines);
     source.replaceChildren(
       h("div", { class: "nbd-src-title" }, title, " ", href ? h("a", { href, target: "_blank", class: "nbd-open" }, "open in JupyterLab") : null),

@@ -16,6 +16,13 @@ __all__ = [
 class NbdiffError(Exception):
     """Base of every error nbdiff raises on purpose."""
 
+    def _render_traceback_(self) -> list[str]:
+        # IPython shows this instead of a traceback through nbdiff's and the frameworks' internals:
+        # the message already names the place and the fix; the user's own frames are kept.
+        from nbdiff.trace.stack import short_traceback
+
+        return short_traceback(self)
+
 
 class InputError(NbdiffError, TypeError):
     """The inputs given to nbdiff have the wrong form."""

@@ -60,15 +60,17 @@ class DiffResult:
     def to_html(self, path: str | None = None) -> str:
         """A standalone HTML report (the view with the data embedded, no kernel, offline).
 
-        Written to ``path`` when given; the HTML is returned either way.
+        With ``path``, the report is written there and the path is returned (the page is
+        megabytes: as a cell's last line it would flood the output); without, the HTML.
         """
         from nbdiff.report.html import render_html
 
         text = render_html(self)
-        if path is not None:
-            with open(path, "w") as f:
-                f.write(text)
-        return text
+        if path is None:
+            return text
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(text)
+        return str(path)
 
     def to_csv(self, out_dir: str) -> list[str]:
         """Mapping and compare tables per step (TroubleShooter-style CSVs); returns the files."""

@@ -114,6 +114,20 @@ def test_cell_magic_blames_a_backward_only_bug(ip):
     )
 
 
+def test_frames_are_named_by_cell_and_show_the_cell_as_written(ip):
+    # The user's own loop in a %%modeldiff cell, with a line magic in it that IPython rewrites.
+    _models(ip, "eps")
+    cell = "%%modeldiff tb pb\n%time y = 1\n" + TRAIN.strip()
+    assert ip.run_cell(cell, store_history=True).success
+    count = ip.execution_count - 1
+    d = ip.user_ns["_modeldiff"].first_divergence
+    frame = next(f for f in d.base_stack if source_excerpt(f.filename, f.lineno)["kind"] == "cell")
+    s = source_excerpt(frame.filename, frame.lineno)
+    assert s["label"] == f"Cell In [{count}], line {frame.lineno}"
+    # Line numbers match the editor (line 1 is the magic), and the text is the user's, not the rewrite.
+    assert s["lines"] == cell.split("\n") and "tb(torch.tensor(x))" in s["lines"][frame.lineno - 1]
+
+
 def test_cell_magic_blames_an_optimizer_bug_by_parameter(ip):
     _models(ip)
     cell = TRAIN.replace(
@@ -133,9 +147,14 @@ def test_cell_magic_single_step_needs_base_first(ip, capsys):
     assert ip.user_ns["_modeldiff"].first_divergence.base_path == "fc2"
     swapped = "pb(paddle.to_tensor(x)).mean().backward()\ntb(torch.tensor(x)).mean().backward()\n"
     ip.user_ns.pop("_modeldiff")
-    ip.run_cell_magic("modeldiff", "tb pb --single-step", swapped)
-    out = capsys.readouterr().out
-    assert "base model must run first" in out and "nothing was compared" in out
+    capsys.readouterr()
+    run = ip.run_cell("%%modeldiff tb pb --single-step\n" + swapped)
+    out = capsys.readouterr()
+    text = out.out + out.err
+    assert not run.success and "base model must run first" in text and "nothing was compared" in text
+    # The user's line (numbered as in the editor: the magic's line is 1), not nbdiff's internals.
+    assert "line 2" in text and "pb(paddle.to_tensor(x))" in text
+    assert "nbdiff/" not in text and "site-packages" not in text, text
     assert "_modeldiff" not in ip.user_ns
     assert not _hooks_left(ip)
 
@@ -144,21 +163,43 @@ def test_a_cell_that_raises_shows_the_users_traceback_and_cleans_up(ip, capsys):
     _models(ip)
     tb, pb = ip.user_ns["tb"], ip.user_ns["pb"]
     pb.eval()
-    ip.run_cell_magic("modeldiff", "tb pb", "tb(torch.tensor(x))\nraise ValueError('bug in my loop')")
-    out = capsys.readouterr().out
-    assert "bug in my loop" in out and "nothing was compared" in out
+    run = ip.run_cell("%%modeldiff tb pb\ntb(torch.tensor(x))\nraise ValueError('bug in my loop')")
+    out = capsys.readouterr()
+    text = out.out + out.err
+    assert "bug in my loop" in text and "nothing was compared" in text
+    # The cell fails, so "Run All" and nbconvert --execute stop here.
+    assert not run.success and type(run.error_in_exec).__name__ == "CellFailed"
     assert not _hooks_left(ip) and tb.training and not pb.training
+
+
+def test_an_interrupted_cell_fails_as_an_interrupt_and_cleans_up(ip, capsys):
+    _models(ip)
+    run = ip.run_cell("%%modeldiff tb pb\ntb(torch.tensor(x))\nraise KeyboardInterrupt")
+    assert not run.success and isinstance(run.error_in_exec, KeyboardInterrupt)
+    assert "interrupted" in capsys.readouterr().out
+    assert not _hooks_left(ip)
+
+
+@pytest.mark.parametrize("name", ["__builtins__", "_", "_i3", "Out", "In", "get_ipython", "print", "x y", "class"])
+def test_out_names_ipython_or_python_rely_on_are_refused(ip, name, capsys):
+    _models(ip)
+    keep = ip.user_ns.get(name)
+    run = ip.run_cell(f"%modeldiff tb pb x --out '{name}'")
+    assert not run.success and "--out" in capsys.readouterr().out
+    assert ip.user_ns.get(name) is keep
 
 
 def test_unknown_names_and_bad_flags_get_one_line_and_the_usage(ip, capsys):
     _models(ip)
-    ip.run_line_magic("modeldiff", "tb missing x")
-    out = capsys.readouterr().out
-    assert "no variable named 'missing'" in out and "usage: %modeldiff" in out
-    ip.run_line_magic("modeldiff", "tb pb x --steps many")
-    assert "invalid int value" in capsys.readouterr().out
-    ip.run_cell_magic("modeldiff", "tb pb --steps 3", TRAIN)
-    assert "--steps, --loss and --opt are for the line magic" in capsys.readouterr().out
+    for cell, says in [
+        ("%modeldiff tb missing x", "no variable named 'missing'"),
+        ("%modeldiff tb pb x --steps many", "invalid int value"),
+        ("%%modeldiff tb pb --steps 3\n" + TRAIN, "--steps, --loss and --opt are for the line magic"),
+    ]:
+        run = ip.run_cell(cell)
+        out = capsys.readouterr().out
+        assert not run.success and says in out and "usage: %modeldiff" in out
+        assert "Traceback" not in out and "nbdiff/" not in out, out
 
 
 def test_parse_flags_defaults():

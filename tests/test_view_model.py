@@ -41,6 +41,15 @@ def test_first_divergence_is_marked_and_replay_covers_every_event(failed):
     assert statuses["fc1"] == "ok" and statuses["fc2"] == "inherited"
 
 
+def test_rows_that_compared_nothing_are_not_shown_as_passing(failed):
+    # The backward root holds no tensor of its own: a green "0" would claim a check that never ran.
+    tree = build_tree(failed)
+    root = next(n for n in tree.nodes if n["phase"] == "backward" and n["event"] >= 0 and n["base"] == "")
+    assert (root["status"], root["ratio"]) == ("none", None)
+    fc1 = next(n for n in tree.nodes if n["phase"] == "backward" and n["base"] == "fc1")
+    assert fc1["status"] != "none" and fc1["ratio"] is not None
+
+
 def test_detail_has_statistics_metrics_and_both_stacks(failed):
     tree = build_tree(failed)
     d = node_detail(tree, tree.first)

@@ -60,3 +60,13 @@ def test_a_successful_result_opens_on_the_first_event():
     view = DiffView(result)
     assert view.first == -1 and view.selected == view.order[0]
     assert "SUCCESS" in view.summary
+
+
+def test_the_view_carries_a_static_html_copy_for_where_widgets_cannot_run():
+    # Reopened without its kernel, on GitHub, nbviewer or nbconvert, the widget is gone: the answer is not.
+    result = nbdiff.auto_diff(BUILDERS["mlp"]("torch"), BUILDERS["mlp"]("paddle", "eps"), inputs("mlp"))
+    data, _meta = DiffView(result)._repr_mimebundle_()
+    assert "application/vnd.jupyter.widget-view+json" in data
+    html = data["text/html"]
+    assert "FAILED at step 0, forward" in html and "norm" in html and "<script" not in html
+    assert len(html) < 20_000

@@ -8,6 +8,9 @@ body runs the user's own training code (base first, then raw, every step).
 from __future__ import annotations
 
 import argparse
+import builtins
+import keyword
+import re
 import shlex
 from typing import Any, NoReturn
 
@@ -15,7 +18,7 @@ from IPython.core.magic import Magics, line_cell_magic, magics_class
 
 from nbdiff.errors import NbdiffError, OptionError
 
-__all__ = ["ModelDiffMagics", "USAGE", "parse_flags"]
+__all__ = ["ModelDiffMagics", "USAGE", "parse_flags", "CellFailed", "CellInterrupted"]
 
 USAGE = (
     "usage: %modeldiff BASE RAW INPUTS [--single-step] [--steps N] [--atol X] [--rtol X] "
@@ -23,6 +26,35 @@ USAGE = (
     "[--no-init] [--api] [--out NAME]\n"
     "       %%modeldiff BASE RAW [same flags, without INPUTS]"
 )
+
+
+# IPython's own names (In, Out, _, _i3, _oh, ...): replacing one breaks the shell.
+_IPYTHON_NAME = re.compile(r"_+|_i+|_i?\d+|_[io]h|_dh|_sh|In|Out|get_ipython|exit|quit")
+
+
+class CellFailed(NbdiffError):
+    """The ``%%modeldiff`` cell raised: its traceback is shown above; this fails the cell too."""
+
+    def _render_traceback_(self) -> list[str]:
+        return [f"nbdiff: {self}"]
+
+
+class CellInterrupted(KeyboardInterrupt):
+    """The ``%%modeldiff`` cell was interrupted; raised again so that "Run All" stops."""
+
+    def _render_traceback_(self) -> list[str]:
+        return [f"KeyboardInterrupt: {self}"]
+
+
+def check_out_name(name: str, hidden: dict[str, Any]) -> None:
+    """``--out`` must be a plain variable name that neither IPython nor Python relies on."""
+    if not name.isidentifier() or keyword.iskeyword(name):
+        raise OptionError(f"%modeldiff: --out {name!r} is not a Python variable name.\n{USAGE}")
+    if name.startswith("__") or _IPYTHON_NAME.fullmatch(name) or name in hidden or hasattr(builtins, name):
+        raise OptionError(
+            f"%modeldiff: --out {name!r} would replace a name Python or IPython relies on; pick another, "
+            f"such as --out diff_result.\n{USAGE}"
+        )
 
 
 class _Parser(argparse.ArgumentParser):
@@ -82,50 +114,57 @@ class ModelDiffMagics(Magics):
             )
         options = {k: v for k, v in options.items() if k != "steps"}
         w = watch(base, raw, **options).__enter__()
-        ok = False
+        run = None
+        shell: Any = self.shell
+        # The body runs under this cell's own execution count, so its frames read "Cell In [n]".
+        outer = getattr(shell.displayhook, "exec_result", None)
+        count = shell.execution_count
+        shell.execution_count = getattr(outer, "execution_count", None) or count
         try:
-            # run_cell shows the user's own traceback if the cell raises, as for any cell.
-            ok = bool(self.shell.run_cell(cell, store_history=False).success)  # type: ignore[union-attr]
+            # run_cell shows the user's own traceback if the cell raises, as for any cell. The comment
+            # stands for the magic's line, so line numbers match the editor's.
+            run = shell.run_cell("# %%modeldiff\n" + cell, store_history=False)
         finally:
-            w.finish(compare=ok)
-        if not ok:
-            print("nbdiff: the cell raised, so nothing was compared; hooks are removed and modes restored.")
+            shell.execution_count = count
+            w.finish(compare=run is not None and run.success)
+        if not run.success:
+            error = run.error_in_exec or run.error_before_exec
+            done = "nbdiff removed its hooks and restored modes; nothing was compared."
+            if isinstance(error, KeyboardInterrupt):
+                raise CellInterrupted(f"the cell was interrupted; {done}")
+            # Raised again, so that "Run All" and nbconvert --execute stop here.
+            raise CellFailed(f"the cell raised {type(error).__name__} (traceback above); {done}")
         return w.result
 
     @line_cell_magic
     def modeldiff(self, line: str, cell: str | None = None) -> Any:
-        try:
-            args = parse_flags(line, cell is not None)
-            base, raw = self._lookup(args.base), self._lookup(args.raw)
-            options = dict(
-                atol=args.atol,
-                rtol=args.rtol,
-                compare_mode=args.mode,
-                auto_init=not args.no_init,
-                diff_phase=args.phase,
-                single_step=args.single_step,
-                steps=args.steps,
-                api_level=args.api,
-            )
-            if cell is None:
-                from nbdiff.diff import auto_diff
+        """Errors fail the cell (so "Run All" stops) and show one message, not nbdiff's internals."""
+        args = parse_flags(line, cell is not None)
+        check_out_name(args.out, self.shell.user_ns_hidden)  # type: ignore[union-attr]
+        base, raw = self._lookup(args.base), self._lookup(args.raw)
+        options = dict(
+            atol=args.atol,
+            rtol=args.rtol,
+            compare_mode=args.mode,
+            auto_init=not args.no_init,
+            diff_phase=args.phase,
+            single_step=args.single_step,
+            steps=args.steps,
+            api_level=args.api,
+        )
+        if cell is None:
+            from nbdiff.diff import auto_diff
 
-                result = auto_diff(
-                    base,
-                    raw,
-                    self._lookup(args.inputs),
-                    self._pair(args.loss),
-                    self._pair(args.opt),
-                    **options,  # type: ignore[arg-type]
-                )
-            else:
-                result = self._watch_cell(cell, base, raw, args, options)
-                if result is None:
-                    return None
-        except NbdiffError as exc:
-            # One clear line (plus usage), not a traceback through nbdiff.
-            print(f"{type(exc).__name__}: {exc}")
-            return None
+            result = auto_diff(
+                base,
+                raw,
+                self._lookup(args.inputs),
+                self._pair(args.loss),
+                self._pair(args.opt),
+                **options,  # type: ignore[arg-type]
+            )
+        else:
+            result = self._watch_cell(cell, base, raw, args, options)
         self.shell.user_ns[args.out] = result  # type: ignore[union-attr]
         print(repr(result))
         from IPython.display import display

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import linecache
 import os
+import sys
 from typing import Any
+
+from nbdiff.trace.stack import cell_number, frame_label
 
 __all__ = ["source_excerpt"]
 
@@ -12,6 +15,20 @@ __all__ = ["source_excerpt"]
 def _is_cell(filename: str) -> bool:
     # IPython names cells `<ipython-input-N-...>`; ipykernel writes them as `.../ipykernel_PID/NNN.py`.
     return filename.startswith("<ipython-input-") or "ipykernel_" in filename or filename.startswith("<cell")
+
+
+def _cell_lines(filename: str) -> list[str]:
+    """The cell as the user wrote it: IPython's history has the raw text (``%magic`` lines, not
+    their ``get_ipython().run_line_magic(...)`` rewrite); the compiled text when lines would not match."""
+    compiled = [x.rstrip("\n") for x in linecache.getlines(filename)]
+    n = cell_number(filename)
+    shell = sys.modules.get("IPython") and sys.modules["IPython"].get_ipython()
+    raw_cells = getattr(getattr(shell, "history_manager", None), "input_hist_raw", None)
+    if n is not None and isinstance(raw_cells, list) and 0 <= n < len(raw_cells):
+        raw = raw_cells[n].rstrip("\n").split("\n")
+        if len(raw) == len(compiled):
+            return raw
+    return compiled
 
 
 def source_excerpt(filename: str, lineno: int, context: int = 6) -> dict[str, Any]:
@@ -25,10 +42,11 @@ def source_excerpt(filename: str, lineno: int, context: int = 6) -> dict[str, An
     lines = linecache.getlines(filename)
     if not lines:
         return dict(kind="missing", file=filename, line=lineno, first=1, lines=[], relpath=None)
-    if _is_cell(filename):
+    if _is_cell(filename) or cell_number(filename) is not None:
         return dict(
-            kind="cell", file=filename, line=lineno, first=1, lines=[x.rstrip("\n") for x in lines], relpath=None
-        )
+            kind="cell", file=filename, line=lineno, first=1, lines=_cell_lines(filename), relpath=None,
+            label=frame_label(filename, lineno),
+        )  # fmt: skip
     lo = max(1, lineno - context)
     hi = min(len(lines), lineno + context)
     rel = os.path.relpath(filename, os.getcwd()) if os.path.isabs(filename) else filename

@@ -17,6 +17,7 @@ from nbdiff.compare.blame import EventDiff
 from nbdiff.compare.metrics import TensorDiff
 from nbdiff.result import DiffResult
 from nbdiff.trace.events import Event, Kind, Phase, TensorRecord
+from nbdiff.trace.stack import frame_label
 
 __all__ = ["TreeData", "build_tree", "node_detail", "record_stats", "tensor_pair", "summary_line"]
 
@@ -209,7 +210,10 @@ def node_detail(tree: TreeData, node_id: int) -> dict[str, Any]:
         )
     tensors.sort(key=lambda x: -(x["metrics"]["ratio"] or 0.0))
     frames = {
-        side: [dict(file=f.filename, line=f.lineno, function=f.function) for f in ev.stack]
+        side: [
+            dict(file=f.filename, line=f.lineno, function=f.function, label=frame_label(f.filename, f.lineno))
+            for f in ev.stack
+        ]
         for side, ev in (("base", _forward_of(tree, d, "base")), ("raw", _forward_of(tree, d, "raw")))
     }
     return dict(node=node, tensors=tensors, stacks=frames)

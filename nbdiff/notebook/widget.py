@@ -63,6 +63,16 @@ class DiffView(anywidget.AnyWidget):
         if start >= 0:
             self.selected = start
 
+    def _repr_mimebundle_(self, **kwargs: Any) -> Any:
+        """The widget, plus a static ``text/html`` copy for wherever the widget cannot be drawn."""
+        bundle = super()._repr_mimebundle_(**kwargs)
+        if bundle is None:
+            return None
+        data, meta = bundle if isinstance(bundle, tuple) else (bundle, {})
+        from nbdiff.report.html import render_static
+
+        return {**data, "text/html": render_static(self.result)}, meta
+
     def _on_select(self, change: dict[str, Any]) -> None:
         node_id = change["new"]
         if not 0 <= node_id < len(self._tree.nodes):

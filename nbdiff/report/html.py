@@ -2,7 +2,8 @@
 
 The same ``js/view.js`` runs against a small in-page model that answers clicks from
 the embedded details (statistics, metrics and stacks of every row; error plots of
-the first divergence).
+the first divergence, and the source around every user frame, so the report reads the
+same on a machine without the code).
 """
 
 from __future__ import annotations
@@ -14,12 +15,13 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from nbdiff.notebook.sources import source_excerpt
 from nbdiff.notebook.view_model import build_tree, node_detail, summary_line, tensor_pair
 
 if TYPE_CHECKING:
     from nbdiff.result import DiffResult
 
-__all__ = ["render_html", "write_html"]
+__all__ = ["render_html", "render_static", "write_html"]
 
 _STATIC = Path(__file__).resolve().parents[1] / "notebook" / "static"
 
@@ -43,7 +45,8 @@ const model = {
     }
     if (k === "frame_request") {
       const f = (state.detail.stacks[v.side] || [])[v.index];
-      state.source = f ? { kind: "file", file: f.file, line: f.line, first: f.line, lines: ["(source is not embedded in the HTML report)"], relpath: null } : {};
+      const missing = f && { kind: "file", file: f.file, line: f.line, first: f.line, lines: ["(source not found when the report was written)"], relpath: null };
+      state.source = f ? data.sources[`${f.file}:${f.line}`] || missing : {};
       fire("source");
     }
     fire(k);
@@ -62,8 +65,17 @@ def render_html(result: DiffResult, title: str | None = None) -> str:
         plots[tree.first] = _plots(tree, tree.first, details[tree.first])
     start = tree.first if tree.first >= 0 else (tree.order[0] if tree.order else -1)
     state = dict(nodes=tree.nodes, order=tree.order, first=tree.first, summary=summary_line(result), selected=start)
+    sources = {}
+    for d in details.values():
+        for frames in d["stacks"].values():
+            for f in frames:
+                key = f"{f['file']}:{f['line']}"
+                if key not in sources:
+                    sources[key] = dict(source_excerpt(f["file"], f["line"]), relpath=None)
     # "</" would end the <script> element early; JSON allows "<\/" for it.
-    payload = json.dumps({"state": state, "details": details, "plots": plots}, allow_nan=False).replace("</", "<\\/")
+    payload = json.dumps(
+        {"state": state, "details": details, "plots": plots, "sources": sources}, allow_nan=False
+    ).replace("</", "<\\/")
     js = (_STATIC / "view.js").read_text()
     css = (_STATIC / "view.css").read_text()
     title = title or f"nbdiff: {result.base_model} vs {result.raw_model}"
@@ -80,6 +92,20 @@ render({{ model, el }});
 if (state.selected >= 0) model.set("selected", state.selected);
 </script></body></html>
 """
+
+
+def render_static(result: DiffResult) -> str:
+    """A small static HTML summary: what a notebook shows where the live view cannot run
+    (reopened without its kernel, GitHub, nbviewer, nbconvert). No script, no style sheet."""
+    from nbdiff.report.text import render_text
+
+    colour = "#3c763d" if result else "#a94442"
+    return (
+        f'<div class="nbd-static"><div style="font-weight:600;color:{colour}">{html.escape(summary_line(result))}'
+        f'</div><pre style="font-size:11px;max-height:480px;overflow:auto">{html.escape(render_text(result))}</pre>'
+        "<div><i>Static copy of the nbdiff view: run the cell again for the interactive view, or save "
+        "<code>result.to_html(path)</code> for a standalone one.</i></div></div>"
+    )
 
 
 def _plots(tree: Any, node_id: int, detail: dict[str, Any]) -> dict[str, str]:

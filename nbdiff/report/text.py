@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING
 
 from nbdiff.compare.blame import EventDiff
 from nbdiff.compare.metrics import TensorDiff
-from nbdiff.trace.stack import Frame
+from nbdiff.trace.stack import Frame, cell_number, frame_label
 
 if TYPE_CHECKING:
     from nbdiff.result import DiffResult
@@ -28,7 +28,11 @@ def format_diff(t: TensorDiff) -> str:
 
 
 def _stack(frames: tuple[Frame, ...]) -> list[str]:
-    return [f'    File "{f.filename}", line {f.lineno}, in {f.function}' for f in frames] or ["    (no user frames)"]
+    def where(f: Frame) -> str:
+        cell = cell_number(f.filename) is not None
+        return frame_label(f.filename, f.lineno) if cell else f'File "{f.filename}", line {f.lineno}'
+
+    return [f"    {where(f)}, in {f.function}" for f in frames] or ["    (no user frames)"]
 
 
 def _tree(events: list[EventDiff], mark: tuple[str, int] | None) -> list[str]:

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import os
+import re
 import sys
+import traceback
 from dataclasses import dataclass
 from types import FrameType
 
-__all__ = ["Frame", "user_stack", "tool_roots"]
+__all__ = ["Frame", "user_stack", "tool_roots", "cell_number", "frame_label", "short_traceback"]
 
 _NBDIFF_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 _STDLIB_ROOT = os.path.dirname(os.__file__) + os.sep
@@ -63,3 +65,42 @@ def user_stack(hidden_roots: tuple[str, ...], limit: int = 12) -> tuple[Frame, .
             frames.append(Frame(name, f.f_lineno, code.co_name))
         f = f.f_back
     return tuple(frames)
+
+
+def cell_number(filename: str) -> int | None:
+    """The execution count of the notebook cell compiled under ``filename``, or ``None``.
+
+    ipykernel names cells by a hash (``/tmp/ipykernel_PID/2919664822.py``); IPython keeps
+    which count each name belongs to, as its own tracebacks show (``Cell In[5]``).
+    """
+    shell = sys.modules.get("IPython") and sys.modules["IPython"].get_ipython()
+    names = getattr(getattr(shell, "compile", None), "_filename_map", None)
+    if isinstance(names, dict) and isinstance(names.get(filename), int):
+        return names[filename]
+    m = re.match(r"<ipython-input-(\d+)-", filename)
+    return int(m.group(1)) if m else None
+
+
+def frame_label(filename: str, lineno: int) -> str:
+    """``Cell In [5], line 13`` for a notebook cell, ``model.py:13`` for a file."""
+    n = cell_number(filename)
+    if n is not None:
+        return f"Cell In [{n}], line {lineno}"
+    return f"{os.path.basename(filename) or filename}:{lineno}"
+
+
+def short_traceback(exc: BaseException) -> list[str]:
+    """The user's frames and the message of ``exc`` (and of its cause), without nbdiff's
+    or the frameworks' internals: what a notebook shows for an error nbdiff raised on purpose."""
+    lines: list[str] = []
+    cause = exc.__cause__
+    if cause is not None and cause is not exc:
+        lines += short_traceback(cause) + ["", "The above exception was the direct cause of:", ""]
+    for fs in traceback.extract_tb(exc.__traceback__):
+        name = fs.filename
+        if name.startswith((_NBDIFF_ROOT, _STDLIB_ROOT, "<frozen")) or "site-packages" in name:
+            continue
+        lines.append(f"  {frame_label(name, fs.lineno or 0)}, in {fs.name}")
+        if fs.line:
+            lines.append(f"    {fs.line.strip()}")
+    return lines + [f"{type(exc).__name__}: {exc}"]

@@ -9,6 +9,7 @@ import numpy as np
 __all__ = ["Stats", "tensor_stats", "STAT_FIELDS"]
 
 STAT_FIELDS = ("min", "max", "mean", "std", "abs_mean")
+_CHUNK = 1 << 20  # elements per float64 chunk: 8 MiB of scratch, whatever the tensor's size
 """The values a statistics comparison looks at, in this order."""
 
 
@@ -51,9 +52,10 @@ def tensor_stats(a: np.ndarray) -> Stats:
             return Stats(0.0, 0.0, 0.0, 0.0, 0.0, nan, inf)
     n = x.size
     mean = float(np.add.reduce(x, dtype=np.float64)) / n
-    mean_sq = (
-        float(np.add.reduce(np.square(x, dtype=np.float64 if x.dtype.kind != "f" else x.dtype), dtype=np.float64)) / n
-    )
     abs_mean = float(np.add.reduce(np.abs(x), dtype=np.float64)) / n
-    std = max(mean_sq - mean * mean, 0.0) ** 0.5
-    return Stats(float(x.min()), float(x.max()), mean, std, abs_mean, nan, inf)
+    # Two passes in float64, by chunks: E[x^2] - E[x]^2 cancels (a constant loss got std 7e-6).
+    var = 0.0
+    for i in range(0, n, _CHUNK):
+        c = x[i : i + _CHUNK].astype(np.float64) - mean
+        var += float(np.dot(c, c))
+    return Stats(float(x.min()), float(x.max()), mean, (var / n) ** 0.5, abs_mean, nan, inf)

@@ -240,6 +240,7 @@ def forward_diffs(
     pairs = [(p.base, p.raw) for p in pairing.pairs] + api_pairs(pairing, brec.forward, rrec.forward)
     pairs = _under_paired_ancestors(pairs, brec.forward)
     diffs = [EventDiff(b, r, tuple(tensor_diffs(r.outputs, b.outputs, _input_tol(tol, b, r), mode))) for b, r in pairs]
+    diffs = _given_diffs(diffs, tol, mode)
     ordered = _input_diffs(pairing, tol, mode) + post_order(diffs)
     bl = [e for e in brec.forward if e.kind is Kind.LOSS]
     rl = [e for e in rrec.forward if e.kind is Kind.LOSS]
@@ -250,6 +251,24 @@ def forward_diffs(
         hint = _reduction_scale([t.value for e in roots for t in e.outputs if t.value is not None], tol)
         ordered.append(EventDiff(bl[0], rl[0], tuple(tensor_diffs(rl[0].outputs, bl[0].outputs, tol, mode, hint))))
     return ordered
+
+
+def _given_diffs(diffs: list[EventDiff], tol: TolFn, mode: str) -> list[EventDiff]:
+    """Single-step: each raw layer ran on base's inputs, so its output agrees even when the code
+    before it is wrong. What raw's own code had computed for it is compared with base's input,
+    on the layer (``given:in[0]``) and on its parent (``fc2:in[0]``), whose code produced it."""
+    at = {d.base.order: i for i, d in enumerate(diffs)}
+    extra: dict[int, list[TensorDiff]] = {}
+    for i, d in enumerate(diffs):
+        if not d.raw.given:
+            continue
+        found = tensor_diffs(d.raw.given, [t for t in d.base.inputs if t.name in {g.name for g in d.raw.given}],
+                             _input_tol(tol, d.base, d.raw), mode)  # fmt: skip
+        extra.setdefault(i, []).extend(replace(t, name=f"given:{t.name}") for t in found)
+        if d.base.parent in at:
+            name = d.base.path + (f"#{d.base.call}" if d.base.call else "")
+            extra.setdefault(at[d.base.parent], []).extend(replace(t, name=f"{name}:{t.name}") for t in found)
+    return [replace(d, tensors=d.tensors + tuple(extra[i])) if i in extra else d for i, d in enumerate(diffs)]
 
 
 def _input_diffs(pairing: Pairing, tol: TolFn, mode: str) -> list[EventDiff]:

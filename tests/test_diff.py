@@ -211,6 +211,38 @@ def test_inplace_op_between_layers_is_blamed_on_the_code_between_them():
     assert d.between[0] == "fc"
 
 
+@pytest.mark.parametrize("how", ["auto_diff", "watch"])
+def test_single_step_still_sees_the_code_between_layers(how):
+    # Fed base's inputs, every raw layer agrees; what raw's own code computed for `fc2`'s input did not.
+    class TB(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc1, self.fc2 = torch.nn.Linear(4, 8), torch.nn.Linear(8, 4)
+
+        def forward(self, x):
+            return self.fc2(self.fc1(x).softmax(-1) / 8**0.5)
+
+    class PB(paddle.nn.Layer):
+        def __init__(self):
+            super().__init__()
+            self.fc1, self.fc2 = paddle.nn.Linear(4, 8), paddle.nn.Linear(8, 4)
+
+        def forward(self, x):
+            return self.fc2(paddle.nn.functional.softmax(self.fc1(x), -1) / 4**0.5)  # wrong scale
+
+    x = np.random.RandomState(0).randn(3, 4).astype("float32")
+    base, raw = TB(), PB()
+    if how == "auto_diff":
+        result = nbdiff.auto_diff(base, raw, x, single_step=True)
+    else:
+        with nbdiff.watch(base, raw, single_step=True) as w:
+            base(torch.tensor(x)).sum().backward()
+            raw(paddle.to_tensor(x)).sum().backward()
+        result = w.result
+    d = result.first_divergence
+    assert d is not None and (d.where, d.base_path, d.between) == ("between", "", ("fc1", "fc2")), result.report()
+
+
 def _pair_of(make_torch, make_paddle):
     torch.manual_seed(0)
     paddle.seed(0)

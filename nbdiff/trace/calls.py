@@ -36,6 +36,8 @@ class Call:
     stack: tuple[Frame, ...]
     template: Any = None
     inputs: list[TensorRecord] = field(default_factory=list)
+    given: list[TensorRecord] = field(default_factory=list)
+    """Single-step: what raw's own code handed the call, before base's value replaced it."""
     outputs: list[TensorRecord] = field(default_factory=list)
     grad_in: dict[str, TensorRecord] = field(default_factory=dict)
     grad_out: dict[str, TensorRecord] = field(default_factory=dict)

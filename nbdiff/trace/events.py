@@ -110,6 +110,9 @@ class Event:
     bases: tuple[str, ...] = ()
     """Framework classes the layer's class derives from, most specific first (``LayerNorm``
     for a library's ``GPTLayerNorm(paddle.nn.LayerNorm)``), for pairing."""
+    given: tuple[TensorRecord, ...] = ()
+    """Single-step forward: the inputs raw's own code computed, where base's were fed instead
+    (named as in ``inputs``). Compared with base's inputs, they show the code between layers."""
     weights: tuple[tuple[int, ...], ...] = ()
     """Shapes of the layer's own parameters, each sorted (layouts may be transposed), for pairing."""
 

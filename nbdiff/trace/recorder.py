@@ -148,6 +148,8 @@ class Recorder:
                 name = input_name(key)
                 value = fed[i] if fed is not None and i < len(fed) else None
                 if value is not None and fw.shape_of(t) == value.shape:
+                    if fw.is_floating(t):
+                        rec.given.append(self._keep(name, t))
                     base_t = fw.from_numpy(value)
                     t = fw.with_value(t, base_t) if fw.requires_grad(t) else base_t
                     changed = True
@@ -341,6 +343,7 @@ class Recorder:
                 library=False if rec.api else fw.is_library_layer(rec.layer),
                 inputs=ins,
                 outputs=outs,
+                given=tuple(rec.given),
                 args=rec.args,
                 stack=rec.stack,
                 template=rec.template,

@@ -17,11 +17,20 @@ from tests.zoo.pairs import CASES  # noqa: E402
 _HAVE_HF = all(importlib.util.find_spec(m) for m in ("transformers", "paddleformers"))
 
 
+# Single-step feeds each raw layer base's inputs: the forward/backward cases (one step, no optimizer).
+FORWARD = [c for c in CASES if c.expect is None or c.expect[0] == "forward"]
+
+
+@pytest.mark.parametrize("single_step", [False, True], ids=["default", "single_step"])
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
-def test_zoo_case(case):
+def test_zoo_case(case, single_step):
     if case.name.startswith("llama") and not _HAVE_HF:
         pytest.skip("transformers and paddleformers are not installed (make test installs them)")
     base, raw, inputs, options = case.build()
+    if single_step:
+        if case not in FORWARD or options.get("steps", 1) > 1 or "optimizers" in options:
+            pytest.skip("single-step runs one step without an optimizer here")
+        options = {**options, "single_step": True}
     result = nbdiff.auto_diff(base, raw, inputs, **options)
     if case.expect is None:
         assert result, result.report()

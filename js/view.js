@@ -50,6 +50,60 @@ function colour(node) {
   return `rgba(217, 83, 79, ${0.35 + 0.55 * k})`;
 }
 
+// The step chart: worst error over tolerance per step (log scale), drawn as SVG from the model's
+// data, so it is instant, follows the theme and looks the same in the HTML report.
+const SERIES = [
+  ["outputs", "forward", "#337ab7"],
+  ["loss", "forward", "#8e44ad"],
+  ["gradients", "backward", "#e67e22"],
+  ["updates", "optimizer", "#27ae60"],
+];
+
+function svg(tag, attrs = {}, ...children) {
+  const el = document.createElementNS("http://www.w3.org/2000/svg", tag);
+  for (const [k, v] of Object.entries(attrs)) el.setAttribute(k, String(v));
+  for (const c of children) if (c != null) el.append(c);
+  return el;
+}
+
+function stepChart(rows, first, onPick) {
+  const W = 520, H = 150, L = 44, R = 8, T = 8, B = 22;
+  const vals = rows.flatMap((r) => SERIES.map(([k]) => r[k]).filter((v) => v !== null && v !== undefined));
+  if (rows.length < 2 || !vals.length) return null;
+  const lo = Math.floor(Math.log10(Math.max(1e-6, Math.min(1, ...vals.map((v) => Math.max(v, 1e-6))))));
+  const hi = Math.ceil(Math.log10(Math.max(10, ...vals.filter((v) => v < 1e299))));
+  const steps = rows.map((r) => r.step);
+  const s0 = Math.min(...steps), s1 = Math.max(...steps);
+  const x = (s) => L + ((s - s0) / Math.max(1, s1 - s0)) * (W - L - R);
+  const y = (v) => T + (1 - (Math.log10(Math.min(Math.max(v, 1e-6), 10 ** hi)) - lo) / (hi - lo)) * (H - T - B);
+  const parts = [];
+  for (let e = lo; e <= hi; e++) {
+    parts.push(svg("line", { x1: L, x2: W - R, y1: y(10 ** e), y2: y(10 ** e), class: "nbd-grid" }));
+    parts.push(svg("text", { x: L - 4, y: y(10 ** e) + 3, "text-anchor": "end", class: "nbd-axis" }, `1e${e}`));
+  }
+  parts.push(svg("line", { x1: L, x2: W - R, y1: y(1), y2: y(1), class: "nbd-limit" }));
+  if (first !== null) parts.push(svg("line", { x1: x(first), x2: x(first), y1: T, y2: H - B, class: "nbd-first" }));
+  const tick = Math.max(1, Math.ceil(rows.length / 10));
+  rows.forEach((r, i) => {
+    if (i % tick === 0) parts.push(svg("text", { x: x(r.step), y: H - 6, "text-anchor": "middle", class: "nbd-axis" }, String(r.step)));
+  });
+  const legend = [];
+  for (const [key, phase, colour] of SERIES) {
+    const pts = rows.filter((r) => r[key] !== null && r[key] !== undefined);
+    if (!pts.length) continue;
+    parts.push(svg("polyline", { points: pts.map((r) => `${x(r.step)},${y(r[key])}`).join(" "), fill: "none", stroke: colour, "stroke-width": 1.5 }));
+    for (const r of pts) {
+      const dot = svg("circle", { cx: x(r.step), cy: y(r[key]), r: 4, fill: colour, class: "nbd-point", "data-step": r.step, "data-phase": phase },
+        svg("title", {}, `step ${r.step} ${key}: ${fmt(r[key])}x tolerance`));
+      dot.addEventListener("click", () => onPick(r.step, phase));
+      parts.push(dot);
+    }
+    legend.push(h("span", { class: "nbd-key", style: `color:${colour}` }, `● ${key}`));
+  }
+  return h("div", { class: "nbd-steps" }, h("div", { class: "nbd-steps-title" }, "worst error / tolerance per step (click a point for that step) ", ...legend),
+    svg("svg", { viewBox: `0 0 ${W} ${H}`, width: W, height: H, class: "nbd-chart" }, ...parts));
+}
+
 function labUrl(relpath) {
   // The kernel runs in the notebook's folder: the notebook's own URL gives that folder.
   const m = location.pathname.match(/^(.*?)\/(?:lab(?:\/workspaces\/[^/]+)?\/tree|notebooks|tree)\/(.*)$/);
@@ -112,7 +166,15 @@ function render({ model, el }) {
   const plotBox = h("div", { class: "nbd-plots" });
   const source = h("div", { class: "nbd-source" });
   const side = h("div", { class: "nbd-side" }, panel, stack, source);
-  el.append(h("div", { class: "nbd", "data-lm-suppress-shortcuts": "true" }, summary, toolbar, h("div", { class: "nbd-main" }, tree, side)));
+  const firstNode = nodes()[model.get("first")];
+  const chart = stepChart(model.get("steps") || [], firstNode ? firstNode.step : null, (step, phase) => {
+    const group = nodes().find((n) => n.event === -1 && n.step === step && n.phase === phase);
+    if (group) {
+      clickedAt = performance.now();
+      select(group.id);
+    }
+  });
+  el.append(h("div", { class: "nbd", "data-lm-suppress-shortcuts": "true" }, summary, chart, toolbar, h("div", { class: "nbd-main" }, tree, side)));
 
   function index() {
     kids.clear();

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from nbdiff.compare.blame import Divergence, EventDiff
-from nbdiff.trace.events import Event, Phase
+from nbdiff.trace.events import Event, Kind, Phase
 
 __all__ = ["DiffResult"]
 
@@ -24,7 +24,8 @@ class DiffResult:
     events: tuple[EventDiff, ...]
     """Every compared pair of events, by step, then forward/backward/optimizer, in execution order."""
     steps: int
-    """Steps actually run (a run stops after the step where it diverged)."""
+    """Steps compared. ``auto_diff`` stops after the step where it diverged; ``watch`` and
+    ``%%modeldiff`` compare every step the code ran, to show how the error grows."""
     unmatched_base: tuple[Event, ...] = ()
     unmatched_raw: tuple[Event, ...] = ()
     warnings: tuple[str, ...] = ()
@@ -44,6 +45,29 @@ class DiffResult:
         """Compared events of one step and/or phase."""
         ph = Phase(phase) if phase is not None else None
         return [e for e in self.events if (step is None or e.base.step == step) and (ph is None or e.base.phase == ph)]
+
+    def step_errors(self) -> list[dict[str, Any]]:
+        """Per step, the worst error over tolerance of the model's outputs, the loss, the gradients
+        and the optimizer updates (``None`` where that step has none): how the error grows."""
+        rows: dict[int, dict[str, Any]] = {}
+        for d in self.events:
+            e = d.base
+            if e.phase is Phase.FORWARD and e.kind is Kind.LAYER and e.parent is None:
+                key = "outputs"
+            else:
+                key = {Phase.BACKWARD: "gradients", Phase.OPTIMIZER: "updates"}.get(e.phase)
+                key = "loss" if e.kind is Kind.LOSS else key
+            if key is None or not d.tensors:
+                continue
+            row = rows.setdefault(e.step, dict(step=e.step, outputs=None, loss=None, gradients=None, updates=None))
+            row[key] = max(row[key] or 0.0, d.ratio)
+        return [rows[k] for k in sorted(rows)]
+
+    def plot(self) -> Any:
+        """A matplotlib figure of :meth:`step_errors`, step by step (needs matplotlib)."""
+        from nbdiff.notebook.plots import step_chart
+
+        return step_chart(self.step_errors(), self.first_divergence.step if self.first_divergence else None)
 
     def report(self) -> str:
         """Readable text: summary, first divergence, a compact tree with it marked, both stacks."""

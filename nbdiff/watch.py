@@ -204,14 +204,17 @@ class watch:
                 # Replays run on the weights this step ran with.
                 self._b.load(self._b.weights[k])
                 self._r.load(self._r.weights[k])
-                divergence, diffs = self._cmp.compare(pairing, brec, rrec, self._grads_of(k))
+                # Every step the user ran is compared, so the error's growth can be seen (result.plot());
+                # the answer stays the first divergence.
+                found, diffs = self._cmp.compare(pairing, brec, rrec, self._grads_of(k))
                 events += diffs
-                if divergence is None:
-                    divergence, updates = self._updates(k)
+                if found is None:
+                    found, updates = self._updates(k)
                     events += updates
+                else:
+                    events += self._updates(k)[1]
+                divergence = divergence or found
                 done = k + 1
-                if divergence is not None:
-                    break
         finally:
             self._b.load(final[0])
             self._r.load(final[1])

@@ -10,7 +10,7 @@ import io
 
 import numpy as np
 
-__all__ = ["error_plots", "as_matrix"]
+__all__ = ["error_plots", "as_matrix", "step_chart"]
 
 _MAX_CELLS = 256 * 256
 """Heatmaps larger than this are max-pooled down: the worst error stays visible."""
@@ -80,3 +80,34 @@ def error_plots(base: np.ndarray, raw: np.ndarray, title: str = "") -> dict[str,
     fig.subplots_adjust(left=0.12, right=0.98, top=0.88, bottom=0.12)
     out["heatmap"] = _png(fig)
     return out
+
+
+SERIES = ("outputs", "loss", "gradients", "updates")
+
+
+def step_chart(rows: list[dict], first: int | None = None) -> object:
+    """Error over tolerance per step (log scale), one line per series, the limit at 1."""
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(6.4, 3.0), dpi=90)
+    ax = fig.add_subplot()
+    for name in SERIES:
+        pts = [(r["step"], r[name]) for r in rows if r.get(name) is not None]
+        if pts:
+            steps, ys = zip(*pts)
+            ax.plot(steps, [max(y, 1e-6) for y in ys], marker="o", label=name)
+    ax.axhline(1.0, color="#a94442", linestyle="--", linewidth=1, label="tolerance")
+    if first is not None:
+        ax.axvline(first, color="#a94442", alpha=0.3, linewidth=6, label=f"first divergence (step {first})")
+    ax.set_yscale("log")
+    from matplotlib.ticker import MaxNLocator
+
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.set_xlabel("step")
+    ax.set_ylabel("worst error / tolerance")
+    ax.legend(fontsize=7, loc="best")
+    ax.grid(alpha=0.3)
+    fig.subplots_adjust(left=0.11, right=0.98, top=0.95, bottom=0.16)
+    # Shown as a cell's result without pyplot (which would take over the user's figures).
+    fig._repr_png_ = lambda: _png(fig)  # type: ignore[attr-defined]
+    return fig

@@ -19,7 +19,7 @@ from nbdiff.result import DiffResult
 from nbdiff.trace.events import Event, Kind, Phase, TensorRecord
 from nbdiff.trace.stack import frame_label
 
-__all__ = ["TreeData", "build_tree", "node_detail", "record_stats", "tensor_pair", "summary_line"]
+__all__ = ["TreeData", "build_tree", "node_detail", "record_stats", "tensor_pair", "summary_line", "step_rows"]
 
 _PHASES = (Phase.FORWARD, Phase.BACKWARD, Phase.OPTIMIZER, Phase.STATE)
 
@@ -45,6 +45,11 @@ def summary_line(result: DiffResult) -> str:
     if result.first_divergence is None:
         return head + f"SUCCESS ({len(result.events)} paired events, {result.steps} step(s))"
     return head + "FAILED at " + result.first_divergence.describe()
+
+
+def step_rows(result: DiffResult) -> list[dict[str, Any]]:
+    """:meth:`DiffResult.step_errors` as JSON (no inf), for the view's step chart."""
+    return [{k: (_ratio(v) if isinstance(v, float) else v) for k, v in r.items()} for r in result.step_errors()]
 
 
 def _ratio(x: float | None) -> float | None:

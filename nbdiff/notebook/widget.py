@@ -15,7 +15,7 @@ import traitlets as T
 
 from nbdiff.notebook.plots import error_plots
 from nbdiff.notebook.sources import source_excerpt
-from nbdiff.notebook.view_model import build_tree, node_detail, summary_line, tensor_pair
+from nbdiff.notebook.view_model import build_tree, node_detail, step_rows, summary_line, tensor_pair
 from nbdiff.result import DiffResult
 
 __all__ = ["DiffView"]
@@ -36,6 +36,8 @@ class DiffView(anywidget.AnyWidget):
     first = T.Int(-1).tag(sync=True)
     """Row id of the first divergence, or -1."""
     summary = T.Unicode("").tag(sync=True)
+    steps = T.List().tag(sync=True)
+    """Per-step worst error over tolerance (:meth:`DiffResult.step_errors`), for the step chart."""
     selected = T.Int(-1).tag(sync=True)
     """Row the user clicked (or the replay is at)."""
     detail = T.Dict().tag(sync=True)
@@ -55,6 +57,7 @@ class DiffView(anywidget.AnyWidget):
             order=self._tree.order,
             first=self._tree.first,
             summary=summary_line(result),
+            steps=step_rows(result),
             **kwargs,
         )
         self.observe(self._on_select, "selected")

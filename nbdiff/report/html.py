@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from nbdiff.notebook.sources import source_excerpt
-from nbdiff.notebook.view_model import build_tree, node_detail, summary_line, tensor_pair
+from nbdiff.notebook.view_model import build_tree, node_detail, step_rows, summary_line, tensor_pair
 
 if TYPE_CHECKING:
     from nbdiff.result import DiffResult
@@ -64,7 +64,8 @@ def render_html(result: DiffResult, title: str | None = None) -> str:
     if tree.first >= 0:
         plots[tree.first] = _plots(tree, tree.first, details[tree.first])
     start = tree.first if tree.first >= 0 else (tree.order[0] if tree.order else -1)
-    state = dict(nodes=tree.nodes, order=tree.order, first=tree.first, summary=summary_line(result), selected=start)
+    state = dict(nodes=tree.nodes, order=tree.order, first=tree.first, summary=summary_line(result), selected=start,
+                 steps=step_rows(result))  # fmt: skip
     sources = {}
     for d in details.values():
         for frames in d["stacks"].values():

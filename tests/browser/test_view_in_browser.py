@@ -9,6 +9,7 @@ import time
 
 import pytest
 
+from tests.browser.conftest import REPO
 from tests.browser.jupyter import cell, open_notebook, run_cell, write_notebook
 
 SETUP = (
@@ -243,3 +244,57 @@ def test_navigation_by_keys_and_divergence_buttons(page, jupyter_server, ui):
     failed.locator(".nbd-btn[title='expand all']").click()
     failed.locator(".nbd-row.nbd-blamed").wait_for()
     _no_widget_errors(page, jupyter_server)
+
+
+def test_step_chart_dark_theme_and_cell_frames(page, jupyter_server):
+    import json
+    from pathlib import Path
+
+    drift = json.loads((Path(__file__).resolve().parents[2] / "notebooks" / "training_drift.ipynb").read_text())
+    sources = ["".join(c["source"]) for c in drift["cells"] if c["cell_type"] == "code"][:2]
+    write_notebook(jupyter_server["root"] / "drift.ipynb", sources)
+    open_notebook(page, jupyter_server, "drift.ipynb", "lab")
+    run_cell(page, 0, timeout=120_000)
+    run_cell(page, 1, timeout=120_000)
+    view = page.locator(VIEW).first
+    # One point per step and series; a click opens that step's group row.
+    view.locator(".nbd-chart circle").first.wait_for()
+    assert view.locator(".nbd-chart circle[data-phase='optimizer']").count() == 6
+    view.locator(".nbd-chart circle[data-step='3'][data-phase='forward']").dispatch_event("click")  # points overlap
+    view.locator(".nbd-row.nbd-selected", has_text="step 3 · forward").wait_for()
+    # Frames are named by cell, with the line of the user's loop in that cell.
+    view.locator(".nbd-row", has_text="fc1").first.click()
+    view.locator(".nbd-frame", has_text="Cell In [2], line 5").first.wait_for()
+    view.locator(".nbd-frame", has_text="Cell In [2]").first.click()
+    view.locator(".nbd-src-here", has_text="tnet(torch.tensor(x))").wait_for()
+    assert view.locator(".nbd-src-line").first.inner_text().endswith("%%modeldiff tnet pnet --out drift")
+    # Dark theme: the view follows JupyterLab's colours.
+    _theme(page, "JupyterLab Dark")
+    page.wait_for_function("() => document.body.dataset.jpThemeLight === 'false'")
+    light = "el => getComputedStyle(el).color.match(/\\d+/g).slice(0, 3).map(Number).reduce((a, b) => a + b) > 3 * 150"
+    page.wait_for_function(f"el => ({light})(el)", arg=view.locator(".nbd-summary").element_handle())
+    _theme(page, "JupyterLab Light")
+    _no_widget_errors(page, jupyter_server)
+
+
+def _theme(page, name):
+    page.locator(".lm-MenuBar-itemLabel", has_text="Settings").click()
+    page.locator(".lm-Menu-itemLabel", has_text="Theme").first.click()
+    page.locator(".lm-Menu-itemLabel", has_text=name).first.click()
+
+
+def test_a_reopened_notebook_shows_the_static_copy(page, jupyter_server, tmp_path):
+    # Run by nbclient (as CI or nbconvert would), saved without widget state, then opened in Lab.
+    import nbformat
+    from nbclient import NotebookClient
+
+    path = jupyter_server["root"] / "reopened.ipynb"
+    write_notebook(path, [SETUP, "%modeldiff tb pb x"])
+    nb = nbformat.read(path, as_version=4)
+    NotebookClient(nb, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(REPO)}}).execute()
+    nbformat.write(nb, path)
+    open_notebook(page, jupyter_server, "reopened.ipynb", "lab")
+    static = page.locator(".nbd-static")
+    static.wait_for()
+    assert "FAILED at step 0, forward" in static.inner_text() and "norm" in static.inner_text()
+    assert page.locator("text=Error displaying widget").count() == 0

@@ -9,11 +9,11 @@ from typing import Any
 from nbdiff.align.layer_map import LayerMap
 from nbdiff.align.pairing import Pairing
 from nbdiff.compare.blame import Divergence, EventDiff, inherited_notes
-from nbdiff.compare.metrics import COMPARE_MODES
 from nbdiff.compare.tolerance import Tolerance, resolve_tolerance
 from nbdiff.constants import constant_differences
-from nbdiff.errors import InputError, OptionError, WeightTransferError
+from nbdiff.errors import WeightTransferError
 from nbdiff.frameworks import Framework, framework_of
+from nbdiff.options import check_comparison, check_run
 from nbdiff.result import DiffResult
 from nbdiff.step import StepRecord, run_optimizer, run_step
 from nbdiff.stepdiff import StepComparer, feed_for
@@ -23,27 +23,6 @@ from nbdiff.trace.structure import forward_structure
 from nbdiff.weights.assign import WeightMap, assign_weight, execution_pairs, plan_pairs, plan_weights, write_weights
 
 __all__ = ["auto_diff"]
-
-PHASES = ("both", "forward", "backward")
-
-
-def _check_options(loss_fns: Any, optimizers: Any, compare_mode: str, diff_phase: str, steps: int) -> None:
-    if compare_mode not in COMPARE_MODES:
-        raise OptionError(f"compare_mode={compare_mode!r} is not one of {COMPARE_MODES}.")
-    if diff_phase not in PHASES:
-        raise OptionError(f"diff_phase={diff_phase!r} is not one of {PHASES}.")
-    if not isinstance(steps, int) or steps < 1:
-        raise OptionError(f"steps={steps!r} must be a positive integer.")
-    for name, value in (("loss_fns", loss_fns), ("optimizers", optimizers)):
-        if value is not None and (not isinstance(value, (list, tuple)) or len(value) != 2):
-            raise InputError(f"{name} must be a pair [for base, for raw]; got {value!r}.")
-    if steps > 1 and optimizers is None:
-        raise OptionError(
-            f"steps={steps} needs optimizers=[base_opt, raw_opt] (framework optimizers, or zero-argument "
-            "callables that step and clear gradients): without them every step would be the same."
-        )
-    if steps > 1 and diff_phase == "forward":
-        raise OptionError("steps > 1 trains the models, which needs backward; use diff_phase='both'.")
 
 
 def auto_diff(
@@ -74,7 +53,8 @@ def auto_diff(
     records the calls inside framework-provided layers (``nn.Linear``'s own ``linear``).
     Returns a :class:`DiffResult`, truthy when the models agree.
     """
-    _check_options(loss_fns, optimizers, compare_mode, diff_phase, steps)
+    check_comparison(base, raw, atol, rtol, compare_mode, diff_phase, layer_map)
+    check_run(loss_fns, optimizers, diff_phase, steps)
     bfw, rfw = framework_of(base, "base"), framework_of(raw, "raw")
     bcall, rcall = split_inputs(inputs, bfw, rfw)
     copied = _first_copy(bfw, base, rfw, raw, layer_map, inputs) if auto_init else None

@@ -153,13 +153,20 @@ def _converted_stats(
 ) -> tuple[TensorRecord, ...]:
     """Statistics survive renames and transposes, not splits: follow each tensor through the rule
     with a constant stand-in (tensor ``i`` filled with ``i``) and keep the outputs made of one."""
-    dummies = {t.name: np.full(t.shape, float(i)) for i, t in enumerate(records)}
+    # Broadcast views: no memory is allocated from a shape the (untrusted) dump claims.
+    dummies = {t.name: np.broadcast_to(np.float64(i), t.shape) for i, t in enumerate(records)}
     out = _convert(a, b, bpath, rpath, dummies)
     kept = []
     for name, arr in out.items():
-        values = np.unique(arr)
-        if values.size == 1 and 0 <= int(values[0]) < len(records):
-            src = records[int(values[0])]
+        if arr.size == 0:
+            continue
+        if any(s != 0 for s in arr.strides):  # the rule copied (a reshape, a split, a concatenation)
+            values = np.unique(arr)
+            if values.size != 1:
+                continue  # made of several tensors: no one tensor's statistics
+        i = int(arr.flat[0])
+        if 0 <= i < len(records):
+            src = records[i]
             kept.append(TensorRecord(name, tuple(arr.shape), src.dtype, None, src.stats))
     return tuple(kept)
 

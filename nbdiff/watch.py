@@ -19,6 +19,7 @@ from nbdiff.compare.blame import Divergence, EventDiff
 from nbdiff.compare.tolerance import Tolerance, resolve_tolerance
 from nbdiff.errors import InputError, WeightTransferError
 from nbdiff.frameworks import Framework, framework_of
+from nbdiff.options import check_comparison
 from nbdiff.result import DiffResult
 from nbdiff.step import StepRecord
 from nbdiff.stepdiff import StepComparer, feed_for
@@ -56,6 +57,7 @@ class watch:
         layer_map: LayerMap | None = None,
         api_level: bool | str = False,
     ) -> None:
+        check_comparison(base, raw, atol, rtol, compare_mode, diff_phase, layer_map)
         self.bfw, self.rfw = framework_of(base, "base"), framework_of(raw, "raw")
         self.base, self.raw = base, raw
         self.options = dict(

@@ -3,6 +3,7 @@
 import json
 import re
 
+import numpy as np
 import pytest
 
 pytest.importorskip("torch")
@@ -32,3 +33,22 @@ def test_report_embeds_the_tree_details_and_view(tmp_path):
     assert src["kind"] in ("file", "cell") and any(src["lines"])
     # Offline: no script, stylesheet or image is loaded from anywhere.
     assert not re.search(r'(src|href)="(https?:)?//', text)
+
+
+def test_hostile_layer_names_cannot_break_out_of_the_data_block():
+    # A layer named "<!--<script>" blanked the report: only "</" was escaped in the JSON block.
+    import copy
+
+    torch = pytest.importorskip("torch")
+    base = torch.nn.Sequential()
+    base.add_module("<!--<script>", torch.nn.Linear(4, 4))
+    base.add_module("a&b</script>", torch.nn.Linear(4, 4))
+    raw = copy.deepcopy(base)
+    with torch.no_grad():
+        raw[1].bias += 1
+    x = np.ones((2, 4), "float32")
+    text = nbdiff.auto_diff(base, raw, x).to_html()
+    block = re.search(r'id="nbd-data">(.*?)</script>', text, re.S).group(1)
+    assert "<" not in block and "&" not in block
+    names = {n["base"] for n in json.loads(block)["state"]["nodes"]}
+    assert {"<!--<script>", "a&b</script>"} <= names

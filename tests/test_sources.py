@@ -23,3 +23,16 @@ def test_notebook_cell_is_shown_whole():
 
 def test_missing_source_is_reported_not_raised():
     assert source_excerpt("/nonexistent/file.py", 3)["kind"] == "missing"
+
+
+def test_files_a_dump_names_outside_the_project_are_not_read(tmp_path):
+    # A tampered dump's stack frame named /etc/passwd, and clicking it showed the file.
+    secret = tmp_path / "secret.txt"
+    secret.write_text("password\n")
+    assert source_excerpt(str(secret), 1)["kind"] == "missing"
+    assert source_excerpt("/etc/passwd", 1)["kind"] == "missing"
+    outside = tmp_path / "other_project.py"
+    outside.write_text("x = 1\n")
+    assert source_excerpt(str(outside), 1)["kind"] == "missing"
+    # A module this process loaded is readable, wherever it lives.
+    assert source_excerpt(os.__file__, 1)["kind"] == "file"

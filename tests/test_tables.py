@@ -22,3 +22,19 @@ def test_tables_hold_every_pair_and_tensor(tmp_path):
     assert norm["passed"] == "False" and float(norm["local_ratio"]) > 1
     mapping = list(csv.DictReader(open(tmp_path / "mapping_0.csv")))
     assert list(mapping[0]) == MAPPING_COLUMNS and len(mapping) == len(result.select(phase="forward"))
+
+
+def test_names_that_look_like_formulas_stay_text(tmp_path):
+    import copy
+
+    import numpy as np
+    import torch
+
+    base = torch.nn.Sequential()
+    base.add_module("=HYPERLINK(1)", torch.nn.Linear(4, 4))
+    base.add_module("@cmd", torch.nn.Linear(4, 4))
+    result = nbdiff.auto_diff(base, copy.deepcopy(base), np.ones((2, 4), "float32"))
+    result.to_csv(str(tmp_path))
+    cells = [c for row in csv.reader(open(tmp_path / "mapping_0.csv")) for c in row]
+    assert "'=HYPERLINK(1)" in cells and "'@cmd" in cells
+    assert not any(c[:1] in "=+@" for c in cells if c)

@@ -31,6 +31,20 @@ def _cell_lines(filename: str) -> list[str]:
     return compiled
 
 
+def _may_read(filename: str) -> bool:
+    """Frames can come from a dump, which is untrusted: read only Python sources of this project
+    (under the working folder), of a module this process loaded, or already in the line cache."""
+    if filename in linecache.cache:
+        return True
+    if not filename.endswith(".py"):
+        return False
+    real = os.path.realpath(filename)
+    if real.startswith(os.path.realpath(os.getcwd()) + os.sep):
+        return True
+    loaded = {os.path.realpath(f) for m in list(sys.modules.values()) if (f := getattr(m, "__file__", None))}
+    return real in loaded
+
+
 def source_excerpt(filename: str, lineno: int, context: int = 6) -> dict[str, Any]:
     """``{kind, file, line, first, lines, relpath}``: ``kind`` is ``cell`` (the whole cell) or ``file``.
 
@@ -39,7 +53,7 @@ def source_excerpt(filename: str, lineno: int, context: int = 6) -> dict[str, An
     directory (where the notebook usually is), for a link that opens it in JupyterLab;
     ``None`` when the file lies outside it.
     """
-    lines = linecache.getlines(filename)
+    lines = linecache.getlines(filename) if _may_read(filename) else []
     if not lines:
         return dict(kind="missing", file=filename, line=lineno, first=1, lines=[], relpath=None)
     if _is_cell(filename) or cell_number(filename) is not None:

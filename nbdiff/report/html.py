@@ -73,10 +73,13 @@ def render_html(result: DiffResult, title: str | None = None) -> str:
                 key = f"{f['file']}:{f['line']}"
                 if key not in sources:
                     sources[key] = dict(source_excerpt(f["file"], f["line"]), relpath=None)
-    # "</" would end the <script> element early; JSON allows "<\/" for it.
-    payload = json.dumps(
-        {"state": state, "details": details, "plots": plots, "sources": sources}, allow_nan=False
-    ).replace("</", "<\\/")
+    # No "<" or "&" in the script element: "</script>" would end it and "<!--" changes how the
+    # browser parses it. JSON spells them as \u escapes.
+    payload = (
+        json.dumps({"state": state, "details": details, "plots": plots, "sources": sources}, allow_nan=False)
+        .replace("<", "\\u003c")
+        .replace("&", "\\u0026")
+    )
     js = (_STATIC / "view.js").read_text()
     css = (_STATIC / "view.css").read_text()
     title = title or f"nbdiff: {result.base_model} vs {result.raw_model}"

@@ -58,9 +58,16 @@ def write_tables(result: DiffResult, out_dir: str | os.PathLike[str], prefix: st
     return written
 
 
+def _cell(value: object) -> object:
+    # A layer named "=HYPERLINK(...)" must stay text in a spreadsheet, not become a formula.
+    if isinstance(value, str) and value[:1] in ("=", "+", "-", "@", "\t", "\r"):
+        return "'" + value
+    return value
+
+
 def _write(path: Path, header: list[str], rows: list[list[object]]) -> Path:
     with open(path, "w", newline="") as f:
         w = csv.writer(f)
         w.writerow(header)
-        w.writerows(rows)
+        w.writerows([_cell(v) for v in row] for row in rows)
     return path

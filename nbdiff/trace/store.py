@@ -27,6 +27,7 @@ import numpy as np
 
 from nbdiff.errors import DumpError
 from nbdiff.trace.events import Event, Kind, Phase, TensorRecord
+from nbdiff.trace.schema import payload_path, validate_manifest
 from nbdiff.trace.stack import Frame
 from nbdiff.trace.stats import Stats
 
@@ -163,7 +164,7 @@ def rank_dirs(dump_dir: str | os.PathLike[str]) -> dict[int, Path]:
     found: dict[int, Path] = {}
     if root.is_dir():
         for sub in sorted(root.iterdir()):
-            if sub.name.startswith("rank") and (sub / MANIFEST).is_file():
+            if sub.name.startswith("rank") and not sub.is_symlink() and (sub / MANIFEST).is_file():
                 found[int(sub.name[4:]) if sub.name[4:].isdigit() else len(found)] = sub
     if not found:
         raise DumpError(f"{root}: no nbdiff dump here (expected rank*/{MANIFEST}, written by nbdiff.record).")
@@ -178,6 +179,10 @@ def _manifest(folder: Path) -> dict[str, Any]:
         raise DumpError(f"{path}: missing; is this a folder written by nbdiff.record?") from None
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise DumpError(f"{path}: not valid JSON ({exc}); the dump is truncated or was edited.") from None
+    except RecursionError:
+        raise DumpError(f"{path}: JSON nested too deeply to be an nbdiff manifest; the dump was edited.") from None
+    except OSError as exc:
+        raise DumpError(f"{path}: cannot be read ({exc.strerror or exc}).") from None
     if not isinstance(data, dict) or data.get("format") != FORMAT:
         raise DumpError(f'{path}: not an nbdiff dump manifest (no "format": "{FORMAT}").')
     if data.get("version") != VERSION:
@@ -185,6 +190,7 @@ def _manifest(folder: Path) -> dict[str, Any]:
     for key in ("framework", "model", "rank", "steps", "dump_type"):
         if key not in data:
             raise DumpError(f"{path}: the manifest has no {key!r} field; the dump was edited or truncated.")
+    validate_manifest(data, path)
     return data
 
 
@@ -200,7 +206,7 @@ def read_dump(rank_dir: str | os.PathLike[str]) -> RankDump:
     for k, step in enumerate(data["steps"]):
         payload: dict[str, np.ndarray] = {}
         if step.get("payload"):
-            file = folder / step["payload"]
+            file = payload_path(folder, step["payload"], f"steps[{k}].payload")
             try:
                 payload = load_file(str(file))
             except (FileNotFoundError, SafetensorError, OSError) as exc:

@@ -1,0 +1,54 @@
+"""Options checked at the door, before any model runs: a bad one is an OptionError that
+names the option and the fix, never a ValueError from deep inside a comparison."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from nbdiff.align.layer_map import LayerMap
+from nbdiff.compare.metrics import COMPARE_MODES
+from nbdiff.errors import InputError, OptionError
+
+__all__ = ["PHASES", "check_comparison", "check_run"]
+
+PHASES = ("both", "forward", "backward")
+
+
+def check_comparison(
+    base: Any, raw: Any, atol: Any, rtol: Any, compare_mode: Any, diff_phase: Any, layer_map: Any
+) -> None:
+    """What ``auto_diff`` and ``watch`` share."""
+    if base is raw:
+        raise InputError(
+            "base and raw are the same object, so they agree by construction and nothing would be checked. "
+            "Compare two models: raw = copy.deepcopy(base), then change raw."
+        )
+    for name, value in (("atol", atol), ("rtol", rtol)):
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+            raise OptionError(f"{name}={value!r} must be a finite number >= 0 (or None for dtype-aware defaults).")
+    if compare_mode not in COMPARE_MODES:
+        raise OptionError(f"compare_mode={compare_mode!r} is not one of {COMPARE_MODES}.")
+    if diff_phase not in PHASES:
+        raise OptionError(f"diff_phase={diff_phase!r} is not one of {PHASES}.")
+    if layer_map is not None and not isinstance(layer_map, LayerMap):
+        hint = f"LayerMap({layer_map!r:.80})" if isinstance(layer_map, dict) else "LayerMap({...})"
+        raise OptionError(f"layer_map must be a nbdiff.LayerMap, not {type(layer_map).__name__}: use {hint}.")
+
+
+def check_run(loss_fns: Any, optimizers: Any, diff_phase: str, steps: Any) -> None:
+    """What only ``auto_diff`` takes: losses, optimizers and a step count."""
+    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
+        raise OptionError(f"steps={steps!r} must be a positive integer.")
+    for name, value in (("loss_fns", loss_fns), ("optimizers", optimizers)):
+        if value is not None and (not isinstance(value, (list, tuple)) or len(value) != 2):
+            raise InputError(f"{name} must be a pair [for base, for raw]; got {value!r}.")
+    if steps > 1 and optimizers is None:
+        raise OptionError(
+            f"steps={steps} needs optimizers=[base_opt, raw_opt] (framework optimizers, or zero-argument "
+            "callables that step and clear gradients): without them every step would be the same."
+        )
+    if steps > 1 and diff_phase == "forward":
+        raise OptionError("steps > 1 trains the models, which needs backward; use diff_phase='both'.")

@@ -1,0 +1,56 @@
+"""Options are checked at the door: a clear OptionError/InputError before any model runs."""
+
+import math
+
+import pytest
+
+torch = pytest.importorskip("torch")
+paddle = pytest.importorskip("paddle")
+
+import nbdiff  # noqa: E402
+from nbdiff.errors import InputError, OptionError  # noqa: E402
+from tests.fault_suite.models import BUILDERS, inputs  # noqa: E402
+
+
+def _models():
+    return BUILDERS["mlp"]("torch"), BUILDERS["mlp"]("paddle")
+
+
+@pytest.mark.parametrize("how", ["auto_diff", "watch"])
+def test_the_same_object_as_base_and_raw_is_refused(how):
+    # It agreed with itself: a silent SUCCESS that checked nothing.
+    m = BUILDERS["mlp"]("torch")
+    with pytest.raises(InputError, match="copy.deepcopy"):
+        nbdiff.auto_diff(m, m, inputs("mlp")) if how == "auto_diff" else nbdiff.watch(m, m)
+
+
+@pytest.mark.parametrize(
+    "option, says",
+    [
+        (dict(atol=math.nan), "atol=nan must be a finite number"),
+        (dict(atol=-1), "atol=-1 must be a finite number"),
+        (dict(rtol="abc"), "rtol='abc' must be a finite number"),
+        (dict(layer_map={"fc1": "fc1"}), "use LayerMap"),
+        (dict(compare_mode="loose"), "compare_mode='loose'"),
+        (dict(diff_phase="sideways"), "diff_phase='sideways'"),
+    ],
+)
+@pytest.mark.parametrize("how", ["auto_diff", "watch"])
+def test_bad_options_name_themselves(how, option, says):
+    tb, pb = _models()
+    with pytest.raises(OptionError, match=says.replace("(", "\\(")):
+        nbdiff.auto_diff(tb, pb, inputs("mlp"), **option) if how == "auto_diff" else nbdiff.watch(tb, pb, **option)
+    assert not any(m._forward_pre_hooks for m in tb.modules())
+
+
+def test_run_options():
+    tb, pb = _models()
+    for bad, says in [
+        (dict(steps=0), "steps=0"),
+        (dict(steps=True), "steps=True"),
+        (dict(steps=2), "needs optimizers"),
+    ]:
+        with pytest.raises(OptionError, match=says):
+            nbdiff.auto_diff(tb, pb, inputs("mlp"), **bad)
+    with pytest.raises(InputError, match="loss_fns must be a pair"):
+        nbdiff.auto_diff(tb, pb, inputs("mlp"), loss_fns=[None])

@@ -73,7 +73,17 @@ def compare(
             if not ignore_unmatched:
                 raise DumpError(msg + "; pass ignore_unmatched=True to compare the common steps.")
             warnings.append(msg + ": compared the common steps.")
+        for dump in (a, b):
+            if not dump.closed:
+                warnings.append(
+                    f"{dump.path}: the recording did not end cleanly (crash or kill); its {len(dump.steps)} "
+                    "complete step(s) are compared."
+                )
         for k in range(min(len(a.steps), len(b.steps))):
+            cut = [str(d.path) for d in (a, b) if k in d.incomplete]
+            if cut:
+                warnings.append(f"rank {rank}, step {k}: cut short by an exception in {', '.join(cut)}; not compared.")
+                continue
             div, diffs, pairing = _compare_step(a, b, rank, k, tol, compare_mode)
             events += diffs
             if div is not None:
@@ -83,6 +93,12 @@ def compare(
             steps = max(steps, k + 1)
     if first_a is None or first_b is None:
         raise DumpError(f"{dir_a} and {dir_b} have no rank in common.")
+    if not events:
+        # Nothing compared is never agreement (a scope that matched nothing, only cut-short steps).
+        raise DumpError(
+            f"{dir_a} and {dir_b}: no event was compared ({'; '.join(warnings) or 'the dumps hold no events'}). "
+            "Check the recording's mode/scope, and that each dump holds a complete step."
+        )
     first = min(found, key=lambda d: (d.step, d.rank), default=None)
     return DiffResult(
         base_framework=first_a.framework,

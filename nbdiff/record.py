@@ -31,10 +31,11 @@ MODES = ("all", "list", "range", "api_list")
 class record:
     """``with nbdiff.record(model, dump_dir): <your training code>``.
 
-    Every call of ``model`` starts a step. Written to ``dump_dir/rank{R}/`` when the
-    block ends (also when it raises: the steps run so far are kept), one folder per
-    distributed rank. ``dump_type``: ``tensor`` (statistics and every tensor),
-    ``statistics`` (no payload) or ``stack`` (events and stacks only).
+    Every call of ``model`` starts a step. Written to ``dump_dir/rank{R}/`` step by step
+    (a crash loses at most the step in progress; a step the code raised in is marked cut
+    short), one folder per distributed rank. ``dump_type``: ``tensor`` (statistics and
+    every tensor), ``statistics`` (no payload) or ``stack`` (events and stacks only). A
+    folder that already holds a dump is refused unless ``overwrite=True``.
     """
 
     def __init__(
@@ -49,6 +50,7 @@ class record:
         filter_data: bool = True,
         filter_stack: bool = True,
         retain_backward: bool = True,
+        overwrite: bool = False,
     ) -> None:
         if dump_type not in DUMP_TYPES:
             raise OptionError(f"dump_type={dump_type!r} is not one of {DUMP_TYPES}.")
@@ -70,6 +72,7 @@ class record:
         if not filter_stack:
             self._session.recorder.hidden_roots = ()
         self._stack = ExitStack()
+        self.overwrite = overwrite
         self.path: Path | None = None
         """The rank folder written, once the block has ended."""
 
@@ -81,7 +84,9 @@ class record:
             rank=rank, world_size=world, api_level=self.api_level, **{k: v for k, v in self.options.items() if k != "dump_type"},
         )  # fmt: skip
         layers = {path: all_class_names(layer) for path, layer in self.fw.named_layers(self.model)}
-        self._writer = DumpWriter(self.dump_dir / f"rank{rank}", meta, layers, str(self.options["dump_type"]))
+        self._writer = DumpWriter(
+            self.dump_dir / f"rank{rank}", meta, layers, str(self.options["dump_type"]), self.overwrite
+        )
         try:
             self._session.install(self._stack, self._on_step)
         except BaseException:
@@ -100,17 +105,22 @@ class record:
             self._session.end()
         finally:
             self._stack.close()
-        self._flush()
-        self.path = self._writer.close()
+        # The step running when the code raised is kept, marked as cut short: never read as agreement.
+        written = self._flush()
+        self.path = self._writer.close(interrupted_steps=min(written, 1) if exc_type is not None else 0)
 
-    def _flush(self) -> None:
+    def _flush(self) -> int:
+        """Write the steps recorded since the last flush; returns how many."""
         session = self._session
         first = session.recorder.steps_taken
+        n = 0
         for i, (forward, backward, _) in enumerate(session.recorder.take_steps(session.grads)):
             k = first + i
             updates = _updates(self.fw, self.model, k, session.weights[k], session.weights[k + 1])
             self._writer.add_step(self._select(forward + backward + updates))
             session.weights[k], session.grads[k] = {}, {}  # done with them
+            n += 1
+        return n
 
     def _select(self, events: list[Event]) -> list[Event]:
         names = event_names(events)

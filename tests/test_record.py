@@ -122,3 +122,95 @@ def test_a_long_recording_holds_one_step_at_a_time(tmp_path):
     dump = read_dump(rec.path)
     assert len(dump.steps) == 5 and [e.step for e in dump.steps[4]][:1] == [4]
     assert (rec.path / "step4.safetensors").is_file()
+
+
+def test_recording_into_a_folder_that_holds_a_dump_needs_consent(tmp_path):
+    # The old manifest beside new payloads: compare silently mixed two runs.
+    from nbdiff.errors import DumpError
+
+    base, _ = pair()
+    train(base, tmp_path / "d", steps=3)
+    with pytest.raises(DumpError, match="already holds an nbdiff dump.*overwrite=True"):
+        train(base, tmp_path / "d", steps=1)
+    assert len(read_dump(tmp_path / "d" / "rank0").steps) == 3  # nothing lost
+    path = train(base, tmp_path / "d", steps=1, overwrite=True)
+    assert len(read_dump(path).steps) == 1 and sorted(p.name for p in path.iterdir()) == [
+        "manifest.json", "step0.safetensors",
+    ]  # fmt: skip
+
+
+def test_a_step_the_code_raised_in_is_marked_and_never_agreement(tmp_path):
+    import paddle
+
+    from nbdiff.errors import DumpError
+    from nbdiff.offline import compare
+
+    base, raw = pair()
+    full = train(base, tmp_path / "full", steps=1)
+    with pytest.raises(RuntimeError):
+        with nbdiff.record(raw, tmp_path / "cut"):
+            raw(paddle.to_tensor(X))  # forward only: the step is cut short
+            raise RuntimeError("out of memory")
+    cut = read_dump(tmp_path / "cut" / "rank0")
+    assert cut.incomplete == {0} and cut.closed
+    with pytest.raises(DumpError, match="cut short by an exception"):
+        compare(full.parent, tmp_path / "cut")  # was SUCCESS with exit 0
+
+
+def test_an_unwritable_folder_is_a_dump_error(tmp_path):
+    from nbdiff.errors import DumpError
+
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    base, _ = pair()
+    with pytest.raises(DumpError, match="cannot write a dump here"):
+        train(base, blocker / "d", steps=1)
+    assert not any(m._forward_pre_hooks for m in base.modules())
+
+
+KILLED = """
+import os, signal, sys, torch
+sys.path.insert(0, {repo!r})
+import nbdiff
+from tests.dumps import X, pair
+torch.manual_seed(0)
+base, _ = pair()
+opt = torch.optim.SGD(base.parameters(), lr=0.1)
+with nbdiff.record(base, {path!r}):
+    for step in range(4):
+        base(torch.tensor(X)).mean().backward(); opt.step(); opt.zero_grad()
+        if step == 2:
+            os.kill(os.getpid(), signal.SIGKILL)  # mid-recording: no close, no finally
+"""
+
+
+def test_kill_9_keeps_every_completed_step(tmp_path):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    import torch
+
+    from nbdiff.offline import compare
+
+    repo = str(Path(__file__).resolve().parents[1])
+    proc = subprocess.run([sys.executable, "-c", KILLED.format(repo=repo, path=str(tmp_path / "killed"))])
+    assert proc.returncode == -9
+    dump = read_dump(tmp_path / "killed" / "rank0")
+    assert len(dump.steps) == 2 and not dump.closed  # steps 0 and 1 were written; step 2 was running
+    torch.manual_seed(0)
+    base, _ = pair()
+    train(base, tmp_path / "full", steps=2)
+    result = compare(tmp_path / "full", tmp_path / "killed")
+    assert result and any("did not end cleanly" in w for w in result.warnings)
+
+
+def test_a_scope_that_matches_nothing_is_never_success(tmp_path):
+    from nbdiff.errors import DumpError
+    from nbdiff.offline import compare
+
+    base, raw = pair()
+    train(base, tmp_path / "a", steps=1, mode="list", scope=["no_such_layer"])
+    train(raw, tmp_path / "b", steps=1, mode="list", scope=["no_such_layer"])
+    with pytest.raises(DumpError, match="no event was compared.*mode/scope"):
+        compare(tmp_path / "a", tmp_path / "b")

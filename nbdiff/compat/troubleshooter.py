@@ -60,6 +60,7 @@ def api_dump_start(
     rec = record(
         _State.net, _State.output_path, api_level=True, dump_type=_DUMP_TYPES[dump_type], mode=mode, scope=scope,
         filter_data=filter_data, filter_stack=filter_stack, retain_backward=_State.retain_backward,
+        overwrite=True,  # TroubleShooter: each start/stop pair writes the dump again
     )  # fmt: skip
     _State.active = rec.__enter__()
 

@@ -72,12 +72,16 @@ def validate_manifest(data: Any, path: Path) -> None:
         raise c.fail("framework", f"is {framework!r}; nbdiff reads dumps of {', '.join(FRAMEWORKS)}")
     c.type(data.get("model"), str, "model", "a string")
     c.int(data.get("rank"), "rank")
+    if data.get("complete") is not None:
+        c.type(data["complete"], bool, "complete", "true or false")
     layers = c.type(data.get("layers", {}), dict, "layers", "an object of layer path to class names")
     for name, classes in layers.items():
         c.strs(classes, f"layers[{name!r}]")
     for k, step in enumerate(c.type(data.get("steps"), list, "steps", "a list")):
         key = f"steps[{k}]"
         c.type(step, dict, key, "an object")
+        if step.get("complete") is not None:
+            c.type(step["complete"], bool, f"{key}.complete", "true or false")
         if step.get("payload") is not None:
             c.type(step["payload"], str, f"{key}.payload", "a file name")
         events = c.type(step.get("events"), list, f"{key}.events", "a list")

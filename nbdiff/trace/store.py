@@ -8,7 +8,10 @@
         step0.safetensors    tensor payloads of step 0 (dump_type="tensor" only)
         step1.safetensors
 
-Every reference inside is relative, so a dump can be moved or copied anywhere.
+Every reference inside is relative, so a dump can be moved or copied anywhere. The
+manifest is rewritten atomically after every step (``"complete": false`` until the
+recording closes), so a crash or ``kill -9`` loses at most the step in progress, and a
+step cut short by an exception is marked as such.
 Nothing is pickled, and reading never unpickles: JSON and safetensors only. A
 truncated or hand-edited dump raises :class:`~nbdiff.errors.DumpError` naming the
 file and what is wrong with it.
@@ -50,6 +53,13 @@ class RankDump:
     """Layer path to its class names, most specific first (for weight layout rules)."""
     steps: list[list[Event]]
     """Per step: forward, then backward, then optimizer events."""
+    incomplete: frozenset[int] = frozenset()
+    """Steps cut short (an exception in the user's code): never compared as agreement."""
+
+    @property
+    def closed(self) -> bool:
+        """Whether the recording ended cleanly (``False`` after a crash or kill)."""
+        return bool(self.meta.get("complete", True))
 
     @property
     def framework(self) -> str:
@@ -111,12 +121,28 @@ class DumpWriter:
     """
 
     def __init__(
-        self, rank_dir: str | os.PathLike[str], meta: dict[str, Any], layers: dict[str, list[str]], dump_type: str
+        self,
+        rank_dir: str | os.PathLike[str],
+        meta: dict[str, Any],
+        layers: dict[str, list[str]],
+        dump_type: str,
+        overwrite: bool = False,
     ) -> None:
         if dump_type not in DUMP_TYPES:
             raise DumpError(f"dump_type={dump_type!r} is not one of {DUMP_TYPES}.")
         self.path = Path(rank_dir)
-        self.path.mkdir(parents=True, exist_ok=True)
+        try:
+            self.path.mkdir(parents=True, exist_ok=True)
+            old = [p for p in self.path.iterdir() if _is_dump_file(p.name)]
+        except OSError as exc:
+            raise DumpError(f"{self.path}: cannot write a dump here ({exc.strerror or exc}).") from None
+        if old and not overwrite:
+            raise DumpError(
+                f"{self.path} already holds an nbdiff dump. A new recording is never mixed with an old one: "
+                "record into a new folder, or pass overwrite=True to replace it."
+            )
+        for p in old:
+            p.unlink()
         self.meta, self.layers, self.dump_type = meta, layers, dump_type
         self._steps: list[dict[str, Any]] = []
 
@@ -130,16 +156,29 @@ class DumpWriter:
         if payload:
             file = f"step{k}.safetensors"
             save_file(payload, str(self.path / file))
-        self._steps.append({"step": k, "payload": file, "events": ev_json})
+        self._steps.append({"step": k, "payload": file, "events": ev_json, "complete": True})
+        self._write_manifest(complete=False)
 
-    def close(self) -> Path:
-        manifest = {"format": FORMAT, "version": VERSION, **self.meta, "dump_type": self.dump_type}
-        manifest["layers"] = self.layers
-        manifest["steps"] = self._steps
-        tmp = self.path / (MANIFEST + ".tmp")
-        tmp.write_text(json.dumps(manifest, separators=(",", ":")))
-        tmp.replace(self.path / MANIFEST)  # a reader never sees half a manifest
+    def close(self, interrupted_steps: int = 0) -> Path:
+        """The final manifest. ``interrupted_steps``: how many of the last steps an exception cut short."""
+        for step in self._steps[len(self._steps) - interrupted_steps :] if interrupted_steps else ():
+            step["complete"] = False
+        self._write_manifest(complete=True)
         return self.path
+
+    def _write_manifest(self, complete: bool) -> None:
+        manifest = {"format": FORMAT, "version": VERSION, **self.meta, "dump_type": self.dump_type}
+        manifest.update(complete=complete, layers=self.layers, steps=self._steps)
+        tmp = self.path / (MANIFEST + ".tmp")
+        with open(tmp, "w") as f:
+            f.write(json.dumps(manifest, separators=(",", ":")))
+            f.flush()
+            os.fsync(f.fileno())
+        tmp.replace(self.path / MANIFEST)  # a reader never sees half a manifest
+
+
+def _is_dump_file(name: str) -> bool:
+    return name in (MANIFEST, MANIFEST + ".tmp") or (name.startswith("step") and name.endswith(".safetensors"))
 
 
 def write_rank(
@@ -216,7 +255,8 @@ def read_dump(rank_dir: str | os.PathLike[str]) -> RankDump:
         except (KeyError, TypeError, ValueError) as exc:
             raise DumpError(f"{where}: step {k} has a malformed event ({exc!r}); the dump was edited.") from None
     meta = {k: v for k, v in data.items() if k not in ("steps", "layers")}
-    return RankDump(folder, meta, dict(data.get("layers", {})), steps)
+    incomplete = frozenset(k for k, s in enumerate(data["steps"]) if s.get("complete") is False)
+    return RankDump(folder, meta, dict(data.get("layers", {})), steps, incomplete)
 
 
 def _tensor(t: dict[str, Any], payload: dict[str, np.ndarray], where: Path, step: int) -> TensorRecord:

@@ -7,7 +7,7 @@ import pytest
 
 from nbdiff.errors import OptionError
 from nbdiff.trace import apis
-from nbdiff.trace.apis import align_calls, canonical_op, patched, register_api
+from nbdiff.trace.apis import align_calls, canonical_op, register_api
 from nbdiff.trace.events import Event, Kind, Phase, TensorRecord
 
 
@@ -33,34 +33,6 @@ def test_alignment_pairs_a_swap_and_skips_an_extra_call():
     assert [(b.type_name, r.type_name) for b, r in align_calls(base, raw, max_cells=1)] == [
         ("linear", "linear"), ("mul", "mul"),
     ]  # fmt: skip
-
-
-def test_patched_reports_the_outermost_call_and_restores_even_on_error():
-    mod = types.SimpleNamespace(double=lambda x: x * 2)
-    mod.quad = lambda x: mod.double(mod.double(x))
-    original = mod.double
-    seen = []
-    with (
-        pytest.raises(RuntimeError),
-        patched([(mod, "double", "double"), (mod, "quad", "quad")], lambda n, a, k, o: seen.append((n, o))),
-    ):
-        assert mod.quad(1) == 4
-        raise RuntimeError("user error")
-    assert seen == [("quad", 4)]  # double ran inside quad: its implementation, not reported
-    assert mod.double is original
-
-
-def test_patched_class_attributes_are_restored_exactly():
-    class Base:
-        def op(self):
-            return 1
-
-    class Child(Base):
-        pass
-
-    with patched([(Child, "op", "op")], lambda *a: None):
-        assert "op" in vars(Child)
-    assert "op" not in vars(Child) and Child().op() == 1
 
 
 def test_register_api_pairs_and_intercepts_a_custom_op(monkeypatch):

@@ -9,12 +9,11 @@ alignment of two sequences of calls.
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from typing import Any
 
 from nbdiff.trace.events import Event
+from nbdiff.trace.patching import ApiCallback, patched
 
 __all__ = [
     "canonical_op",
@@ -27,9 +26,6 @@ __all__ = [
     "SKIPPED_OPS",
     "ApiCallback",
 ]
-
-ApiCallback = Callable[[str, tuple, dict, Any], None]
-"""``(op name, args, kwargs, output)``, called after each intercepted call."""
 
 OP_ALIASES: dict[str, str] = {
     # torch or paddle name -> the name both are compared under (data, not code)
@@ -96,52 +92,6 @@ def register_api(name: str, same_as: str | None = None, *, target: tuple[Any, st
 
             raise OptionError(f"register_api: {owner!r} has no function {attr!r} to intercept.")
         CUSTOM_TARGETS.append((owner, attr, bare))
-
-
-_INHERITED = object()
-
-
-class _Depth:
-    """Calls inside an intercepted call are its implementation, not the user's: record the outermost."""
-
-    level = 0
-
-
-@contextmanager
-def patched(targets: Sequence[tuple[Any, str, str]], callback: ApiCallback) -> Iterator[None]:
-    """Wrap each ``owner.attribute`` so it reports to ``callback``; restore them all on exit."""
-    saved: list[tuple[Any, str, Any]] = []
-
-    def wrap(fn: Callable[..., Any], name: str) -> Callable[..., Any]:
-        @functools.wraps(fn)
-        def wrapper(*args: Any, **kwargs: Any) -> Any:
-            if _Depth.level:
-                return fn(*args, **kwargs)
-            _Depth.level += 1
-            try:
-                out = fn(*args, **kwargs)
-            finally:
-                _Depth.level -= 1
-            callback(name, args, kwargs, out)
-            return out
-
-        return wrapper
-
-    try:
-        for owner, attr, name in targets:
-            fn = getattr(owner, attr, None)
-            if fn is None or not callable(fn):
-                continue
-            own = attr in vars(owner)  # on a class: defined here, or inherited (then delete on exit)
-            saved.append((owner, attr, vars(owner)[attr] if own else _INHERITED))
-            setattr(owner, attr, wrap(fn, name))
-        yield
-    finally:
-        for owner, attr, original in reversed(saved):
-            if original is _INHERITED:
-                delattr(owner, attr)
-            else:
-                setattr(owner, attr, original)
 
 
 def _shapes(e: Event) -> tuple[tuple[int, ...], ...]:

@@ -13,7 +13,7 @@ from nbdiff.compare.tolerance import Tolerance, resolve_tolerance
 from nbdiff.constants import constant_differences
 from nbdiff.errors import WeightTransferError
 from nbdiff.frameworks import Framework, framework_of
-from nbdiff.options import check_comparison, check_run
+from nbdiff.options import check_comparison, check_gradients, check_run
 from nbdiff.result import DiffResult
 from nbdiff.step import StepRecord, run_optimizer, run_step
 from nbdiff.stepdiff import StepComparer, feed_for
@@ -56,6 +56,7 @@ def auto_diff(
     check_comparison(base, raw, atol, rtol, compare_mode, diff_phase, layer_map)
     check_run(loss_fns, optimizers, diff_phase, steps)
     bfw, rfw = framework_of(base, "base"), framework_of(raw, "raw")
+    check_gradients((bfw, rfw), (base, raw), diff_phase)
     bcall, rcall = split_inputs(inputs, bfw, rfw)
     copied = _first_copy(bfw, base, rfw, raw, layer_map, inputs) if auto_init else None
     losses = list(loss_fns) if loss_fns is not None else [None, None]

@@ -10,7 +10,7 @@ from nbdiff.align.layer_map import LayerMap
 from nbdiff.compare.metrics import COMPARE_MODES
 from nbdiff.errors import InputError, OptionError
 
-__all__ = ["PHASES", "check_comparison", "check_run"]
+__all__ = ["PHASES", "check_comparison", "check_gradients", "check_run"]
 
 PHASES = ("both", "forward", "backward")
 
@@ -36,6 +36,24 @@ def check_comparison(
     if layer_map is not None and not isinstance(layer_map, LayerMap):
         hint = f"LayerMap({layer_map!r:.80})" if isinstance(layer_map, dict) else "LayerMap({...})"
         raise OptionError(f"layer_map must be a nbdiff.LayerMap, not {type(layer_map).__name__}: use {hint}.")
+
+
+def check_gradients(fws: Any, models: Any, diff_phase: str) -> None:
+    """Backward needs gradients: under ``no_grad``, or with nothing trainable, say so up front
+    (paddle gave a silent SUCCESS with no backward compared, torch a deep autograd error)."""
+    if diff_phase == "forward":
+        return
+    for side, fw, model in zip(("base", "raw"), fws, models):
+        if not fw.grad_enabled():
+            raise InputError(
+                f"{fw.name} gradients are off ({side} runs under no_grad), so backward cannot be compared. "
+                "Call nbdiff outside the no_grad block, or pass diff_phase='forward' to compare the forward pass only."
+            )
+        if not any(fw.is_trainable(p) for _, layer in fw.named_layers(model) for _, p in fw.direct_params(layer)):
+            raise InputError(
+                f"{side} ({type(model).__name__}) has no trainable parameter, so there is no backward to compare. "
+                "Pass diff_phase='forward', or unfreeze the parameters."
+            )
 
 
 def check_run(loss_fns: Any, optimizers: Any, diff_phase: str, steps: Any) -> None:

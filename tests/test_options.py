@@ -54,3 +54,22 @@ def test_run_options():
             nbdiff.auto_diff(tb, pb, inputs("mlp"), **bad)
     with pytest.raises(InputError, match="loss_fns must be a pair"):
         nbdiff.auto_diff(tb, pb, inputs("mlp"), loss_fns=[None])
+
+
+@pytest.mark.parametrize("side", ["torch", "paddle"])
+def test_no_grad_says_so_and_offers_forward_only(side):
+    # paddle: a silent SUCCESS with 0 backward events; torch: a deep autograd error.
+    tb, pb = _models()
+    block = torch.no_grad() if side == "torch" else paddle.no_grad()
+    with block, pytest.raises(InputError, match=f"{side} gradients are off.*diff_phase='forward'"):
+        nbdiff.auto_diff(tb, pb, inputs("mlp"))
+    with block:
+        assert nbdiff.auto_diff(tb, pb, inputs("mlp"), diff_phase="forward")
+
+
+def test_a_model_with_nothing_trainable_says_so():
+    tb, pb = _models()
+    for p in tb.parameters():
+        p.requires_grad_(False)
+    with pytest.raises(InputError, match="base \\(MLP\\) has no trainable parameter.*diff_phase='forward'"):
+        nbdiff.auto_diff(tb, pb, inputs("mlp"))

@@ -156,6 +156,9 @@ class PaddleFramework:
     def no_grad(self) -> AbstractContextManager[Any]:
         return paddle.no_grad()
 
+    def grad_enabled(self) -> bool:
+        return bool(paddle.is_grad_enabled())
+
     def seed(self, seed: int) -> None:
         paddle.seed(seed)
 

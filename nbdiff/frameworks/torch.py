@@ -139,6 +139,9 @@ class TorchFramework:
     def no_grad(self) -> AbstractContextManager[Any]:
         return torch.no_grad()
 
+    def grad_enabled(self) -> bool:
+        return bool(torch.is_grad_enabled())
+
     def seed(self, seed: int) -> None:
         torch.manual_seed(seed)
 

@@ -45,7 +45,17 @@ def split_inputs(inputs: Any, base_fw: Framework, raw_fw: Framework) -> tuple[Ca
             f"{type(inputs).__name__}{f' of length {len(inputs)}' if isinstance(inputs, (tuple, list)) else ''}. "
             "Example: inputs=(torch_x, paddle_x) or inputs=({'x': torch_x}, {'x': paddle_x})."
         )
-    return _convert(base_fw, _as_call(inputs[0])), _convert(raw_fw, _as_call(inputs[1]))
+    calls = _convert(base_fw, _as_call(inputs[0])), _convert(raw_fw, _as_call(inputs[1]))
+    if base_fw.name != raw_fw.name:
+        for side, call, fw, other in (("base", calls[0], base_fw, raw_fw), ("raw", calls[1], raw_fw, base_fw)):
+            leaves, _ = flatten(call, lambda v: other.is_tensor(v) and not fw.is_tensor(v))
+            if leaves:
+                raise InputError(
+                    f"the {side} inputs hold a {other.name} tensor (at {leaves[0][0]}), but the {side} model is "
+                    f"{fw.name}. inputs is (base_inputs, raw_inputs): here ({base_fw.name} inputs, "
+                    f"{raw_fw.name} inputs). Were they swapped?"
+                )
+    return calls
 
 
 def call_model(model: Any, call: CallArgs, side: str) -> Any:

@@ -48,7 +48,7 @@ def split_inputs(inputs: Any, base_fw: Framework, raw_fw: Framework) -> tuple[Ca
     calls = _convert(base_fw, _as_call(inputs[0])), _convert(raw_fw, _as_call(inputs[1]))
     if base_fw.name != raw_fw.name:
         for side, call, fw, other in (("base", calls[0], base_fw, raw_fw), ("raw", calls[1], raw_fw, base_fw)):
-            leaves, _ = flatten(call, lambda v: other.is_tensor(v) and not fw.is_tensor(v))
+            leaves, _ = flatten(call, lambda v, fw=fw, other=other: other.is_tensor(v) and not fw.is_tensor(v))
             if leaves:
                 raise InputError(
                     f"the {side} inputs hold a {other.name} tensor (at {leaves[0][0]}), but the {side} model is "

@@ -8,7 +8,7 @@ from typing import Any
 
 from nbdiff.align.layer_map import LayerMap
 from nbdiff.align.pairing import Pairing
-from nbdiff.compare.blame import Divergence, EventDiff, inherited_notes
+from nbdiff.compare.blame import Divergence, EventDiff, inherited_notes, require_compared
 from nbdiff.compare.tolerance import Tolerance, resolve_tolerance
 from nbdiff.constants import constant_differences
 from nbdiff.errors import WeightTransferError
@@ -134,6 +134,7 @@ def auto_diff(
             done = step + 1
             if divergence is not None:
                 break
+    require_compared(events, type(base).__name__)
     return DiffResult(
         base_framework=bfw.name,
         raw_framework=rfw.name,

@@ -15,7 +15,7 @@ import numpy as np
 
 from nbdiff.align.layer_map import LayerMap
 from nbdiff.align.pairing import Pair, Pairing
-from nbdiff.compare.blame import Divergence, EventDiff
+from nbdiff.compare.blame import Divergence, EventDiff, require_compared
 from nbdiff.compare.tolerance import Tolerance, resolve_tolerance
 from nbdiff.errors import InputError, WeightTransferError
 from nbdiff.frameworks import Framework, framework_of
@@ -220,6 +220,7 @@ class watch:
         finally:
             self._b.load(final[0])
             self._r.load(final[1])
+        require_compared(events, type(self.base).__name__)
         return DiffResult(
             base_framework=self.bfw.name,
             raw_framework=self.rfw.name,

@@ -21,3 +21,25 @@ def test_swapped_inputs_are_named_as_such():
     with pytest.raises(InputError, match="base inputs hold a paddle tensor.*swapped"):
         nbdiff.auto_diff(tb, pb, (paddle.to_tensor(x), torch.tensor(x)))
     assert nbdiff.auto_diff(tb, pb, (torch.tensor(x), paddle.to_tensor(x)))
+
+
+def test_a_tensor_passed_as_the_model_is_named_as_such():
+    # Was AttributeError: 'Tensor' object has no attribute 'named_sublayers'.
+    tb, _ = _models()
+    with pytest.raises(InputError, match="raw is a paddle Tensor, not a model"):
+        nbdiff.auto_diff(tb, paddle.to_tensor(inputs("mlp")), inputs("mlp"))
+    with pytest.raises(InputError, match="base is a torch Tensor, not a model"):
+        nbdiff.watch(torch.ones(2), BUILDERS["mlp"]("paddle"))
+
+
+def test_a_generator_forward_is_not_a_silent_success():
+    class Gen(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = torch.nn.Linear(16, 4)
+
+        def forward(self, x):
+            yield self.fc(x)
+
+    with pytest.raises(InputError, match="nothing was compared: Gen's call ran no layer.*generator"):
+        nbdiff.auto_diff(Gen(), Gen(), inputs("mlp"), diff_phase="forward")

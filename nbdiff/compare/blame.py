@@ -194,6 +194,18 @@ def blame_events(
     return None, diffs
 
 
+def require_compared(diffs: Sequence[EventDiff], base_model: str) -> None:
+    """Comparing nothing but the inputs is never agreement: a ``forward`` that is a generator, or
+    returns no tensor while no layer runs, would otherwise pass silently."""
+    from nbdiff.errors import InputError
+
+    if not any(d.tensors for d in diffs if d.base.kind is not Kind.INPUT):
+        raise InputError(
+            f"nothing was compared: {base_model}'s call ran no layer and returned no tensor (is forward a "
+            "generator, or does it return something else?). nbdiff compares the tensors layers return."
+        )
+
+
 def first_nonfinite(diffs: Sequence[EventDiff]) -> Divergence | None:
     """The first event (in completion order) whose outputs hold NaN/Inf on either side while its
     inputs are finite: where non-finite values are produced, even when both sides agree."""

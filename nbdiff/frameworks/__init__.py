@@ -36,9 +36,14 @@ def known_frameworks() -> list[Framework]:
 
 
 def framework_of(obj: Any, what: str = "model") -> Framework:
-    """The adapter owning ``obj`` (a model, tensor or optimizer)."""
+    """The adapter owning the model ``obj``; anything else (a tensor, an optimizer) is an InputError."""
     for fw in known_frameworks():
         if fw.owns(obj):
+            if not fw.is_layer(obj):
+                raise InputError(
+                    f"{what} is a {fw.name} {type(obj).__qualname__}, not a model (torch.nn.Module or "
+                    "paddle.nn.Layer). Pass the models first, then their inputs: auto_diff(base, raw, inputs)."
+                )
             return fw
     raise InputError(
         f"{what} is a {type(obj).__module__}.{type(obj).__qualname__}, which is neither a "

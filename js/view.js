@@ -395,6 +395,16 @@ function render({ model, el }) {
     }
     const n = d.node;
     const parts = [h("div", { class: "nbd-title" }, n.event === -1 ? n.label : n.event === -2 ? `${n.base || n.raw} (${n.base_type || n.raw_type}): only the ${n.base ? "base" : "raw"} model has this call; a LayerMap can pair it` : `${n.base || "<root>"} (${n.base_type}) ~ ${n.raw || "<root>"} (${n.raw_type}) · step ${n.step} ${n.phase}`)];
+    if (d.arguments && d.arguments.length) {
+      parts.push(
+        h(
+          "table",
+          { class: "nbd-args", title: "constructor arguments whose meaning differs between the two layers" },
+          h("tr", {}, h("th", {}, "argument differs"), h("th", {}, "base"), h("th", {}, "raw")),
+          ...d.arguments.map((a) => h("tr", {}, h("td", {}, a.name), h("td", {}, a.base), h("td", {}, a.raw))),
+        ),
+      );
+    }
     for (const t of d.tensors) {
       const m = t.metrics;
       parts.push(

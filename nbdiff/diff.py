@@ -12,6 +12,7 @@ from nbdiff.compare.blame import Divergence, EventDiff, inherited_notes, require
 from nbdiff.compare.tolerance import Tolerance, resolve_tolerance
 from nbdiff.constants import constant_differences
 from nbdiff.errors import WeightTransferError
+from nbdiff.explain import explain
 from nbdiff.frameworks import Framework, framework_of
 from nbdiff.options import check_comparison, check_gradients, check_run
 from nbdiff.result import DiffResult
@@ -135,29 +136,31 @@ def auto_diff(
             if divergence is not None:
                 break
     require_compared(events, type(base).__name__)
-    return DiffResult(
-        base_framework=bfw.name,
-        raw_framework=rfw.name,
-        base_model=type(base).__name__,
-        raw_model=type(raw).__name__,
-        first_divergence=divergence,
-        events=tuple(events),
-        steps=done,
-        unmatched_base=pairing.unmatched_base if pairing else (),
-        unmatched_raw=pairing.unmatched_raw if pairing else (),
-        warnings=tuple(warnings),
-        notes=tuple(inherited_notes(events)) if divergence is None else (),
-        options=dict(
-            atol=atol,
-            rtol=rtol,
-            compare_mode=compare_mode,
-            auto_init=auto_init,
-            diff_phase=diff_phase,
-            single_step=single_step,
-            steps=steps,
-            api_level=api_level,
-            weight_map=wmap,
-        ),
+    return explain(
+        DiffResult(
+            base_framework=bfw.name,
+            raw_framework=rfw.name,
+            base_model=type(base).__name__,
+            raw_model=type(raw).__name__,
+            first_divergence=divergence,
+            events=tuple(events),
+            steps=done,
+            unmatched_base=pairing.unmatched_base if pairing else (),
+            unmatched_raw=pairing.unmatched_raw if pairing else (),
+            warnings=tuple(warnings),
+            notes=tuple(inherited_notes(events)) if divergence is None else (),
+            options=dict(
+                atol=atol,
+                rtol=rtol,
+                compare_mode=compare_mode,
+                auto_init=auto_init,
+                diff_phase=diff_phase,
+                single_step=single_step,
+                steps=steps,
+                api_level=api_level,
+                weight_map=wmap,
+            ),
+        )
     )
 
 

@@ -18,6 +18,7 @@ from nbdiff.align.pairing import Pair, Pairing
 from nbdiff.compare.blame import Divergence, EventDiff, require_compared
 from nbdiff.compare.tolerance import Tolerance, resolve_tolerance
 from nbdiff.errors import InputError, WeightTransferError
+from nbdiff.explain import explain
 from nbdiff.frameworks import Framework, framework_of
 from nbdiff.options import check_comparison
 from nbdiff.result import DiffResult
@@ -221,18 +222,20 @@ class watch:
             self._b.load(final[0])
             self._r.load(final[1])
         require_compared(events, type(self.base).__name__)
-        return DiffResult(
-            base_framework=self.bfw.name,
-            raw_framework=self.rfw.name,
-            base_model=type(self.base).__name__,
-            raw_model=type(self.raw).__name__,
-            first_divergence=divergence,
-            events=tuple(events),
-            steps=done,
-            unmatched_base=pairing.unmatched_base if pairing else (),
-            unmatched_raw=pairing.unmatched_raw if pairing else (),
-            warnings=tuple(self._warnings),
-            options=dict(self.options, weight_map=self._copied),
+        return explain(
+            DiffResult(
+                base_framework=self.bfw.name,
+                raw_framework=self.rfw.name,
+                base_model=type(self.base).__name__,
+                raw_model=type(self.raw).__name__,
+                first_divergence=divergence,
+                events=tuple(events),
+                steps=done,
+                unmatched_base=pairing.unmatched_base if pairing else (),
+                unmatched_raw=pairing.unmatched_raw if pairing else (),
+                warnings=tuple(self._warnings),
+                options=dict(self.options, weight_map=self._copied),
+            )
         )
 
     def _grads_of(self, k: int) -> Any:

@@ -16,6 +16,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from nbdiff.align.arguments import ArgDiff
 from nbdiff.compare.metrics import TensorDiff
 from nbdiff.compare.tolerance import Tolerance
 from nbdiff.trace.events import Event, Kind, Phase
@@ -89,6 +90,8 @@ class Divergence:
     """For ``parameter``: the parameter's dotted path (base side)."""
     rank: int = 0
     """Distributed rank of the events (compared dumps of multi-rank jobs)."""
+    arguments: tuple[ArgDiff, ...] = ()
+    """Constructor arguments of the blamed pair that differ (``eps: base 1e-05, raw 0.001``)."""
 
     def describe(self) -> str:
         """One line naming the place."""
@@ -126,6 +129,10 @@ class Divergence:
             return f"{head}: code of `{b}` ({self.base_type}) itself, {place} (raw `{r}`)"
         tail = " (inherited: no single layer exceeds tolerance on its own)" if self.inherited else ""
         return f"{head}: layer `{b}` ({self.base_type}) ~ raw `{r}` ({self.raw_type}){tail}"
+
+    def why(self) -> str:
+        """The differing constructor arguments of the blamed pair, or ``""``."""
+        return "; ".join(a.describe() for a in self.arguments)
 
 
 def worst_of(tensors: Sequence[TensorDiff]) -> TensorDiff | None:

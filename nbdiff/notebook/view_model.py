@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from nbdiff.align.arguments import argument_diffs
 from nbdiff.compare.blame import EventDiff
 from nbdiff.compare.metrics import TensorDiff
 from nbdiff.result import DiffResult
@@ -37,6 +38,8 @@ class TreeData:
     """Node id of the first divergence, or -1."""
     events: list[EventDiff]
     """``nodes[i]["event"]`` indexes this list."""
+    frameworks: tuple[str, str] = ("", "")
+    """Base and raw framework names, to read the layers' arguments."""
 
 
 def summary_line(result: DiffResult) -> str:
@@ -44,7 +47,8 @@ def summary_line(result: DiffResult) -> str:
     head = f"{result.base_framework} {result.base_model} vs {result.raw_framework} {result.raw_model}: "
     if result.first_divergence is None:
         return head + f"SUCCESS ({len(result.events)} paired events, {result.steps} step(s))"
-    return head + "FAILED at " + result.first_divergence.describe()
+    d = result.first_divergence
+    return head + "FAILED at " + d.describe() + (f" · arguments differ: {d.why()}" if d.arguments else "")
 
 
 def step_rows(result: DiffResult) -> list[dict[str, Any]]:
@@ -124,7 +128,7 @@ def build_tree(result: DiffResult) -> TreeData:
             if phase is Phase.FORWARD and step == steps[-1]:
                 _add_unpaired(nodes, group, result.unmatched_base, by_order, "base")
                 _add_unpaired(nodes, group, result.unmatched_raw, raw_order, "raw")
-    return TreeData(nodes, order, first, events)
+    return TreeData(nodes, order, first, events, (result.base_framework, result.raw_framework))
 
 
 def _add_unpaired(
@@ -221,7 +225,12 @@ def node_detail(tree: TreeData, node_id: int) -> dict[str, Any]:
         ]
         for side, ev in (("base", _forward_of(tree, d, "base")), ("raw", _forward_of(tree, d, "raw")))
     }
-    return dict(node=node, tensors=tensors, stacks=frames)
+    fb, fr = _forward_of(tree, d, "base"), _forward_of(tree, d, "raw")
+    arguments = [
+        dict(name=a.name, base=a.shown()[0], raw=a.shown()[1])
+        for a in argument_diffs(tree.frameworks[0], fb.layer, tree.frameworks[1], fr.layer)
+    ]
+    return dict(node=node, tensors=tensors, stacks=frames, arguments=arguments)
 
 
 def _forward_of(tree: TreeData, d: EventDiff, side: str) -> Event:

@@ -80,7 +80,10 @@ def render_text(result: DiffResult) -> str:
     d = result.first_divergence
     if d is None:
         return "\n".join(lines)
-    lines += ["", f"First divergence: {d.describe()}", f"  accumulated  {format_diff(d.metrics)}"]
+    lines += ["", f"First divergence: {d.describe()}"]
+    if d.arguments:
+        lines.append(f"  why          arguments differ: {d.why()}")
+    lines.append(f"  accumulated  {format_diff(d.metrics)}")
     if d.local_error is not None:
         lines.append(f"  local        {format_diff(d.local_error)}")
     lines.append("  (local = this event alone, run on the base side's inputs)")

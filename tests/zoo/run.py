@@ -20,7 +20,7 @@ def outcome(case) -> tuple[bool, str]:
         return False, "MISSED"
     phase, path, param = case.expect
     ok = d.phase.value == phase and d.base_path == path and (param is None or d.parameter == param)
-    return ok, d.describe()
+    return ok, d.describe() + (f" · why: {d.why()}" if d.arguments else "")
 
 
 def main() -> None:

@@ -1,0 +1,154 @@
+"""Constructor-level arguments of paired layers, and which ones differ: why two layers disagree.
+
+Most porting bugs are an argument (an epsilon, BatchNorm momentum, GELU ``approximate``,
+padding, a dropout mode), so the blame names it. Arguments are read from the layer
+objects' attributes through a table kept as data: each canonical argument, the
+attributes that hold it on each side, and how a value maps to the canonical meaning
+(paddle's BatchNorm ``momentum`` is ``1 - m`` of torch's). No framework is imported.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["ArgDiff", "ARGUMENTS", "layer_arguments", "argument_diffs"]
+
+
+@dataclass(frozen=True)
+class ArgDiff:
+    """One argument whose meaning differs between the paired layers."""
+
+    name: str
+    base: Any
+    raw: Any
+    """Both in torch's meaning (a paddle BatchNorm ``momentum=0.9`` reads 0.1)."""
+
+    def shown(self) -> tuple[str, str]:
+        """Both values as text."""
+        return _show(self.base), _show(self.raw)
+
+    def describe(self) -> str:
+        note = " (torch's meaning: paddle's momentum is 1 - m)" if self.name == "momentum" else ""
+        return f"{self.name}: base {_show(self.base)}, raw {_show(self.raw)}{note}"
+
+
+def _show(v: Any) -> str:
+    return f"{v:g}" if isinstance(v, float) else repr(v) if isinstance(v, str) else str(v)
+
+
+def _ints(v: Any) -> Any:
+    if isinstance(v, (list, tuple)):
+        return tuple(int(x) for x in v)
+    return v
+
+
+def _one_minus(v: Any) -> Any:
+    return 1.0 - float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else v
+
+
+def _approximate(v: Any) -> Any:
+    return {"tanh": True, "none": False}.get(v, v) if isinstance(v, str) else v
+
+
+def _fn_name(v: Any) -> Any:
+    if isinstance(v, str):
+        return v.lower()
+    name = getattr(v, "__name__", None) or type(v).__name__
+    return str(name).lower().lstrip("_")
+
+
+_SAME: Callable[[Any], Any] = lambda v: v  # noqa: E731
+
+# canonical name: (torch attributes, paddle attributes, paddle -> torch meaning, value normaliser,
+#                  value a side means when it has no such attribute)
+ARGUMENTS: dict[str, tuple[tuple[str, ...], tuple[str, ...], Callable[[Any], Any], Callable[[Any], Any], Any]] = {
+    "eps": (("eps", "variance_epsilon", "epsilon"), ("_epsilon", "epsilon", "variance_epsilon", "eps"), _SAME, _SAME, None),
+    "momentum": (("momentum",), ("_momentum",), _one_minus, _SAME, None),
+    "approximate": (("approximate",), ("_approximate", "approximate"), _SAME, _approximate, None),
+    "kernel_size": (("kernel_size",), ("_kernel_size",), _SAME, _ints, None),
+    "stride": (("stride",), ("_stride",), _SAME, _ints, None),
+    "padding": (("padding",), ("_padding",), _SAME, _ints, None),
+    "dilation": (("dilation",), ("_dilation",), _SAME, _ints, None),
+    "groups": (("groups",), ("_groups",), _SAME, _SAME, None),
+    "padding_mode": (("padding_mode",), ("_padding_mode",), _SAME, _SAME, None),
+    "align_corners": (("align_corners",), ("align_corners",), _SAME, _SAME, None),
+    "dropout p": (("p",), ("p",), _SAME, _SAME, None),
+    "dropout mode": ((), ("mode",), _SAME, _SAME, "upscale_in_train"),
+    "num_heads": (("num_heads",), ("num_heads",), _SAME, _SAME, None),
+    "negative_slope": (("negative_slope",), ("_negative_slope",), _SAME, _SAME, None),
+    "normalized_shape": (("normalized_shape",), ("_normalized_shape",), _SAME, _ints, None),
+    "activation": (("activation", "act_fn"), ("activation", "act_fn"), _SAME, _fn_name, None),
+    "data_format": ((), ("_data_format", "data_format"), _SAME, _SAME, None),
+}  # fmt: skip
+
+_SCALARS = (bool, int, float, str, tuple, type(None))
+
+
+def _read(layer: Any, attrs: tuple[str, ...]) -> tuple[bool, Any]:
+    for a in attrs:
+        if a in getattr(layer, "__dict__", {}) or hasattr(type(layer), a):
+            try:
+                v = getattr(layer, a)
+            except Exception:  # a property that needs state the layer does not have
+                continue
+            if isinstance(v, list):
+                v = tuple(v)
+            if isinstance(v, _SCALARS) or callable(v):
+                return True, v
+    return False, None
+
+
+def layer_arguments(framework: str, layer: Any) -> dict[str, Any]:
+    """The canonical arguments ``layer`` has, in torch's meaning (paddle's momentum as ``1 - m``)."""
+    out: dict[str, Any] = {}
+    paddle = framework == "paddle"
+    for name, (t_attrs, p_attrs, to_torch, norm, implicit) in ARGUMENTS.items():
+        found, v = _read(layer, p_attrs if paddle else t_attrs)
+        if not found:
+            if implicit is not None and not paddle and name == "dropout mode" and _is_dropout(layer):
+                out[name] = implicit
+            continue
+        if name == "activation" and hasattr(v, "forward") and _read(v, ()) == (False, None):
+            v = type(v).__name__  # a module, not a function: its class names it
+        if name == "dropout p" and not _is_dropout(layer):
+            continue
+        out[name] = norm(to_torch(v) if paddle else v)
+    if getattr(layer, "weight", None) is not None and hasattr(layer, "bias"):
+        out["bias"] = layer.bias is not None
+    return out
+
+
+def _is_dropout(layer: Any) -> bool:
+    return "dropout" in type(layer).__name__.lower()
+
+
+def _same(a: Any, b: Any) -> bool:
+    if isinstance(a, float) or isinstance(b, float):
+        try:
+            return math.isclose(float(a), float(b), rel_tol=1e-6, abs_tol=1e-12)
+        except (TypeError, ValueError):
+            return False
+    if isinstance(a, tuple) and isinstance(b, (int, tuple)) or isinstance(b, tuple) and isinstance(a, int):
+        # padding=1 and padding=(1, 1) mean the same
+        ta = a if isinstance(a, tuple) else (a,) * len(b)
+        tb = b if isinstance(b, tuple) else (b,) * len(a)
+        return ta == tb
+    return a == b
+
+
+def argument_diffs(base_fw: str, base_layer: Any, raw_fw: str, raw_layer: Any) -> list[ArgDiff]:
+    """Arguments both layers have whose meanings differ (``[]`` when they agree or cannot be read)."""
+    if base_layer is None or raw_layer is None:
+        return []
+    a, b = layer_arguments(base_fw, base_layer), layer_arguments(raw_fw, raw_layer)
+    out = [ArgDiff(k, a[k], b[k]) for k in a if k in b and not _same(a[k], b[k])]
+    # torch layers are channels-first and say nothing; a channels-last paddle layer is a difference.
+    last = lambda args: str(args.get("data_format", "")).upper().endswith("C")  # noqa: E731
+    if ("data_format" in a) != ("data_format" in b) and (last(a) or last(b)):
+        out.append(
+            ArgDiff("data_format", a.get("data_format", "channels first"), b.get("data_format", "channels first"))
+        )
+    return out

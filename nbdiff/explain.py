@@ -1,0 +1,46 @@
+"""Why, not only where: the constructor arguments that differ between paired layers.
+
+The blamed pair's differing arguments go into the divergence (``epsilon: base 1e-05, raw
+0.001``); a pair whose arguments differ while its outputs agree (a branch the inputs do not
+take) is a warning, not a failure.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from nbdiff.align.arguments import ArgDiff, argument_diffs
+from nbdiff.result import DiffResult
+from nbdiff.trace.events import Kind, Phase
+
+__all__ = ["explain"]
+
+
+def explain(result: DiffResult) -> DiffResult:
+    """``result`` with the blamed pair's argument differences and warnings for the silent ones."""
+    blamed = result.first_divergence
+    target = (blamed.base_path, blamed.raw_path) if blamed is not None else None
+    found: tuple[ArgDiff, ...] = ()
+    warnings: list[str] = []
+    seen: set[tuple[str, str]] = set()
+    for d in result.events:
+        if d.base.phase is not Phase.FORWARD or d.base.kind is not Kind.LAYER:
+            continue
+        key = (d.base.path, d.raw.path)
+        if key in seen:
+            continue
+        seen.add(key)
+        diffs = argument_diffs(result.base_framework, d.base.layer, result.raw_framework, d.raw.layer)
+        if not diffs:
+            continue
+        if key == target:
+            found = tuple(diffs)
+        elif d.passed:
+            warnings.append(
+                f"`{d.base.path or '<root>'}` ~ raw `{d.raw.path or '<root>'}` differ in "
+                f"{'; '.join(x.describe() for x in diffs)}, but its outputs agree (a branch these inputs do not take?)"
+            )
+    if not found and not warnings:
+        return result
+    divergence = replace(blamed, arguments=found) if blamed is not None and found else blamed
+    return replace(result, first_divergence=divergence, warnings=result.warnings + tuple(warnings))

@@ -7,6 +7,7 @@ that framework is passed in.
 from __future__ import annotations
 
 from nbdiff.align.layer_map import LayerMap
+from nbdiff.check import ConfigCheck, check_config
 from nbdiff.compare.blame import Divergence, EventDiff
 from nbdiff.compare.metrics import TensorDiff
 from nbdiff.compare.tolerance import Tolerance
@@ -30,6 +31,8 @@ from nbdiff.weights import WeightMap, assign_weight, register_weight_rule
 __version__ = "0.1.0"
 
 __all__ = [
+    "ConfigCheck",
+    "check_config",
     "DiffResult",
     "Divergence",
     "DumpError",

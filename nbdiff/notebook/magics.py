@@ -21,7 +21,8 @@ from nbdiff.errors import NbdiffError, OptionError
 __all__ = ["ModelDiffMagics", "USAGE", "parse_flags", "CellFailed", "CellInterrupted"]
 
 USAGE = (
-    "usage: %modeldiff BASE RAW INPUTS [--single-step] [--steps N] [--atol X] [--rtol X] "
+    "usage: %modeldiff BASE RAW [INPUTS] --check   (pre-flight: arguments that differ, no training)\n"
+    "       %modeldiff BASE RAW INPUTS [--single-step] [--steps N] [--atol X] [--rtol X] "
     "[--mode strict|mean|abs_mean] [--phase both|forward|backward] [--loss A B] [--opt A B] "
     "[--no-init] [--api] [--out NAME]\n"
     "       %%modeldiff BASE RAW [same flags, without INPUTS]"
@@ -67,7 +68,8 @@ def _parser(cell: bool) -> argparse.ArgumentParser:
     p.add_argument("base")
     p.add_argument("raw")
     if not cell:
-        p.add_argument("inputs")
+        p.add_argument("inputs", nargs="?")
+        p.add_argument("--check", action="store_true", help="list differing layer arguments; runs no training")
     p.add_argument("--single-step", action="store_true")
     p.add_argument("--steps", type=int, default=1)
     p.add_argument("--atol", type=float)
@@ -142,6 +144,14 @@ class ModelDiffMagics(Magics):
         args = parse_flags(line, cell is not None)
         check_out_name(args.out, self.shell.user_ns_hidden)  # type: ignore[union-attr]
         base, raw = self._lookup(args.base), self._lookup(args.raw)
+        if cell is None and args.check:
+            from nbdiff.check import check_config
+
+            found = check_config(base, raw, self._lookup(args.inputs) if args.inputs else None)
+            self.shell.user_ns[args.out] = found  # type: ignore[union-attr]
+            return found
+        if cell is None and args.inputs is None:
+            raise OptionError(f"%modeldiff: INPUTS is missing (or pass --check for the pre-flight).\n{USAGE}")
         options = dict(
             atol=args.atol,
             rtol=args.rtol,

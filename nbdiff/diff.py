@@ -26,6 +26,10 @@ from nbdiff.weights.assign import WeightMap, assign_weight, execution_pairs, pla
 __all__ = ["auto_diff"]
 
 
+def _is_optimizer(obj: Any) -> bool:
+    return not callable(obj) or hasattr(obj, "param_groups") or hasattr(obj, "_parameter_list")
+
+
 def auto_diff(
     base: Any,
     raw: Any,
@@ -160,7 +164,10 @@ def auto_diff(
                 api_level=api_level,
                 weight_map=wmap,
             ),
-        )
+        ),
+        (bfw, rfw),
+        (base, raw),
+        (opts[0], opts[1]) if opts and all(_is_optimizer(o) for o in opts) else None,
     )
 
 

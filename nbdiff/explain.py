@@ -8,19 +8,34 @@ take) is a warning, not a failure.
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Any
 
 from nbdiff.align.arguments import ArgDiff, argument_diffs
+from nbdiff.align.optimizer_settings import optimizer_diffs
+from nbdiff.frameworks import Framework
 from nbdiff.result import DiffResult
 from nbdiff.trace.events import Kind, Phase
 
 __all__ = ["explain"]
 
 
-def explain(result: DiffResult) -> DiffResult:
-    """``result`` with the blamed pair's argument differences and warnings for the silent ones."""
+def explain(
+    result: DiffResult,
+    frameworks: tuple[Framework, Framework] | None = None,
+    models: tuple[Any, Any] | None = None,
+    optimizers: tuple[Any, Any] | None = None,
+) -> DiffResult:
+    """``result`` with the blamed pair's argument differences and warnings for the silent ones.
+
+    A blamed optimizer update gets the settings its two optimizers apply to that parameter
+    (learning rate, betas, eps, weight decay and its style and filter, grad clipping).
+    """
     blamed = result.first_divergence
     target = (blamed.base_path, blamed.raw_path) if blamed is not None else None
     found: tuple[ArgDiff, ...] = ()
+    if blamed is not None and blamed.where == "parameter" and frameworks and models and optimizers:
+        found = tuple(_optimizer_why(blamed.parameter or "", blamed.raw_path, frameworks, models, optimizers))
+        target = None
     warnings: list[str] = []
     seen: set[tuple[str, str]] = set()
     for d in result.events:
@@ -44,3 +59,15 @@ def explain(result: DiffResult) -> DiffResult:
         return result
     divergence = replace(blamed, arguments=found) if blamed is not None and found else blamed
     return replace(result, first_divergence=divergence, warnings=result.warnings + tuple(warnings))
+
+
+def _optimizer_why(
+    parameter: str, raw_layer: str, fws: tuple[Framework, Framework], models: tuple[Any, Any], opts: tuple[Any, Any]
+) -> list[ArgDiff]:
+    layer, _, name = parameter.rpartition(".")
+    params = []
+    for fw, model, path in ((fws[0], models[0], layer), (fws[1], models[1], raw_layer)):
+        owner = dict(fw.named_layers(model)).get(path)
+        own = dict(fw.direct_params(owner)) if owner is not None else {}
+        params.append(own.get(name, next(iter(own.values()), None)))
+    return optimizer_diffs(opts[0], params[0], opts[1], params[1])

@@ -156,6 +156,13 @@ class PaddleFramework:
     def no_grad(self) -> AbstractContextManager[Any]:
         return paddle.no_grad()
 
+    def optimizer_steps(self, callback: Any) -> AbstractContextManager[Any]:
+        from nbdiff.trace.patching import patched
+
+        classes = {paddle.optimizer.Optimizer, *(c for c in vars(paddle.optimizer).values() if isinstance(c, type))}
+        targets = [(c, "step", "step") for c in classes if isinstance(c, type) and "step" in vars(c)]
+        return patched(targets, lambda name, args, kwargs, out: callback(args[0]) if args else None)
+
     def grad_enabled(self) -> bool:
         return bool(paddle.is_grad_enabled())
 

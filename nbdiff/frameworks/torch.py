@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import AbstractContextManager, ExitStack
+from contextlib import AbstractContextManager, ExitStack, contextmanager
 from typing import Any
 
 import numpy as np
@@ -138,6 +138,16 @@ class TorchFramework:
 
     def no_grad(self) -> AbstractContextManager[Any]:
         return torch.no_grad()
+
+    @contextmanager
+    def optimizer_steps(self, callback: Any) -> Iterator[None]:
+        from torch.optim.optimizer import register_optimizer_step_pre_hook
+
+        handle = register_optimizer_step_pre_hook(lambda opt, args, kwargs: callback(opt))
+        try:
+            yield
+        finally:
+            handle.remove()
 
     def grad_enabled(self) -> bool:
         return bool(torch.is_grad_enabled())

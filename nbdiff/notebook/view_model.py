@@ -48,7 +48,8 @@ def summary_line(result: DiffResult) -> str:
     if result.first_divergence is None:
         return head + f"SUCCESS ({len(result.events)} paired events, {result.steps} step(s))"
     d = result.first_divergence
-    return head + "FAILED at " + d.describe() + (f" · arguments differ: {d.why()}" if d.arguments else "")
+    what = "optimizer settings differ" if d.where == "parameter" else "arguments differ"
+    return head + "FAILED at " + d.describe() + (f" · {what}: {d.why()}" if d.arguments else "")
 
 
 def step_rows(result: DiffResult) -> list[dict[str, Any]]:

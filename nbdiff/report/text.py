@@ -82,7 +82,8 @@ def render_text(result: DiffResult) -> str:
         return "\n".join(lines)
     lines += ["", f"First divergence: {d.describe()}"]
     if d.arguments:
-        lines.append(f"  why          arguments differ: {d.why()}")
+        what = "optimizer settings differ" if d.where == "parameter" else "arguments differ"
+        lines.append(f"  why          {what}: {d.why()}")
     lines.append(f"  accumulated  {format_diff(d.metrics)}")
     if d.local_error is not None:
         lines.append(f"  local        {format_diff(d.local_error)}")

@@ -1,0 +1,86 @@
+"""The settings an optimizer applies to one parameter, in one meaning for both frameworks.
+
+Read by duck typing (torch's ``param_groups`` or paddle's private attributes), so nothing
+is imported. Weight decay is described by its value for this parameter (0 when a decay
+filter leaves it out) and its style: ``decoupled`` (AdamW) or ``L2`` (added to the
+gradient: torch ``Adam(weight_decay=...)``, paddle ``Adam(weight_decay=...)``).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from nbdiff.align.arguments import ArgDiff
+
+__all__ = ["optimizer_settings", "optimizer_diffs"]
+
+
+def _num(v: Any) -> Any:
+    try:
+        return float(v)
+    except (TypeError, ValueError):
+        return v
+
+
+def optimizer_settings(opt: Any, param: Any = None) -> dict[str, Any]:
+    """``{optimizer, lr, betas, eps, momentum, weight_decay, decay style, grad_clip}`` for ``param``."""
+    name = type(opt).__name__
+    out: dict[str, Any] = {"optimizer": name}
+    if hasattr(opt, "param_groups"):  # torch
+        groups = opt.param_groups
+        group = next((g for g in groups if any(p is param for p in g["params"])), groups[0] if groups else {})
+        out["lr"] = _num(group.get("lr"))
+        if "betas" in group:
+            out["betas"] = tuple(_num(b) for b in group["betas"])
+        for key in ("eps", "momentum"):
+            if key in group:
+                out[key] = _num(group[key])
+        wd = _num(group.get("weight_decay", 0.0)) or 0.0
+        decoupled = name == "AdamW" or bool(group.get("decoupled_weight_decay"))
+        out["weight_decay"] = wd
+        out["decay style"] = ("decoupled" if decoupled else "L2") if wd else "none"
+        return out
+    # paddle
+    out["lr"] = _num(opt.get_lr()) if hasattr(opt, "get_lr") else None
+    if hasattr(opt, "_beta1"):
+        out["betas"] = (_num(opt._beta1), _num(opt._beta2))
+    for key, attr in (("eps", "_epsilon"), ("momentum", "_momentum")):
+        if hasattr(opt, attr):
+            out[key] = _num(getattr(opt, attr))
+    if name == "AdamW":
+        wd = _num(getattr(opt, "_weight_decay", 0.0)) or 0.0
+        keep = getattr(opt, "_apply_decay_param_fun", None)
+        if wd and keep is not None and param is not None and not keep(getattr(param, "name", "")):
+            wd = 0.0  # the decay filter leaves this parameter out
+        out["weight_decay"], out["decay style"] = wd, "decoupled" if wd else "none"
+    else:
+        reg = getattr(param, "regularizer", None) or getattr(opt, "regularization", None)
+        wd = _num(getattr(reg, "_coeff", reg if isinstance(reg, (int, float)) else 0.0)) or 0.0
+        out["weight_decay"], out["decay style"] = wd, "L2" if wd else "none"
+    clip = getattr(opt, "_grad_clip", None)
+    out["grad_clip"] = str(clip) if clip is not None else "none"
+    return out
+
+
+def _same(a: Any, b: Any) -> bool:
+    if isinstance(a, tuple) and isinstance(b, tuple):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
+    if isinstance(a, float) and isinstance(b, float):
+        return math.isclose(a, b, rel_tol=1e-6, abs_tol=1e-15)
+    return a == b
+
+
+def optimizer_diffs(base_opt: Any, base_param: Any, raw_opt: Any, raw_param: Any) -> list[ArgDiff]:
+    """Settings for this parameter that differ (the optimizer's class only when the rest cannot tell)."""
+    a, b = optimizer_settings(base_opt, base_param), optimizer_settings(raw_opt, raw_param)
+    out = [ArgDiff(k, a[k], b[k]) for k in a if k in b and k != "optimizer" and not _same(a[k], b[k])]
+    if a.get("grad_clip", "none") != b.get("grad_clip", "none"):
+        out.append(
+            ArgDiff(
+                "grad_clip", a.get("grad_clip", "none (clipped in the loop, if at all)"), b.get("grad_clip", "none")
+            )
+        )
+    if not out and a["optimizer"].lower() != b["optimizer"].lower():
+        out.append(ArgDiff("optimizer", a["optimizer"], b["optimizer"]))
+    return out

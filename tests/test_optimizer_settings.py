@@ -1,0 +1,72 @@
+"""Optimizer settings per parameter, in one meaning for torch and paddle, and the blame that names them."""
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+paddle = pytest.importorskip("paddle")
+
+import nbdiff  # noqa: E402
+from nbdiff.align.optimizer_settings import optimizer_diffs  # noqa: E402
+from tests.fault_suite.models import BUILDERS, inputs  # noqa: E402
+
+
+def _torch(layer, **kw):
+    return torch.optim.AdamW(layer.parameters(), lr=1e-2, **kw)
+
+
+def _paddle(layer, cls="AdamW", **kw):
+    return getattr(paddle.optimizer, cls)(learning_rate=1e-2, parameters=layer.parameters(), **kw)
+
+
+@pytest.mark.parametrize("direction", ["torch->paddle", "paddle->torch"])
+@pytest.mark.parametrize(
+    "make_paddle, param, expect",
+    [
+        (lambda p: _paddle(p, weight_decay=0.01), "bias", []),
+        (lambda p: _paddle(p, weight_decay=0.1), "bias", [("weight_decay", 0.01, 0.1)]),
+        (lambda p: _paddle(p, "Adam", weight_decay=0.01), "bias", [("decay style", "decoupled", "L2")]),
+        # a decay filter that leaves biases out (paddlenlp's usual) against torch decaying everything
+        (lambda p: _paddle(p, weight_decay=0.01, apply_decay_param_fun=lambda n: "w_" in n), "bias",
+         [("weight_decay", 0.01, 0.0), ("decay style", "decoupled", "none")]),
+        (lambda p: _paddle(p, weight_decay=0.01, apply_decay_param_fun=lambda n: "w_" in n), "weight", []),
+        (lambda p: _paddle(p, weight_decay=0.01, epsilon=1e-6), "weight", [("eps", 1e-8, 1e-6)]),
+    ],
+)  # fmt: skip
+def test_settings_for_one_parameter(direction, make_paddle, param, expect):
+    t, p = torch.nn.Linear(2, 2), paddle.nn.Linear(2, 2)
+    topt, popt = _torch(t, weight_decay=0.01), make_paddle(p)
+    tp, pp = getattr(t, param), getattr(p, param)
+    if direction == "torch->paddle":
+        found = optimizer_diffs(topt, tp, popt, pp)
+        assert [(d.name, d.base, d.raw) for d in found] == expect
+    else:
+        found = optimizer_diffs(popt, pp, topt, tp)
+        assert [(d.name, d.raw, d.base) for d in found] == expect
+
+
+def test_a_blamed_update_names_the_optimizer_settings():
+    tb, pb = BUILDERS["mlp"]("torch"), BUILDERS["mlp"]("paddle")
+    topt = torch.optim.AdamW(tb.parameters(), lr=1e-2, weight_decay=0.01)
+    popt = paddle.optimizer.AdamW(learning_rate=1e-2, parameters=pb.parameters(), weight_decay=0.1)
+    result = nbdiff.auto_diff(tb, pb, inputs("mlp"), optimizers=[topt, popt], steps=2)
+    d = result.first_divergence
+    assert (d.phase.value, d.where) == ("optimizer", "parameter") and d.why() == "weight_decay: base 0.01, raw 0.1"
+    assert "optimizer settings differ: weight_decay: base 0.01, raw 0.1" in result.report()
+
+
+def test_watch_finds_the_optimizers_the_cell_steps():
+    tb, pb = BUILDERS["mlp"]("torch"), BUILDERS["mlp"]("paddle")
+    x = inputs("mlp")
+    with nbdiff.watch(tb, pb) as w:
+        topt = torch.optim.AdamW(tb.parameters(), lr=1e-2, weight_decay=0.01)
+        popt = paddle.optimizer.Adam(learning_rate=1e-2, parameters=pb.parameters(), weight_decay=0.01)
+        tb(torch.tensor(x)).pow(2).mean().backward()
+        topt.step()
+        pb(paddle.to_tensor(np.asarray(x))).pow(2).mean().backward()
+        popt.step()
+    assert w.result.first_divergence.why() == "decay style: base 'decoupled', raw 'L2'"
+    # the hooks that found them are gone
+    from nbdiff.trace.patching import active_patches
+
+    assert active_patches() == 0

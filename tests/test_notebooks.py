@@ -41,6 +41,7 @@ def test_single_step_notebook_blames_the_attention_code(tmp_path):
 def test_training_drift_notebook_starts_in_the_optimizer(tmp_path):
     nb, text, views = _run("training_drift.ipynb", tmp_path)
     assert "step 0, optimizer: update of parameter" in text and "PaddleMLP: SUCCESS> | steps: 6" in text
+    assert "why: decay style: base 'decoupled', raw 'L2'" in text
     assert len(views) == 2 and len(views[0]["steps"]) == 6 and views[0]["steps"][5]["outputs"] > 1
     # drift.plot() shows a figure: the per-step chart as an image.
     assert any("image/png" in o.get("data", {}) for c in nb.cells for o in c.get("outputs", []))

@@ -23,6 +23,7 @@ from nbdiff.errors import (
 )
 from nbdiff.offline import compare
 from nbdiff.record import record
+from nbdiff.report.saved import load_result as load
 from nbdiff.result import DiffResult
 from nbdiff.trace.apis import register_api
 from nbdiff.watch import watch
@@ -49,6 +50,7 @@ __all__ = [
     "WeightTransferError",
     "assign_weight",
     "auto_diff",
+    "load",
     "compare",
     "record",
     "register_weight_rule",

@@ -1,4 +1,5 @@
-"""``nbdiff compare A B``: compare two dumps written by ``nbdiff.record``.
+"""``nbdiff compare A B``: compare two dumps written by ``nbdiff.record``;
+``nbdiff view RESULT``: a result saved by ``DiffResult.save`` as a standalone HTML page.
 
 Exit status: 0 when the models agree, 1 when they diverge, 2 on an error (bad
 arguments, unreadable or mismatched dumps).
@@ -48,6 +49,14 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--rtol", type=float, help="relative tolerance (default: dtype-aware)")
     c.add_argument("--mode", choices=["strict", "mean", "abs_mean"], default="strict", help="compare mode")
     c.add_argument("--ignore-unmatched", action="store_true", help="compare common ranks/steps only")
+    v = sub.add_parser(
+        "view",
+        help="open a saved result (DiffResult.save) as HTML",
+        description="Write a result saved by DiffResult.save as a standalone HTML report and open it in a browser.",
+    )
+    v.add_argument("result", metavar="RESULT", help="folder written by DiffResult.save")
+    v.add_argument("--html", metavar="FILE", help="where to write the page (default: RESULT/report.html)")
+    v.add_argument("--no-browser", action="store_true", help="only write the page and print its path")
     return p
 
 
@@ -57,6 +66,8 @@ def main(argv: list[str] | None = None) -> int:
         args = parser.parse_args(argv)
     except SystemExit as exc:  # argparse exits 2 on bad arguments, 0 on --help
         return int(exc.code or 0)
+    if args.command == "view":
+        return _view(args)
     if args.command != "compare":
         parser.print_help()
         return 2
@@ -80,6 +91,29 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as exc:
         print(f"nbdiff: {exc}", file=sys.stderr)
         return 2
+    return 0 if result else 1
+
+
+def _view(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from nbdiff.report.saved import load_result
+
+    try:
+        result = load_result(args.result)
+        page = result.to_html(args.html or str(Path(args.result) / "report.html"))
+    except NbdiffError as exc:
+        print(f"nbdiff: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:
+        print(f"nbdiff: {exc}", file=sys.stderr)
+        return 2
+    print(result.report().splitlines()[0])
+    print(f"HTML report: {page}")
+    if not args.no_browser:
+        import webbrowser
+
+        webbrowser.open(Path(page).resolve().as_uri())  # a local file: nothing leaves the machine
     return 0 if result else 1
 
 

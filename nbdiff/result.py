@@ -96,6 +96,12 @@ class DiffResult:
             f.write(text)
         return str(path)
 
+    def save(self, path: str) -> str:
+        """Write the result to folder ``path`` (JSON plus safetensors, no pickle); ``nbdiff.load`` reads it."""
+        from nbdiff.report.saved import save_result
+
+        return str(save_result(self, path))
+
     def to_csv(self, out_dir: str) -> list[str]:
         """Mapping and compare tables per step (TroubleShooter-style CSVs); returns the files."""
         from nbdiff.report.tables import write_tables

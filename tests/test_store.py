@@ -82,3 +82,13 @@ def test_no_pickle_anywhere_in_a_dump(tmp_path):
     for f in folder.iterdir():
         assert not f.read_bytes().startswith(b"\x80"), f"{f} looks like a pickle"
     assert {f.suffix for f in folder.iterdir()} == {".json", ".safetensors"}
+
+
+def test_a_scalar_tensor_keeps_its_shape(tmp_path):
+    # np.ascontiguousarray made 0-d values 1-d: reading the dump back failed on every scalar loss.
+    loss = np.array(2.5, "float32")
+    events = [Event(0, Phase.FORWARD, Kind.LOSS, 0, "<loss>", "Loss", 0, 0, None, False, (),
+                    (TensorRecord("loss", (), "float32", loss),))]  # fmt: skip
+    path = write_rank(tmp_path / "rank0", dict(framework="torch", model="M", rank=0), {}, [events], "tensor")
+    (t,) = read_dump(path).steps[0][0].outputs
+    assert t.shape == () and t.value.shape == () and float(t.value) == 2.5

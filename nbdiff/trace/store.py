@@ -87,7 +87,7 @@ def _event_json(e: Event, payload: dict[str, np.ndarray], keep_values: bool, kee
             key = None
             if keep_values and t.value is not None:
                 key = f"{e.phase.value}.{e.order}.{group}.{t.name}"
-                payload[key] = np.ascontiguousarray(t.value)
+                payload[key] = np.require(t.value, requirements="C")  # ascontiguousarray makes 0-d arrays 1-d
             item = _tensor_json(t, key)
             if not keep_stats:
                 item["stats"] = None

@@ -1,0 +1,194 @@
+"""``DiffResult.save(path)`` / ``nbdiff.load(path)``: a result as JSON plus safetensors, no pickle.
+
+::
+
+    path/
+      result.json          verdict, blame, warnings, every compared pair and its metrics
+      tensors.safetensors  the recorded tensors the view shows (statistics, plots)
+
+Events are written with the dump format's own event encoding, so a loaded result shows
+in the view and the HTML report as the original did. Layer objects and replay are not
+kept: a loaded result is for reading, not for re-running.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, fields, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from nbdiff.align.arguments import ArgDiff
+from nbdiff.compare.blame import Divergence, EventDiff
+from nbdiff.compare.metrics import TensorDiff
+from nbdiff.compare.tolerance import Tolerance
+from nbdiff.errors import DumpError
+from nbdiff.result import DiffResult
+from nbdiff.trace.events import Event, Phase
+from nbdiff.trace.stack import Frame
+from nbdiff.trace.store import _event, _event_json, _json_float, _read_float
+
+__all__ = ["save_result", "load_result", "FORMAT"]
+
+FORMAT = "nbdiff-result"
+VERSION = 1
+_JSON, _TENSORS = "result.json", "tensors.safetensors"
+_FLOATS = ("max_abs", "max_rel", "mean_abs", "cosine", "ratio")
+
+
+def _diff_json(t: TensorDiff) -> dict[str, Any]:
+    d = asdict(t)
+    for k in _FLOATS:
+        d[k] = _json_float(d[k])
+    return d
+
+
+def _diff(d: dict[str, Any]) -> TensorDiff:
+    d = dict(d)
+    for k in _FLOATS:
+        d[k] = _read_float(d[k])
+    d["tolerance"] = Tolerance(**d["tolerance"])
+    d["base_shape"], d["raw_shape"] = tuple(d["base_shape"]), tuple(d["raw_shape"])
+    return TensorDiff(**d)
+
+
+def _plain(v: Any) -> Any:
+    """JSON-safe copy of an option value (objects become their repr)."""
+    if isinstance(v, float):
+        return _json_float(v)
+    if v is None or isinstance(v, (bool, int, str)):
+        return v
+    if isinstance(v, (list, tuple)):
+        return [_plain(x) for x in v]
+    if isinstance(v, dict):
+        return {str(k): _plain(x) for k, x in v.items()}
+    return repr(v)
+
+
+def save_result(result: DiffResult, path: str | os.PathLike[str]) -> Path:
+    from safetensors.numpy import save_file
+
+    out = Path(path)
+    out.mkdir(parents=True, exist_ok=True)
+    payload: dict[str, np.ndarray] = {}
+
+    def event(e: Event, prefix: str) -> dict[str, Any]:
+        mine: dict[str, np.ndarray] = {}
+        j = _event_json(e, mine, keep_values=True, keep_stats=True)
+        for group in ("inputs", "outputs", "params"):
+            for t in j[group]:
+                if t["key"] is not None:
+                    payload[prefix + t["key"]] = mine[t["key"]]
+                    t["key"] = prefix + t["key"]
+        return {"step": e.step, "rank": e.rank, **j}
+
+    pairs = [
+        {
+            "base": event(d.base, f"{i}.b."),
+            "raw": event(d.raw, f"{i}.r."),
+            "tensors": [_diff_json(t) for t in d.tensors],
+            "local": None if d.local is None else [_diff_json(t) for t in d.local],
+        }
+        for i, d in enumerate(result.events)
+    ]
+    div = result.first_divergence
+    data = {
+        "format": FORMAT,
+        "version": VERSION,
+        **{k: getattr(result, k) for k in ("base_framework", "raw_framework", "base_model", "raw_model", "steps")},
+        "warnings": list(result.warnings),
+        "notes": list(result.notes),
+        "options": _plain(result.options),
+        "first_divergence": None if div is None else _divergence_json(div),
+        "events": pairs,
+        "unmatched_base": [event(e, f"ub{i}.") for i, e in enumerate(result.unmatched_base)],
+        "unmatched_raw": [event(e, f"ur{i}.") for i, e in enumerate(result.unmatched_raw)],
+    }
+    save_file(payload, str(out / _TENSORS))
+    tmp = out / (_JSON + ".tmp")
+    tmp.write_text(json.dumps(data, separators=(",", ":")))
+    tmp.replace(out / _JSON)
+    return out
+
+
+def _divergence_json(d: Divergence) -> dict[str, Any]:
+    return {
+        **{f.name: getattr(d, f.name) for f in fields(d) if f.name in _DIV_PLAIN},
+        "phase": d.phase.value,
+        "metrics": _diff_json(d.metrics),
+        "tolerance": asdict(d.tolerance),
+        "local_error": None if d.local_error is None else _diff_json(d.local_error),
+        "base_stack": [[f.filename, f.lineno, f.function] for f in d.base_stack],
+        "raw_stack": [[f.filename, f.lineno, f.function] for f in d.raw_stack],
+        "between": list(d.between),
+        "arguments": [[a.name, _plain(a.base), _plain(a.raw)] for a in d.arguments],
+    }
+
+
+_DIV_PLAIN = ("step", "base_path", "raw_path", "base_type", "raw_type", "inherited", "where", "parameter", "rank")
+
+
+def _restore_args(v: Any) -> Any:
+    return tuple(v) if isinstance(v, list) else v
+
+
+def load_result(path: str | os.PathLike[str]) -> DiffResult:
+    """Read a result written by :meth:`DiffResult.save`; a damaged one is a :class:`DumpError`."""
+    from safetensors import SafetensorError
+    from safetensors.numpy import load_file
+
+    folder = Path(path)
+    where = folder / _JSON
+    try:
+        data = json.loads(where.read_text())
+        payload = load_file(str(folder / _TENSORS))
+    except FileNotFoundError as exc:
+        raise DumpError(f"{exc.filename}: missing; is {folder} a folder written by DiffResult.save?") from None
+    except (json.JSONDecodeError, UnicodeDecodeError, SafetensorError, OSError, RecursionError) as exc:
+        raise DumpError(f"{folder}: cannot read the saved result ({exc}).") from None
+    if not isinstance(data, dict) or data.get("format") != FORMAT or data.get("version") != VERSION:
+        raise DumpError(f'{where}: not a saved nbdiff result (no "format": "{FORMAT}", version {VERSION}).')
+    try:
+
+        def event(j: dict[str, Any]) -> Event:
+            e = _event(j, int(j["step"]), payload, where)
+            return replace(e, rank=int(j["rank"])) if j.get("rank") else e
+
+        events = tuple(
+            EventDiff(
+                event(p["base"]),
+                event(p["raw"]),
+                tuple(_diff(t) for t in p["tensors"]),
+                None if p["local"] is None else tuple(_diff(t) for t in p["local"]),
+            )
+            for p in data["events"]
+        )
+        d = data["first_divergence"]
+        div = None
+        if d is not None:
+            div = Divergence(
+                **{k: d[k] for k in _DIV_PLAIN},
+                phase=Phase(d["phase"]),
+                metrics=_diff(d["metrics"]),
+                tolerance=Tolerance(**d["tolerance"]),
+                local_error=None if d["local_error"] is None else _diff(d["local_error"]),
+                base_stack=tuple(Frame(str(f[0]), int(f[1]), str(f[2])) for f in d["base_stack"]),
+                raw_stack=tuple(Frame(str(f[0]), int(f[1]), str(f[2])) for f in d["raw_stack"]),
+                between=tuple(d["between"]),  # type: ignore[arg-type]
+                arguments=tuple(ArgDiff(n, _restore_args(b), _restore_args(r)) for n, b, r in d["arguments"]),
+            )
+        return DiffResult(
+            **{k: data[k] for k in ("base_framework", "raw_framework", "base_model", "raw_model", "steps")},
+            first_divergence=div,
+            events=events,
+            unmatched_base=tuple(event(e) for e in data["unmatched_base"]),
+            unmatched_raw=tuple(event(e) for e in data["unmatched_raw"]),
+            warnings=tuple(data["warnings"]),
+            notes=tuple(data["notes"]),
+            options={**data["options"], "loaded_from": str(folder)},
+        )
+    except (KeyError, TypeError, ValueError) as exc:
+        raise DumpError(f"{where}: malformed saved result ({exc!r}).") from None

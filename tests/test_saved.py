@@ -1,0 +1,56 @@
+"""DiffResult.save / nbdiff.load: JSON plus safetensors, no pickle, the same verdict, blame and events."""
+
+import json
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+paddle = pytest.importorskip("paddle")
+
+import nbdiff  # noqa: E402
+from nbdiff.cli import main  # noqa: E402
+from nbdiff.errors import DumpError  # noqa: E402
+from nbdiff.notebook.view_model import build_tree, node_detail  # noqa: E402
+from tests.test_explain import X, _net  # noqa: E402
+
+
+@pytest.mark.parametrize("base_fw, raw_fw", [("torch", "paddle"), ("paddle", "torch")])
+def test_a_round_trip_keeps_verdict_blame_and_events(tmp_path, base_fw, raw_fw):
+    result = nbdiff.auto_diff(_net(base_fw), _net(raw_fw, eps=1e-3), X)
+    path = result.save(str(tmp_path / "r"))
+    loaded = nbdiff.load(path)
+    assert bool(loaded) == bool(result) and loaded.first_divergence.describe() == result.first_divergence.describe()
+    assert loaded.first_divergence.why() == result.first_divergence.why() == "eps: base 1e-05, raw 0.001"
+    assert loaded.first_divergence.local_error == result.first_divergence.local_error
+    assert [(d.base.key, d.raw.key, d.tensors, d.local) for d in loaded.events] == [
+        (d.base.key, d.raw.key, d.tensors, d.local) for d in result.events
+    ]
+    a, b = result.events[3].base.outputs[0], loaded.events[3].base.outputs[0]
+    assert np.array_equal(a.value, b.value) and a.statistics() == b.statistics()
+    assert loaded.report().splitlines()[:6] == result.report().splitlines()[:6]
+    # The view works on it: same rows, and a row's tensors with their statistics.
+    tree = build_tree(loaded)
+    assert tree.nodes == build_tree(result).nodes and node_detail(tree, tree.first)["tensors"][0]["base"]["shape"]
+    assert {p.suffix for p in tmp_path.joinpath("r").iterdir()} == {".json", ".safetensors"}
+
+
+def test_nbdiff_view_writes_the_page(tmp_path, capsys):
+    result = nbdiff.auto_diff(_net("torch"), _net("paddle", approximate=True), X)
+    result.save(str(tmp_path / "r"))
+    assert main(["view", str(tmp_path / "r"), "--no-browser"]) == 1  # diverged, as compare's exit status
+    page = (tmp_path / "r" / "report.html").read_text()
+    assert "nbd-data" in page and "act" in page and "HTML report:" in capsys.readouterr().out
+
+
+def test_a_damaged_saved_result_is_a_dump_error(tmp_path):
+    result = nbdiff.auto_diff(_net("torch"), _net("paddle"), X)
+    path = tmp_path / "r"
+    result.save(str(path))
+    data = json.loads((path / "result.json").read_text())
+    data["events"][0]["tensors"][0]["ratio"] = {"x": 1}
+    (path / "result.json").write_text(json.dumps(data))
+    with pytest.raises(DumpError, match="result.json: malformed saved result"):
+        nbdiff.load(str(path))
+    with pytest.raises(DumpError, match="missing"):
+        nbdiff.load(str(tmp_path / "nothing"))

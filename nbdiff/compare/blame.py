@@ -12,7 +12,7 @@ that are all fine locally, the fault is in its own code between two of them.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -92,6 +92,8 @@ class Divergence:
     """Distributed rank of the events (compared dumps of multi-rank jobs)."""
     arguments: tuple[ArgDiff, ...] = ()
     """Constructor arguments of the blamed pair that differ (``eps: base 1e-05, raw 0.001``)."""
+    event: EventDiff | None = field(default=None, compare=False, repr=False)
+    """The blamed pair itself (with its layers, when recorded live), for :meth:`repro`."""
 
     def describe(self) -> str:
         """One line naming the place."""
@@ -129,6 +131,13 @@ class Divergence:
             return f"{head}: code of `{b}` ({self.base_type}) itself, {place} (raw `{r}`)"
         tail = " (inherited: no single layer exceeds tolerance on its own)" if self.inherited else ""
         return f"{head}: layer `{b}` ({self.base_type}) ~ raw `{r}` ({self.raw_type}){tail}"
+
+    def repro(self, path: str) -> str:
+        """Write ``path/repro.py`` and its data: a standalone script (no nbdiff needed) that rebuilds the
+        blamed layer pair, runs both on the recorded inputs and exits 1 while they differ."""
+        from nbdiff.report.repro import write_repro
+
+        return str(write_repro(self, path))
 
     def why(self) -> str:
         """The differing constructor arguments of the blamed pair, or ``""``."""
@@ -277,4 +286,5 @@ def divergence_of(
         where=where,
         between=between,
         rank=d.base.rank,
+        event=d,
     )

@@ -1,0 +1,165 @@
+"""``first_divergence.repro(path)``: a standalone reproduction of the blamed layer pair.
+
+Writes ``path/repro.py`` and ``path/repro.safetensors`` (the pair's inputs and weights).
+The script needs only numpy, safetensors and the two frameworks, not nbdiff: it rebuilds
+both layers from their classes and the constructor arguments read off the layer objects,
+loads the weights, runs both on the same inputs, prints the local error against the
+tolerance nbdiff used, and exits 1 while the divergence persists (0 once fixed), so it
+can become the unit test of the fix.
+"""
+
+from __future__ import annotations
+
+import inspect
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from nbdiff.compare.blame import Divergence, EventDiff
+from nbdiff.errors import OptionError
+from nbdiff.frameworks import Framework, framework_of
+
+__all__ = ["write_repro"]
+
+_SKIP = {"self", "device", "dtype", "name", "weight_attr", "factory_kwargs"}
+_LITERALS = (bool, int, float, str, type(None))
+
+
+def _literal(v: Any) -> bool:
+    if isinstance(v, (list, tuple)):
+        return all(_literal(x) for x in v)
+    return isinstance(v, _LITERALS)
+
+
+def _constructor(fw: Framework, layer: Any) -> str:
+    """``module.Class(arg=value, ...)`` rebuilding ``layer`` from the attributes that hold its arguments."""
+    cls = type(layer)
+    if cls.__module__ in ("__main__", "builtins") or "<locals>" in cls.__qualname__:
+        raise OptionError(
+            f"repro: {cls.__qualname__} is defined in a notebook or a function, so a script cannot import it. "
+            "Move the class to a module (a .py file next to the notebook) and run again."
+        )
+    kwargs: list[str] = []
+    weight = getattr(layer, "weight", None)
+    shape = fw.shape_of(weight) if weight is not None and fw.is_tensor(weight) else None
+    for p in list(inspect.signature(cls.__init__).parameters.values())[1:]:
+        if p.name in _SKIP or p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
+            continue
+        if p.name in ("bias", "bias_attr"):
+            has = getattr(layer, "bias", None) is not None
+            if not has:
+                kwargs.append(f"{p.name}=False")
+            continue
+        found = next((getattr(layer, a) for a in (p.name, "_" + p.name) if hasattr(layer, a)), inspect.Parameter.empty)
+        if found is inspect.Parameter.empty and shape is not None and p.name in ("in_features", "out_features"):
+            # paddle's Linear keeps only its [in, out] weight; torch's is [out, in]
+            inward = shape[0] if fw.name == "paddle" else shape[1]
+            found = inward if p.name == "in_features" else (shape[1] if fw.name == "paddle" else shape[0])
+        if isinstance(found, list):
+            found = tuple(found)
+        if found is not inspect.Parameter.empty and _literal(found):
+            kwargs.append(f"{p.name}={found!r}")
+        elif p.default is inspect.Parameter.empty:
+            raise OptionError(
+                f"repro: cannot rebuild {cls.__qualname__}: its argument {p.name!r} is not kept on the layer. "
+                "Store it as an attribute of the same name, or write the reproduction by hand."
+            )
+    return f"{cls.__module__}.{cls.__qualname__}({', '.join(kwargs)})"
+
+
+_SCRIPT = '''"""nbdiff reproduction: {what}
+
+Runs the two layers on the same inputs and weights (repro.safetensors) and compares their
+outputs with the tolerance nbdiff used. Exit status 1 while they differ, 0 once fixed.
+Needs numpy, safetensors, {frameworks}; not nbdiff.
+"""
+
+import os
+import sys
+
+import numpy as np
+from safetensors.numpy import load_file
+
+{imports}
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+data = load_file(os.path.join(HERE, "repro.safetensors"))
+ATOL, RTOL, SCALED = {atol!r}, {rtol!r}, {scaled!r}
+N_INPUTS = {n_inputs}
+
+
+def run(framework, layer, prefix, training):
+    weights = {{k[len(prefix) + 2 :]: v for k, v in data.items() if k.startswith(prefix + "w.")}}
+    inputs = [data[f"{{prefix}}in{{i}}"] for i in range(N_INPUTS)]
+    if framework == "torch":
+        layer.load_state_dict({{k: torch.from_numpy(v) for k, v in weights.items()}}, strict=False)
+        layer.train(training)
+        with torch.no_grad():
+            out = layer(*[torch.from_numpy(x) for x in inputs])
+        out = out[0] if isinstance(out, (tuple, list)) else out
+        return out.float().numpy()
+    layer.set_state_dict({{k: paddle.to_tensor(v) for k, v in weights.items()}})
+    layer.train() if training else layer.eval()
+    with paddle.no_grad():
+        out = layer(*[paddle.to_tensor(x) for x in inputs])
+    out = out[0] if isinstance(out, (tuple, list)) else out
+    return out.astype("float32").numpy()
+
+
+base = {base_ctor}
+raw = {raw_ctor}
+b = run({base_fw!r}, base, "base.", {base_training!r}).astype(np.float64)
+r = run({raw_fw!r}, raw, "raw.", {raw_training!r}).astype(np.float64).reshape(b.shape)
+allowed = ATOL * (np.abs(b).max() if SCALED else 1.0) + RTOL * np.abs(b)
+ratio = float((np.abs(r - b) / np.maximum(allowed, 1e-30)).max())
+print(f"local error: max abs {{np.abs(r - b).max():.3g}}, {{ratio:.3g}}x the tolerance "
+      f"(atol={{ATOL:g}}{{'*max|base|' if SCALED else ''}}, rtol={{RTOL:g}})")
+print("DIVERGES" if ratio > 1 else "agrees")
+sys.exit(1 if ratio > 1 else 0)
+'''
+
+
+def write_repro(divergence: Divergence, path: str | os.PathLike[str]) -> Path:
+    """Write the script and its data for the blamed forward layer pair; returns the script's path."""
+    from safetensors.numpy import save_file
+
+    d: EventDiff | None = divergence.event
+    if d is None or d.base.layer is None or d.raw.layer is None or divergence.where not in ("layer", "between"):
+        raise OptionError(
+            f"repro: {divergence.describe()} is not a layer call with its layers at hand (a live auto_diff/watch "
+            "forward divergence); a loaded or offline result, or an optimizer/state divergence, has none."
+        )
+    bfw, rfw = framework_of(d.base.layer, "base layer"), framework_of(d.raw.layer, "raw layer")
+    ins = [t for t in d.base.inputs if t.value is not None and t.name.startswith("in[")]
+    payload: dict[str, np.ndarray] = {}
+    for side, fw, layer in (("base", bfw, d.base.layer), ("raw", rfw, d.raw.layer)):
+        for i, t in enumerate(ins):
+            payload[f"{side}.in{i}"] = np.require(t.value, requirements="C")
+        for name, tensor in _state(fw, layer).items():
+            payload[f"{side}.w.{name}"] = tensor
+    out = Path(path)
+    out.mkdir(parents=True, exist_ok=True)
+    save_file(payload, str(out / "repro.safetensors"))
+    tol = divergence.tolerance
+    script = _SCRIPT.format(
+        what=divergence.describe().replace('"', "'"),
+        frameworks=" and ".join(sorted({bfw.name, rfw.name})),
+        imports="\n".join(f"import {m}" for m in sorted({bfw.name, rfw.name} | _modules(d))),
+        atol=tol.atol, rtol=tol.rtol, scaled=tol.scaled, n_inputs=len(ins),
+        base_ctor=_constructor(bfw, d.base.layer), raw_ctor=_constructor(rfw, d.raw.layer),
+        base_fw=bfw.name, raw_fw=rfw.name,
+        base_training=bfw.is_training(d.base.layer), raw_training=rfw.is_training(d.raw.layer),
+    )  # fmt: skip
+    (out / "repro.py").write_text(script)
+    return out / "repro.py"
+
+
+def _modules(d: EventDiff) -> set[str]:
+    return {type(x).__module__ for x in (d.base.layer, d.raw.layer)}
+
+
+def _state(fw: Framework, layer: Any) -> dict[str, np.ndarray]:
+    state = layer.state_dict()
+    return {str(k): np.require(fw.to_numpy(v), requirements="C") for k, v in state.items() if fw.is_tensor(v)}

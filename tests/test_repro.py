@@ -1,0 +1,45 @@
+"""first_divergence.repro(path): a standalone script that fails on the bug and passes after the fix."""
+
+import subprocess
+import sys
+
+import pytest
+
+torch = pytest.importorskip("torch")
+paddle = pytest.importorskip("paddle")
+
+import nbdiff  # noqa: E402
+from nbdiff.errors import OptionError  # noqa: E402
+from tests.fault_suite.models import BUILDERS, inputs  # noqa: E402
+
+
+def _run(script):
+    # No nbdiff on the path: the script needs only numpy, safetensors and the frameworks.
+    code = (
+        f"import sys; sys.modules['nbdiff'] = None; exec(open({str(script)!r}).read(), {{'__file__': {str(script)!r}}})"
+    )
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd="/")
+
+
+@pytest.mark.parametrize("base_fw, raw_fw", [("torch", "paddle"), ("paddle", "torch")])
+def test_the_script_exits_1_on_the_bug_and_0_after_the_fix(tmp_path, base_fw, raw_fw):
+    bug_side = "raw" if raw_fw == "paddle" else "base"
+    base = BUILDERS["mlp"](base_fw, "eps" if bug_side == "base" else None)
+    raw = BUILDERS["mlp"](raw_fw, "eps" if bug_side == "raw" else None)
+    d = nbdiff.auto_diff(base, raw, inputs("mlp")).first_divergence
+    script = d.repro(str(tmp_path / "repro"))
+    text = open(script).read()
+    assert "epsilon=0.001" in text and "import nbdiff" not in text
+    run = _run(script)
+    assert run.returncode == 1 and "DIVERGES" in run.stdout, run.stdout + run.stderr
+    with open(script, "w") as f:  # the fix, made where the port went wrong
+        f.write(text.replace("epsilon=0.001", "epsilon=1e-05"))
+    run = _run(script)
+    assert run.returncode == 0 and "agrees" in run.stdout, run.stdout + run.stderr
+
+
+def test_no_repro_without_the_layers(tmp_path):
+    result = nbdiff.auto_diff(BUILDERS["mlp"]("torch"), BUILDERS["mlp"]("paddle", "eps"), inputs("mlp"))
+    loaded = nbdiff.load(result.save(str(tmp_path / "r")))
+    with pytest.raises(OptionError, match="not a layer call with its layers at hand"):
+        loaded.first_divergence.repro(str(tmp_path / "x"))

@@ -66,31 +66,34 @@ def main(argv: list[str] | None = None) -> int:
         args = parser.parse_args(argv)
     except SystemExit as exc:  # argparse exits 2 on bad arguments, 0 on --help
         return int(exc.code or 0)
-    if args.command == "view":
-        return _view(args)
-    if args.command != "compare":
+    commands = {"compare": _compare, "view": _view}
+    if args.command not in commands:
         parser.print_help()
         return 2
-    from nbdiff.offline import compare
-
     try:
-        result = compare(
-            args.base, args.raw, atol=args.atol, rtol=args.rtol, compare_mode=args.mode,
-            ignore_unmatched=args.ignore_unmatched,
-        )  # fmt: skip
-        print(result.report())
-        if args.html:
-            result.to_html(args.html)
-            print(f"HTML report: {args.html}")
-        if args.csv:
-            files = result.to_csv(args.csv)
-            print(f"{len(files)} CSV tables in {args.csv}")
+        return commands[args.command](args)
     except NbdiffError as exc:
         print(f"nbdiff: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 2
     except OSError as exc:
         print(f"nbdiff: {exc}", file=sys.stderr)
         return 2
+
+
+def _compare(args: argparse.Namespace) -> int:
+    from nbdiff.offline import compare
+
+    result = compare(
+        args.base, args.raw, atol=args.atol, rtol=args.rtol, compare_mode=args.mode,
+        ignore_unmatched=args.ignore_unmatched,
+    )  # fmt: skip
+    print(result.report())
+    if args.html:
+        result.to_html(args.html)
+        print(f"HTML report: {args.html}")
+    if args.csv:
+        files = result.to_csv(args.csv)
+        print(f"{len(files)} CSV tables in {args.csv}")
     return 0 if result else 1
 
 
@@ -99,15 +102,8 @@ def _view(args: argparse.Namespace) -> int:
 
     from nbdiff.report.saved import load_result
 
-    try:
-        result = load_result(args.result)
-        page = result.to_html(args.html or str(Path(args.result) / "report.html"))
-    except NbdiffError as exc:
-        print(f"nbdiff: {type(exc).__name__}: {exc}", file=sys.stderr)
-        return 2
-    except OSError as exc:
-        print(f"nbdiff: {exc}", file=sys.stderr)
-        return 2
+    result = load_result(args.result)
+    page = result.to_html(args.html or str(Path(args.result) / "report.html"))
     print(result.report().splitlines()[0])
     print(f"HTML report: {page}")
     if not args.no_browser:

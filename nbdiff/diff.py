@@ -7,6 +7,7 @@ from contextlib import ExitStack
 from typing import Any
 
 from nbdiff.align.layer_map import LayerMap
+from nbdiff.align.optimizer_settings import OptimizerLog
 from nbdiff.align.pairing import Pairing
 from nbdiff.compare.blame import Divergence, EventDiff, inherited_notes, require_compared
 from nbdiff.compare.tolerance import Tolerance, resolve_tolerance
@@ -24,10 +25,6 @@ from nbdiff.trace.structure import forward_structure
 from nbdiff.weights.assign import WeightMap, assign_weight, execution_pairs, plan_pairs, plan_weights, write_weights
 
 __all__ = ["auto_diff"]
-
-
-def _is_optimizer(obj: Any) -> bool:
-    return not callable(obj) or hasattr(obj, "param_groups") or hasattr(obj, "_parameter_list")
 
 
 def auto_diff(
@@ -95,7 +92,10 @@ def auto_diff(
     pairing: Pairing | None = None
     wmap: WeightMap | None = None
     done = 0
+    log = OptimizerLog()  # the optimizers that step, and their learning rates, to say why an update differs
     with ExitStack() as stack:
+        for fw in {id(f): f for f in (bfw, rfw)}.values():
+            stack.enter_context(fw.optimizer_steps(log.seen))
         for fw, model in ((bfw, base), (rfw, raw)):
             stack.enter_context(training_flags(fw, model))
             stack.enter_context(no_dropout(fw, model))
@@ -167,7 +167,7 @@ def auto_diff(
         ),
         (bfw, rfw),
         (base, raw),
-        (opts[0], opts[1]) if opts and all(_is_optimizer(o) for o in opts) else None,
+        log,
     )
 
 

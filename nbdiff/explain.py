@@ -11,7 +11,8 @@ from dataclasses import replace
 from typing import Any
 
 from nbdiff.align.arguments import ArgDiff, argument_diffs
-from nbdiff.align.optimizer_settings import optimizer_diffs
+from nbdiff.align.optimizer_settings import OptimizerLog, optimizer_diffs
+from nbdiff.compare.blame import Divergence
 from nbdiff.frameworks import Framework
 from nbdiff.result import DiffResult
 from nbdiff.trace.events import Kind, Phase
@@ -23,7 +24,7 @@ def explain(
     result: DiffResult,
     frameworks: tuple[Framework, Framework] | None = None,
     models: tuple[Any, Any] | None = None,
-    optimizers: tuple[Any, Any] | None = None,
+    optimizers: OptimizerLog | None = None,
 ) -> DiffResult:
     """``result`` with the blamed pair's argument differences and warnings for the silent ones.
 
@@ -34,7 +35,7 @@ def explain(
     target = (blamed.base_path, blamed.raw_path) if blamed is not None else None
     found: tuple[ArgDiff, ...] = ()
     if blamed is not None and blamed.where == "parameter" and frameworks and models and optimizers:
-        found = tuple(_optimizer_why(blamed.parameter or "", blamed.raw_path, frameworks, models, optimizers))
+        found = tuple(_optimizer_why(blamed, frameworks, models, optimizers))
         target = None
     warnings: list[str] = []
     seen: set[tuple[str, str]] = set()
@@ -62,12 +63,16 @@ def explain(
 
 
 def _optimizer_why(
-    parameter: str, raw_layer: str, fws: tuple[Framework, Framework], models: tuple[Any, Any], opts: tuple[Any, Any]
+    blamed: Divergence, fws: tuple[Framework, Framework], models: tuple[Any, Any], log: OptimizerLog
 ) -> list[ArgDiff]:
-    layer, _, name = parameter.rpartition(".")
-    params = []
-    for fw, model, path in ((fws[0], models[0], layer), (fws[1], models[1], raw_layer)):
+    layer, _, name = (blamed.parameter or "").rpartition(".")
+    params, opts = [], []
+    for fw, model, path in ((fws[0], models[0], layer), (fws[1], models[1], blamed.raw_path)):
         owner = dict(fw.named_layers(model)).get(path)
         own = dict(fw.direct_params(owner)) if owner is not None else {}
         params.append(own.get(name, next(iter(own.values()), None)))
-    return optimizer_diffs(opts[0], params[0], opts[1], params[1])
+        opts.append(log.owner({id(p) for _, lay in fw.named_layers(model) for _, p in fw.direct_params(lay)}))
+    if None in opts:
+        return []
+    lrs = (log.lr_at(opts[0], blamed.step), log.lr_at(opts[1], blamed.step))
+    return optimizer_diffs(opts[0], params[0], opts[1], params[1], lrs)

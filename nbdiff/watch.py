@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from nbdiff.align.layer_map import LayerMap
+from nbdiff.align.optimizer_settings import OptimizerLog
 from nbdiff.align.pairing import Pair, Pairing
 from nbdiff.compare.blame import Divergence, EventDiff, require_compared
 from nbdiff.compare.tolerance import Tolerance, resolve_tolerance
@@ -72,7 +73,7 @@ class watch:
         self._r = ModelSession(self.rfw, raw, "raw", backward, api_level=api_level)
         self._cmp = StepComparer(self.bfw, base, self.rfw, raw, self._tol, compare_mode, diff_phase, layer_map)
         self._stack = ExitStack()
-        self._optimizers: list[Any] = []
+        self._optimizers = OptimizerLog()
         self._copied: WeightMap | None = None
         self._pairing0: Pairing | None = None
         self._probing = False
@@ -91,32 +92,11 @@ class watch:
                 side.install(stack, self._on_root(side))
             # The optimizers the cell steps, to name their settings when an update is blamed.
             for fw in {id(f): f for f in (self.bfw, self.rfw)}.values():
-                stack.enter_context(fw.optimizer_steps(self._seen_optimizer))
+                stack.enter_context(fw.optimizer_steps(self._optimizers.seen))
         except BaseException:
             stack.close()
             raise
         return self
-
-    def _seen_optimizer(self, opt: Any) -> None:
-        if all(o is not opt for o in self._optimizers):
-            self._optimizers.append(opt)
-
-    def _optimizer_pair(self) -> tuple[Any, Any] | None:
-        """The optimizers that stepped base's and raw's parameters (the first of each)."""
-        mine = [{id(p) for _, lay in fw.named_layers(m) for _, p in fw.direct_params(lay)}
-                for fw, m in ((self.bfw, self.base), (self.rfw, self.raw))]  # fmt: skip
-
-        def owner(ids: set[int]) -> Any:
-            for opt in self._optimizers:
-                params = [p for g in getattr(opt, "param_groups", []) for p in g["params"]] or list(
-                    getattr(opt, "_parameter_list", None) or []
-                )
-                if any(id(p) in ids for p in params if not isinstance(p, dict)):
-                    return opt
-            return None
-
-        pair = owner(mine[0]), owner(mine[1])
-        return pair if None not in pair else None
 
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
         self.finish(compare=exc_type is None)
@@ -263,7 +243,7 @@ class watch:
             ),
             (self.bfw, self.rfw),
             (self.base, self.raw),
-            self._optimizer_pair(),
+            self._optimizers,
         )
 
     def _grads_of(self, k: int) -> Any:

@@ -70,3 +70,25 @@ def test_watch_finds_the_optimizers_the_cell_steps():
     from nbdiff.trace.patching import active_patches
 
     assert active_patches() == 0
+
+
+def test_the_learning_rate_is_the_one_of_the_blamed_step():
+    # Schedules that agree at step 0 and part at step 1: the blame reads step 1's rates, not the last ones.
+    tb, pb = BUILDERS["mlp"]("torch"), BUILDERS["mlp"]("paddle")
+    x = inputs("mlp")
+    with nbdiff.watch(tb, pb) as w:
+        topt = torch.optim.SGD(tb.parameters(), lr=0.1)
+        tsched = torch.optim.lr_scheduler.StepLR(topt, step_size=1, gamma=0.5)
+        psched = paddle.optimizer.lr.StepDecay(0.1, step_size=1, gamma=0.9)
+        popt = paddle.optimizer.SGD(learning_rate=psched, parameters=pb.parameters())
+        for _ in range(3):
+            tb(torch.tensor(x)).pow(2).mean().backward()
+            topt.step()
+            topt.zero_grad()
+            tsched.step()
+            pb(paddle.to_tensor(np.asarray(x))).pow(2).mean().backward()
+            popt.step()
+            popt.clear_grad()
+            psched.step()
+    d = w.result.first_divergence
+    assert (d.step, d.phase.value) == (1, "optimizer") and d.why() == "lr: base 0.05, raw 0.09", d.why()

@@ -13,7 +13,7 @@ from typing import Any
 
 from nbdiff.align.arguments import ArgDiff
 
-__all__ = ["optimizer_settings", "optimizer_diffs"]
+__all__ = ["optimizer_settings", "optimizer_diffs", "OptimizerLog"]
 
 
 def _num(v: Any) -> Any:
@@ -71,9 +71,15 @@ def _same(a: Any, b: Any) -> bool:
     return a == b
 
 
-def optimizer_diffs(base_opt: Any, base_param: Any, raw_opt: Any, raw_param: Any) -> list[ArgDiff]:
-    """Settings for this parameter that differ (the optimizer's class only when the rest cannot tell)."""
+def optimizer_diffs(
+    base_opt: Any, base_param: Any, raw_opt: Any, raw_param: Any, lrs: tuple[Any, Any] = (None, None)
+) -> list[ArgDiff]:
+    """Settings for this parameter that differ (the optimizer's class only when the rest cannot tell).
+    ``lrs``: the learning rates at the blamed step, when known (a scheduler changes them)."""
     a, b = optimizer_settings(base_opt, base_param), optimizer_settings(raw_opt, raw_param)
+    for side, lr in zip((a, b), lrs):
+        if lr is not None:
+            side["lr"] = lr
     out = [ArgDiff(k, a[k], b[k]) for k in a if k in b and k != "optimizer" and not _same(a[k], b[k])]
     if a.get("grad_clip", "none") != b.get("grad_clip", "none"):
         out.append(
@@ -84,3 +90,29 @@ def optimizer_diffs(base_opt: Any, base_param: Any, raw_opt: Any, raw_param: Any
     if not out and a["optimizer"].lower() != b["optimizer"].lower():
         out.append(ArgDiff("optimizer", a["optimizer"], b["optimizer"]))
     return out
+
+
+class OptimizerLog:
+    """The optimizers stepped while a comparison runs, and the learning rate of each step."""
+
+    def __init__(self) -> None:
+        self.optimizers: list[Any] = []
+        self._lrs: dict[int, list[Any]] = {}
+
+    def seen(self, opt: Any) -> None:
+        if all(o is not opt for o in self.optimizers):
+            self.optimizers.append(opt)
+        self._lrs.setdefault(id(opt), []).append(optimizer_settings(opt).get("lr"))
+
+    def lr_at(self, opt: Any, step: int) -> Any:
+        lrs = self._lrs.get(id(opt), [])
+        return lrs[step] if 0 <= step < len(lrs) else None
+
+    def owner(self, param_ids: set[int]) -> Any:
+        """The first optimizer that holds one of these parameters."""
+        for opt in self.optimizers:
+            params = [p for g in getattr(opt, "param_groups", []) for p in g["params"]]
+            params = params or list(getattr(opt, "_parameter_list", None) or [])
+            if any(id(p) in param_ids for p in params if not isinstance(p, dict)):
+                return opt
+        return None

@@ -61,8 +61,8 @@ def test_a_file_frame_links_into_jupyterlab(page, jupyter_server):
     page.locator(f"{VIEW} .nbd-src-here", has_text="return self.fc(x)").wait_for()
     # The notebook cell's own frame shows the cell's source.
     page.locator(f"{VIEW} .nbd-frame", has_text="<module>").first.click()
-    page.locator(f"{VIEW} .nbd-src-title", has_text="Cell In [1], line 4").wait_for()
-    assert "Cell In [1], line 4" in page.locator(f"{VIEW} .nbd-stack").inner_text()
+    page.locator(f"{VIEW} .nbd-src-title", has_text="Cell In [1], line 5").wait_for()
+    assert "Cell In [1], line 5" in page.locator(f"{VIEW} .nbd-stack").inner_text()
     assert "ipykernel_launcher" not in page.locator(f"{VIEW} .nbd-stack").inner_text()
     _no_widget_errors(page, jupyter_server)
 

@@ -140,7 +140,7 @@ class Divergence:
         return str(write_repro(self, path))
 
     def why(self) -> str:
-        """The differing constructor arguments of the blamed pair, or ``""``."""
+        """What differs between the blamed pair: constructor arguments, or for an update the optimizer settings; ``""`` when nothing known does."""
         return "; ".join(a.describe() for a in self.arguments)
 
 

@@ -115,6 +115,7 @@ function labUrl(relpath) {
 function render({ model, el }) {
   const started = performance.now();
   let clickedAt = null; // for the click-to-panel time, kept in el.dataset.nbdClickMs
+  let plotWait = null; // the same click, until its plots arrive (el.dataset.nbdPlotMs)
   const nodes = () => model.get("nodes");
   const kids = new Map();
   const collapsed = new Set();
@@ -391,6 +392,7 @@ function render({ model, el }) {
     if (!d || !d.node) return;
     if (clickedAt !== null) {
       el.dataset.nbdClickMs = (performance.now() - clickedAt).toFixed(0);
+      plotWait = clickedAt;
       clickedAt = null;
     }
     const n = d.node;
@@ -460,6 +462,10 @@ function render({ model, el }) {
     const p = model.get("plots") || {};
     const d = model.get("detail") || {};
     const current = p.row !== undefined && d.node && p.row === d.node.id;
+    if (current && p.histogram && plotWait !== null) {
+      el.dataset.nbdPlotMs = (performance.now() - plotWait).toFixed(0);
+      plotWait = null;
+    }
     plotBox.replaceChildren(
       ...(current && p.histogram
         ? [h("img", { src: p.histogram, alt: "error histogram" }), h("img", { src: p.heatmap, alt: "error heatmap" })]

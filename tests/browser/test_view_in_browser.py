@@ -111,6 +111,8 @@ def test_modeldiff_view_click_stack_and_replay(page, jupyter_server, ui):
     page.wait_for_function("() => document.querySelector('[data-nbd-click-ms]')")
     in_page_ms = _dataset(page, "nbdClickMs")
     assert page.locator(f"{VIEW} .nbd-tensor").count() >= 1
+    page.wait_for_function("() => document.querySelector('[data-nbd-plot-ms]')")
+    plot_ms = _dataset(page, "nbdPlotMs")
 
     # A stack frame shows the source line, with a link into JupyterLab for files.
     page.locator(f"{VIEW} .nbd-frame", has_text="models.py").first.click()
@@ -140,7 +142,7 @@ def test_modeldiff_view_click_stack_and_replay(page, jupyter_server, ui):
     cell(page, 2).locator(".jp-OutputArea-output").filter(has_text="norm").wait_for()
     print(
         f"\n{ui}: view drawn in {_dataset(page, 'nbdRenderMs')} ms; click answered in {in_page_ms} ms in page "
-        f"({click_s * 1000:.0f} ms seen by playwright)"
+        f"({click_s * 1000:.0f} ms seen by playwright); its plots in {plot_ms} ms"
     )
     _no_widget_errors(page, jupyter_server)
 

@@ -107,7 +107,7 @@ class record:
             self._stack.close()
         # The step running when the code raised is kept, marked as cut short: never read as agreement.
         written = self._flush()
-        self.path = self._writer.close(interrupted_steps=min(written, 1) if exc_type is not None else 0)
+        self.path = self._writer.close(interrupted=exc_type is not None and written > 0)
 
     def _flush(self) -> int:
         """Write the steps recorded since the last flush; returns how many."""

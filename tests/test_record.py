@@ -135,7 +135,7 @@ def test_recording_into_a_folder_that_holds_a_dump_needs_consent(tmp_path):
     assert len(read_dump(tmp_path / "d" / "rank0").steps) == 3  # nothing lost
     path = train(base, tmp_path / "d", steps=1, overwrite=True)
     assert len(read_dump(path).steps) == 1 and sorted(p.name for p in path.iterdir()) == [
-        "manifest.json", "step0.safetensors",
+        "manifest.json", "step0.json", "step0.safetensors",
     ]  # fmt: skip
 
 
@@ -214,3 +214,12 @@ def test_a_scope_that_matches_nothing_is_never_success(tmp_path):
     train(raw, tmp_path / "b", steps=1, mode="list", scope=["no_such_layer"])
     with pytest.raises(DumpError, match="no event was compared.*mode/scope"):
         compare(tmp_path / "a", tmp_path / "b")
+
+
+def test_a_long_recording_holds_no_step_in_memory(tmp_path):
+    # The writer kept every step's JSON to rewrite the manifest: memory and disk writes grew with steps.
+    base, _ = pair()
+    path = train(base, tmp_path / "d", steps=5)
+    assert sorted(p.name for p in path.glob("step*.json")) == [f"step{k}.json" for k in range(5)]
+    manifest = json.loads((path / "manifest.json").read_text())
+    assert manifest["steps"] == 5 and manifest["complete"] is True and len(json.dumps(manifest)) < 4000

@@ -27,8 +27,8 @@ def _dump(folder, dump_type="tensor", framework="torch"):
     return write_rank(folder / "rank0", meta, {"fc": ["Linear"]}, [events], dump_type)
 
 
-def _edit(folder, change):
-    path = folder / "manifest.json"
+def _edit(folder, change, file="manifest.json"):
+    path = folder / file
     data = json.loads(path.read_text())
     change(data)
     path.write_text(json.dumps(data))
@@ -44,34 +44,43 @@ def _set(path, value):
     return change
 
 
+def _edit_path(folder, path, value):
+    """``["steps", k, ...]`` lives in ``step{k}.json``; the rest in the manifest."""
+    if path[0] == "steps" and len(path) > 2:
+        _edit(folder, _set(path[2:], value), f"step{path[1]}.json")
+    else:
+        _edit(folder, _set(path, value))
+
+
 @pytest.mark.parametrize(
     "path, value, says",
     [
-        (["steps"], "3", "steps must be a list"),
-        (["steps"], None, "steps must be a list"),
-        (["steps", 0, "payload"], 7, "steps[0].payload must be a file name"),
+        (["steps"], "3", "steps must be an integer"),
+        (["steps"], 5, "says 5 steps, but"),
+        (["steps", 0, "payload"], 7, "step0.json: the step.payload must be a file name"),
         (["layers"], ["fc"], "layers must be an object"),
         (["rank"], "../../x", "rank must be an integer"),
         (["framework"], "jax", "framework is 'jax'"),
-        (["steps", 0, "events", 1, "parent"], "0", "steps[0].events[1].parent must be an integer"),
+        (["steps", 0, "events", 1, "parent"], "0", "the step.events[1].parent must be an integer"),
         (["steps", 0, "events", 1, "outputs", 0, "shape"], [2, -1], "outputs[0].shape must be at least 0"),
-        (["steps", 0, "events", 0, "phase"], "sideways", "steps[0].events[0].phase is 'sideways'"),
-        (["steps", 0, "events", 1, "stack"], [["f.py", "x", "g"]], "steps[0].events[1].stack[0] must be an integer"),
+        (["steps", 0, "events", 0, "phase"], "sideways", "the step.events[0].phase is 'sideways'"),
+        (["steps", 0, "events", 1, "stack"], [["f.py", "x", "g"]], "the step.events[1].stack[0] must be an integer"),
     ],
 )
 def test_malformed_fields_name_the_key(tmp_path, path, value, says):
     folder = _dump(tmp_path)
-    _edit(folder, _set(path, value))
+    _edit_path(folder, path, value)
     with pytest.raises(DumpError) as err:
         read_dump(folder)
-    assert str(folder / "manifest.json") in str(err.value) and says in str(err.value), str(err.value)
+    file = f"step{path[1]}.json" if path[0] == "steps" and len(path) > 2 else "manifest.json"
+    assert str(folder / file) in str(err.value) and says in str(err.value), str(err.value)
 
 
 @pytest.mark.parametrize("name", ["../../x.safetensors", "/etc/passwd", "sub/step0.safetensors", ".."])
 def test_payloads_outside_the_rank_folder_are_refused(tmp_path, name):
     folder = _dump(tmp_path)
-    _edit(folder, _set(["steps", 0, "payload"], name))
-    with pytest.raises(DumpError, match="steps\\[0\\].payload is"):
+    _edit_path(folder, ["steps", 0, "payload"], name)
+    with pytest.raises(DumpError, match="step0.json: the step.payload is"):
         read_dump(folder)
 
 
@@ -90,10 +99,10 @@ def test_parent_cycles_are_refused_not_followed(tmp_path, parents):
     folder = _dump(tmp_path)
 
     def change(data):
-        for e, p in zip(data["steps"][0]["events"], parents):
+        for e, p in zip(data["events"], parents):
             e["parent"] = p
 
-    _edit(folder, change)
+    _edit(folder, change, "step0.json")
     with pytest.raises(DumpError, match="parent chain"):
         read_dump(folder)
 
@@ -113,7 +122,7 @@ def test_claimed_shapes_allocate_nothing(tmp_path):
 
     a, b = _dump(tmp_path / "a", "statistics"), _dump(tmp_path / "b", "statistics", framework="paddle")
     for folder in (a, b):  # the weight's layout is converted between the frameworks: its claim is followed
-        _edit(folder, _set(["steps", 0, "events", 2, "params", 0, "shape"], [50000, 50000]))
+        _edit_path(folder, ["steps", 0, "events", 2, "params", 0, "shape"], [50000, 50000])
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     result = compare(tmp_path / "a", tmp_path / "b")
     assert any(t.name == "weight" for d in result.events for t in d.tensors)
@@ -126,4 +135,15 @@ def test_cli_exits_2_on_a_malformed_dump(tmp_path, capsys):
     _edit(tmp_path / "b" / "rank0", _set(["steps"], "3"))
     assert main(["compare", str(tmp_path / "a"), str(tmp_path / "b")]) == 2
     err = capsys.readouterr().err
-    assert "DumpError" in err and "steps must be a list" in err and "Traceback" not in err
+    assert "DumpError" in err and "steps must be an integer" in err and "Traceback" not in err
+
+
+def test_version_1_dumps_with_inline_steps_are_still_read(tmp_path):
+    folder = _dump(tmp_path)
+    manifest = json.loads((folder / "manifest.json").read_text())
+    step = json.loads((folder / "step0.json").read_text())
+    (folder / "step0.json").unlink()
+    manifest.update(version=1, steps=[step])
+    (folder / "manifest.json").write_text(json.dumps(manifest))
+    dump = read_dump(folder)
+    assert len(dump.steps) == 1 and [e.path for e in dump.steps[0]][:2] == ["", "fc"]

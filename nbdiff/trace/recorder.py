@@ -284,6 +284,9 @@ class Recorder:
         dropped = {id(rec) for group in done for rec in group}
         self.calls = [rec for rec in self.calls if id(rec) not in dropped]
         self._copies.clear()
+        # The steps' backward has run: their gradient hooks hold activations (paddle keeps what a
+        # hooked tensor's graph needs), so a long recording grew by every step's tensors.
+        self.remove_tensor_hooks()
         self.steps_taken += len(done)
         return out
 

@@ -14,7 +14,7 @@ from typing import Any
 from nbdiff.errors import DumpError
 from nbdiff.trace.events import Kind, Phase
 
-__all__ = ["validate_manifest", "payload_path", "FRAMEWORKS"]
+__all__ = ["validate_manifest", "validate_step", "payload_path", "FRAMEWORKS"]
 
 FRAMEWORKS = ("torch", "paddle")
 _PHASES = {p.value for p in Phase}
@@ -50,10 +50,10 @@ def _tuple(kind: type | tuple[type, ...]) -> tuple[type, ...]:
     return kind if isinstance(kind, tuple) else (kind,)
 
 
-def payload_path(folder: Path, name: Any, key: str) -> Path:
+def payload_path(folder: Path, name: Any, key: str, where: Path | None = None) -> Path:
     """``folder / name``, refused unless it is a plain file name that stays inside ``folder``
-    (no ``..``, no absolute path, no symlink pointing out)."""
-    check = _Check(folder / "manifest.json")
+    (no ``..``, no absolute path, no symlink pointing out). ``where``: the file that names it."""
+    check = _Check(where or folder / "manifest.json")
     check.type(name, str, key, "a file name")
     if not name or Path(name).name != name or name in (".", ".."):
         raise check.fail(key, f"is {name!r}: payloads must be plain file names inside {folder}")
@@ -77,17 +77,29 @@ def validate_manifest(data: Any, path: Path) -> None:
     layers = c.type(data.get("layers", {}), dict, "layers", "an object of layer path to class names")
     for name, classes in layers.items():
         c.strs(classes, f"layers[{name!r}]")
-    for k, step in enumerate(c.type(data.get("steps"), list, "steps", "a list")):
-        key = f"steps[{k}]"
-        c.type(step, dict, key, "an object")
-        if step.get("complete") is not None:
-            c.type(step["complete"], bool, f"{key}.complete", "true or false")
-        if step.get("payload") is not None:
-            c.type(step["payload"], str, f"{key}.payload", "a file name")
-        events = c.type(step.get("events"), list, f"{key}.events", "a list")
-        for i, e in enumerate(events):
-            _event(c, e, f"{key}.events[{i}]")
-        _tree(c, events, key)
+    steps = data.get("steps")
+    if data.get("version") == 1:  # every step inline
+        for k, step in enumerate(c.type(steps, list, "steps", "a list")):
+            _step(c, step, f"steps[{k}]")
+    elif steps is not None:  # the number of step files, once the recording closed
+        c.int(steps, "steps")
+
+
+def validate_step(data: Any, path: Path) -> None:
+    """One step file of a version 2 dump (``step3.json``)."""
+    _step(_Check(path), data, "the step")
+
+
+def _step(c: _Check, step: Any, key: str) -> None:
+    c.type(step, dict, key, "an object")
+    if step.get("complete") is not None:
+        c.type(step["complete"], bool, f"{key}.complete", "true or false")
+    if step.get("payload") is not None:
+        c.type(step["payload"], str, f"{key}.payload", "a file name")
+    events = c.type(step.get("events"), list, f"{key}.events", "a list")
+    for i, e in enumerate(events):
+        _event(c, e, f"{key}.events[{i}]")
+    _tree(c, events, key)
 
 
 def _event(c: _Check, e: Any, key: str) -> None:

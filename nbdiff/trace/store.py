@@ -4,14 +4,17 @@
 
     dump_dir/
       rank0/
-        manifest.json        format, framework, model, rank, options, layers, events + statistics + stacks
+        manifest.json        format, framework, model, rank, options, layers; "complete" once closed
+        step0.json           step 0's events + statistics + stacks
         step0.safetensors    tensor payloads of step 0 (dump_type="tensor" only)
+        step1.json
         step1.safetensors
 
-Every reference inside is relative, so a dump can be moved or copied anywhere. The
-manifest is rewritten atomically after every step (``"complete": false`` until the
-recording closes), so a crash or ``kill -9`` loses at most the step in progress, and a
-step cut short by an exception is marked as such.
+Every reference inside is relative, so a dump can be moved or copied anywhere. Each step
+is written, atomically, when it completes, and nothing of it stays in memory: a crash or
+``kill -9`` loses at most the step in progress, a manifest without ``"complete": true``
+says the recording did not close, and a step cut short by an exception is marked as such.
+(Version 1 dumps, with every step inline in the manifest, are still read.)
 Nothing is pickled, and reading never unpickles: JSON and safetensors only. A
 truncated or hand-edited dump raises :class:`~nbdiff.errors.DumpError` naming the
 file and what is wrong with it.
@@ -30,14 +33,15 @@ import numpy as np
 
 from nbdiff.errors import DumpError
 from nbdiff.trace.events import Event, Kind, Phase, TensorRecord
-from nbdiff.trace.schema import payload_path, validate_manifest
+from nbdiff.trace.schema import payload_path, validate_manifest, validate_step
 from nbdiff.trace.stack import Frame
 from nbdiff.trace.stats import Stats
 
 __all__ = ["FORMAT", "VERSION", "RankDump", "DumpWriter", "write_rank", "read_dump", "rank_dirs"]
 
 FORMAT = "nbdiff-dump"
-VERSION = 1
+VERSION = 2
+READS = (1, 2)
 MANIFEST = "manifest.json"
 DUMP_TYPES = ("tensor", "statistics", "stack")
 
@@ -115,10 +119,8 @@ def _event_json(e: Event, payload: dict[str, np.ndarray], keep_values: bool, kee
 
 
 class DumpWriter:
-    """Writes one rank's dump step by step: each step's payload as it completes, the manifest last.
-
-    A long recording then holds one step in memory, not all of them.
-    """
+    """Writes one rank's dump step by step: the manifest first, each step's files as it completes,
+    the manifest again (marked complete) at the end. Memory holds the last step's entry only."""
 
     def __init__(
         self,
@@ -144,41 +146,53 @@ class DumpWriter:
         for p in old:
             p.unlink()
         self.meta, self.layers, self.dump_type = meta, layers, dump_type
-        self._steps: list[dict[str, Any]] = []
+        self.steps = 0
+        self._last: dict[str, Any] | None = None
+        self._write_manifest(complete=False)
 
     def add_step(self, events: list[Event]) -> None:
         from safetensors.numpy import save_file
 
-        k = len(self._steps)
+        k = self.steps
         payload: dict[str, np.ndarray] = {}
         ev_json = [_event_json(e, payload, self.dump_type == "tensor", self.dump_type != "stack") for e in events]
         file = None
         if payload:
             file = f"step{k}.safetensors"
             save_file(payload, str(self.path / file))
-        self._steps.append({"step": k, "payload": file, "events": ev_json, "complete": True})
-        self._write_manifest(complete=False)
+        self._last = {"step": k, "payload": file, "events": ev_json, "complete": True}
+        _write_atomic(self.path / f"step{k}.json", self._last)  # after its payload: never a dangling name
+        self.steps += 1
 
-    def close(self, interrupted_steps: int = 0) -> Path:
-        """The final manifest. ``interrupted_steps``: how many of the last steps an exception cut short."""
-        for step in self._steps[len(self._steps) - interrupted_steps :] if interrupted_steps else ():
-            step["complete"] = False
+    def close(self, interrupted: bool = False) -> Path:
+        """The final manifest. ``interrupted``: an exception cut the last step short."""
+        if interrupted and self._last is not None:
+            self._last["complete"] = False
+            _write_atomic(self.path / f"step{self._last['step']}.json", self._last)
+        self._last = None
         self._write_manifest(complete=True)
         return self.path
 
     def _write_manifest(self, complete: bool) -> None:
         manifest = {"format": FORMAT, "version": VERSION, **self.meta, "dump_type": self.dump_type}
-        manifest.update(complete=complete, layers=self.layers, steps=self._steps)
-        tmp = self.path / (MANIFEST + ".tmp")
-        with open(tmp, "w") as f:
-            f.write(json.dumps(manifest, separators=(",", ":")))
-            f.flush()
-            os.fsync(f.fileno())
-        tmp.replace(self.path / MANIFEST)  # a reader never sees half a manifest
+        manifest.update(complete=complete, layers=self.layers, steps=self.steps if complete else None)
+        _write_atomic(self.path / MANIFEST, manifest)
+
+
+def _write_atomic(path: Path, data: dict[str, Any]) -> None:
+    """A reader never sees half a file, and a crash right after leaves the whole one."""
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "w") as f:
+        f.write(json.dumps(data, separators=(",", ":")))
+        f.flush()
+        os.fsync(f.fileno())
+    tmp.replace(path)
 
 
 def _is_dump_file(name: str) -> bool:
-    return name in (MANIFEST, MANIFEST + ".tmp") or (name.startswith("step") and name.endswith(".safetensors"))
+    return name in (MANIFEST, MANIFEST + ".tmp") or (
+        name.startswith("step") and name.endswith((".safetensors", ".json", ".json.tmp"))
+    )
 
 
 def write_rank(
@@ -210,27 +224,49 @@ def rank_dirs(dump_dir: str | os.PathLike[str]) -> dict[int, Path]:
     return found
 
 
-def _manifest(folder: Path) -> dict[str, Any]:
-    path = folder / MANIFEST
+def _load_json(path: Path, what: str) -> Any:
     try:
-        data = json.loads(path.read_text())
+        return json.loads(path.read_text())
     except FileNotFoundError:
         raise DumpError(f"{path}: missing; is this a folder written by nbdiff.record?") from None
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise DumpError(f"{path}: not valid JSON ({exc}); the dump is truncated or was edited.") from None
     except RecursionError:
-        raise DumpError(f"{path}: JSON nested too deeply to be an nbdiff manifest; the dump was edited.") from None
+        raise DumpError(f"{path}: JSON nested too deeply to be {what}; the dump was edited.") from None
     except OSError as exc:
         raise DumpError(f"{path}: cannot be read ({exc.strerror or exc}).") from None
+
+
+def _manifest(folder: Path) -> dict[str, Any]:
+    path = folder / MANIFEST
+    data = _load_json(path, "an nbdiff manifest")
     if not isinstance(data, dict) or data.get("format") != FORMAT:
         raise DumpError(f'{path}: not an nbdiff dump manifest (no "format": "{FORMAT}").')
-    if data.get("version") != VERSION:
-        raise DumpError(f"{path}: format version {data.get('version')!r}; this nbdiff reads version {VERSION}.")
+    if data.get("version") not in READS:
+        raise DumpError(f"{path}: format version {data.get('version')!r}; this nbdiff reads versions {READS}.")
     for key in ("framework", "model", "rank", "steps", "dump_type"):
         if key not in data:
             raise DumpError(f"{path}: the manifest has no {key!r} field; the dump was edited or truncated.")
     validate_manifest(data, path)
     return data
+
+
+def _step_entries(folder: Path, data: dict[str, Any]) -> list[tuple[dict[str, Any], Path, str]]:
+    """``(step entry, file it came from, key prefix)`` for every step, inline (version 1) or in files."""
+    if data["version"] == 1:
+        return [(step, folder / MANIFEST, f"steps[{k}]") for k, step in enumerate(data["steps"])]
+    entries = []
+    while (folder / f"step{len(entries)}.json").is_file():
+        path = folder / f"step{len(entries)}.json"
+        step = _load_json(path, "an nbdiff step")
+        validate_step(step, path)
+        entries.append((step, path, "the step"))
+    if data["steps"] is not None and data["steps"] != len(entries):
+        raise DumpError(
+            f"{folder / MANIFEST}: says {data['steps']} steps, but {folder} holds {len(entries)} step files "
+            "(step0.json, step1.json, ...); the dump was edited or is incomplete."
+        )
+    return entries
 
 
 def read_dump(rank_dir: str | os.PathLike[str]) -> RankDump:
@@ -240,12 +276,12 @@ def read_dump(rank_dir: str | os.PathLike[str]) -> RankDump:
 
     folder = Path(rank_dir)
     data = _manifest(folder)
-    where = folder / MANIFEST
+    entries = _step_entries(folder, data)
     steps: list[list[Event]] = []
-    for k, step in enumerate(data["steps"]):
+    for k, (step, where, key) in enumerate(entries):
         payload: dict[str, np.ndarray] = {}
         if step.get("payload"):
-            file = payload_path(folder, step["payload"], f"steps[{k}].payload")
+            file = payload_path(folder, step["payload"], f"{key}.payload", where)
             try:
                 payload = load_file(str(file))
             except (FileNotFoundError, SafetensorError, OSError) as exc:
@@ -255,7 +291,7 @@ def read_dump(rank_dir: str | os.PathLike[str]) -> RankDump:
         except (KeyError, TypeError, ValueError) as exc:
             raise DumpError(f"{where}: step {k} has a malformed event ({exc!r}); the dump was edited.") from None
     meta = {k: v for k, v in data.items() if k not in ("steps", "layers")}
-    incomplete = frozenset(k for k, s in enumerate(data["steps"]) if s.get("complete") is False)
+    incomplete = frozenset(k for k, (s, _, _) in enumerate(entries) if s.get("complete") is False)
     return RankDump(folder, meta, dict(data.get("layers", {})), steps, incomplete)
 
 

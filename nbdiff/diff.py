@@ -20,7 +20,7 @@ from nbdiff.result import DiffResult
 from nbdiff.step import StepRecord, run_optimizer, run_step
 from nbdiff.stepdiff import StepComparer, feed_for
 from nbdiff.trace.inputs import split_inputs
-from nbdiff.trace.modes import no_dropout, restore_state, save_state, training_flags
+from nbdiff.trace.modes import no_dropout, restore_state, save_state, save_weights, training_flags
 from nbdiff.trace.structure import forward_structure
 from nbdiff.weights.assign import WeightMap, assign_weight, execution_pairs, plan_pairs, plan_weights, write_weights
 
@@ -60,115 +60,123 @@ def auto_diff(
     bfw, rfw = framework_of(base, "base"), framework_of(raw, "raw")
     check_gradients((bfw, rfw), (base, raw), diff_phase)
     bcall, rcall = split_inputs(inputs, bfw, rfw)
-    copied = _first_copy(bfw, base, rfw, raw, layer_map, inputs) if auto_init else None
-    losses = list(loss_fns) if loss_fns is not None else [None, None]
-    opts = list(optimizers) if optimizers is not None else None
-    backward = diff_phase != "forward"
+    # A failure after the copy (or after training steps) leaves both models as they were given.
+    originals = [save_weights(bfw, base), save_weights(rfw, raw)]
+    try:
+        copied = _first_copy(bfw, base, rfw, raw, layer_map, inputs) if auto_init else None
+        losses = list(loss_fns) if loss_fns is not None else [None, None]
+        opts = list(optimizers) if optimizers is not None else None
+        backward = diff_phase != "forward"
 
-    def tol(a: str, b: str) -> Tolerance:
-        return resolve_tolerance(atol, rtol, a, b)
+        def tol(a: str, b: str) -> Tolerance:
+            return resolve_tolerance(atol, rtol, a, b)
 
-    cmp = StepComparer(bfw, base, rfw, raw, tol, compare_mode, diff_phase, layer_map)
+        cmp = StepComparer(bfw, base, rfw, raw, tol, compare_mode, diff_phase, layer_map)
 
-    def run_pair(step: int, pairing: Pairing | None) -> tuple[StepRecord, StepRecord, Pairing]:
-        for fw, model, opt in ((bfw, base, opts[0] if opts else None), (rfw, raw, opts[1] if opts else None)):
-            fw.zero_grad(model, opt)
-            fw.seed(step)
-        brec = run_step(bfw, base, bcall, losses[0], side="base", step=step, backward=backward, api_level=api_level)
-        feed = None
-        if single_step:
-            if pairing is None:
-                # The pairing of this step's calls is needed before raw runs: take it from a first raw run.
-                pairing = cmp.pair(brec, StepRecord(forward_structure(rfw, raw, rcall, "raw", train=True), [], []))
-            feed = feed_for(brec, pairing, diff_phase)
-        rrec = run_step(
-            rfw, raw, rcall, losses[1], side="raw", step=step, backward=backward, feed=feed, api_level=api_level
-        )
-        return brec, rrec, cmp.pair(brec, rrec)
+        def run_pair(step: int, pairing: Pairing | None) -> tuple[StepRecord, StepRecord, Pairing]:
+            for fw, model, opt in ((bfw, base, opts[0] if opts else None), (rfw, raw, opts[1] if opts else None)):
+                fw.zero_grad(model, opt)
+                fw.seed(step)
+            brec = run_step(bfw, base, bcall, losses[0], side="base", step=step, backward=backward, api_level=api_level)
+            feed = None
+            if single_step:
+                if pairing is None:
+                    # The pairing of this step's calls is needed before raw runs: take it from a first raw run.
+                    pairing = cmp.pair(brec, StepRecord(forward_structure(rfw, raw, rcall, "raw", train=True), [], []))
+                feed = feed_for(brec, pairing, diff_phase)
+            rrec = run_step(
+                rfw, raw, rcall, losses[1], side="raw", step=step, backward=backward, feed=feed, api_level=api_level
+            )
+            return brec, rrec, cmp.pair(brec, rrec)
 
-    events: list[EventDiff] = []
-    warnings: list[str] = []
-    divergence: Divergence | None = None
-    pairing: Pairing | None = None
-    wmap: WeightMap | None = None
-    done = 0
-    log = OptimizerLog()  # the optimizers that step, and their learning rates, to say why an update differs
-    with ExitStack() as stack:
-        for fw in {id(f): f for f in (bfw, rfw)}.values():
-            stack.enter_context(fw.optimizer_steps(log.seen))
-        for fw, model in ((bfw, base), (rfw, raw)):
-            stack.enter_context(training_flags(fw, model))
-            stack.enter_context(no_dropout(fw, model))
-            stack.callback(fw.zero_grad, model, None)
-        initial = [save_state(bfw, base), save_state(rfw, raw)]
-        if opts is None:
-            # Not training: running statistics end as they were (raw's as copied from base).
-            stack.callback(restore_state, bfw, initial[0])
-            stack.callback(lambda: restore_state(rfw, initial[1]))  # initial[1] may be replaced below
-        for step in range(steps):
-            brec, rrec, pairing = run_pair(step, pairing)
-            if wmap is None:
-                # Weights pair by execution order: this step's pairing decides. A structure copy
-                # that paired any layer differently is redone from it, and the step run again.
-                wmap = plan_pairs(bfw, base, rfw, raw, execution_pairs(pairing))
-                if copied is not None and not copied.covers(wmap):
-                    restore_state(bfw, initial[0])
-                    restore_state(rfw, initial[1])
-                    wmap = WeightMap(wmap.layers, wmap.warnings + tuple(write_weights(bfw, base, rfw, raw, wmap)))
-                    initial[1] = save_state(rfw, raw)
-                    brec, rrec, pairing = run_pair(step, pairing)
-                elif copied is not None:
-                    wmap = WeightMap(wmap.layers, wmap.warnings + tuple(w for w in copied.warnings if "tied" in w))
-                warnings += wmap.warnings
-                warnings += constant_differences(
-                    bfw, cmp.blayers, rfw, cmp.rlayers, execution_pairs(pairing), lambda a, b: tol(a, b)
-                )
-                cmp.set_plans(wmap.by_base_path())
-            warnings += [f"base: {w}" for w in brec.warnings] + [f"raw: {w}" for w in rrec.warnings]
-            divergence, diffs = cmp.compare(pairing, brec, rrec)
-            events += diffs
-            if opts is not None and backward:
-                cmp.feed_optimizer()
-                before = cmp.snapshot()
-                run_optimizer(bfw, opts[0], "base")
-                run_optimizer(rfw, opts[1], "raw")
-                updated, odiffs = cmp.compare_updates(step, before, cmp.snapshot())
-                stated, sdiffs = cmp.compare_state(step)
-                events += odiffs + sdiffs
-                divergence = divergence or updated or stated
-            done = step + 1
-            if divergence is not None:
-                break
-    require_compared(events, type(base).__name__)
-    return explain(
-        DiffResult(
-            base_framework=bfw.name,
-            raw_framework=rfw.name,
-            base_model=type(base).__name__,
-            raw_model=type(raw).__name__,
-            first_divergence=divergence,
-            events=tuple(events),
-            steps=done,
-            unmatched_base=pairing.unmatched_base if pairing else (),
-            unmatched_raw=pairing.unmatched_raw if pairing else (),
-            warnings=tuple(warnings),
-            notes=tuple(inherited_notes(events)) if divergence is None else (),
-            options=dict(
-                atol=atol,
-                rtol=rtol,
-                compare_mode=compare_mode,
-                auto_init=auto_init,
-                diff_phase=diff_phase,
-                single_step=single_step,
-                steps=steps,
-                api_level=api_level,
-                weight_map=wmap,
+        events: list[EventDiff] = []
+        warnings: list[str] = []
+        divergence: Divergence | None = None
+        pairing: Pairing | None = None
+        wmap: WeightMap | None = None
+        done = 0
+        log = OptimizerLog()  # the optimizers that step, and their learning rates, to say why an update differs
+        with ExitStack() as stack:
+            for fw in {id(f): f for f in (bfw, rfw)}.values():
+                stack.enter_context(fw.optimizer_steps(log.seen))
+            for fw, model in ((bfw, base), (rfw, raw)):
+                stack.enter_context(training_flags(fw, model))
+                stack.enter_context(no_dropout(fw, model))
+                stack.callback(fw.zero_grad, model, None)
+            initial = [save_state(bfw, base), save_state(rfw, raw)]
+            if opts is None:
+                # Not training: running statistics end as they were (raw's as copied from base).
+                stack.callback(restore_state, bfw, initial[0])
+                stack.callback(lambda: restore_state(rfw, initial[1]))  # initial[1] may be replaced below
+            for step in range(steps):
+                brec, rrec, pairing = run_pair(step, pairing)
+                if wmap is None:
+                    # Weights pair by execution order: this step's pairing decides. A structure copy
+                    # that paired any layer differently is redone from it, and the step run again.
+                    wmap = plan_pairs(bfw, base, rfw, raw, execution_pairs(pairing))
+                    if copied is not None and not copied.covers(wmap):
+                        restore_state(bfw, initial[0])
+                        restore_state(rfw, initial[1])
+                        wmap = WeightMap(wmap.layers, wmap.warnings + tuple(write_weights(bfw, base, rfw, raw, wmap)))
+                        initial[1] = save_state(rfw, raw)
+                        brec, rrec, pairing = run_pair(step, pairing)
+                    elif copied is not None:
+                        wmap = WeightMap(wmap.layers, wmap.warnings + tuple(w for w in copied.warnings if "tied" in w))
+                    warnings += wmap.warnings
+                    warnings += constant_differences(
+                        bfw, cmp.blayers, rfw, cmp.rlayers, execution_pairs(pairing), lambda a, b: tol(a, b)
+                    )
+                    cmp.set_plans(wmap.by_base_path())
+                warnings += [f"base: {w}" for w in brec.warnings] + [f"raw: {w}" for w in rrec.warnings]
+                divergence, diffs = cmp.compare(pairing, brec, rrec)
+                events += diffs
+                if opts is not None and backward:
+                    cmp.feed_optimizer()
+                    before = cmp.snapshot()
+                    run_optimizer(bfw, opts[0], "base")
+                    run_optimizer(rfw, opts[1], "raw")
+                    updated, odiffs = cmp.compare_updates(step, before, cmp.snapshot())
+                    stated, sdiffs = cmp.compare_state(step)
+                    events += odiffs + sdiffs
+                    divergence = divergence or updated or stated
+                done = step + 1
+                if divergence is not None:
+                    break
+        require_compared(events, type(base).__name__)
+        return explain(
+            DiffResult(
+                base_framework=bfw.name,
+                raw_framework=rfw.name,
+                base_model=type(base).__name__,
+                raw_model=type(raw).__name__,
+                first_divergence=divergence,
+                events=tuple(events),
+                steps=done,
+                unmatched_base=pairing.unmatched_base if pairing else (),
+                unmatched_raw=pairing.unmatched_raw if pairing else (),
+                warnings=tuple(warnings),
+                notes=tuple(inherited_notes(events)) if divergence is None else (),
+                options=dict(
+                    atol=atol,
+                    rtol=rtol,
+                    compare_mode=compare_mode,
+                    auto_init=auto_init,
+                    diff_phase=diff_phase,
+                    single_step=single_step,
+                    steps=steps,
+                    api_level=api_level,
+                    weight_map=wmap,
+                ),
             ),
-        ),
-        (bfw, rfw),
-        (base, raw),
-        log,
-    )
+            (bfw, rfw),
+            (base, raw),
+            log,
+        )
+
+    except BaseException:
+        restore_state(bfw, originals[0])
+        restore_state(rfw, originals[1])
+        raise
 
 
 def _first_copy(

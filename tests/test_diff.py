@@ -374,3 +374,20 @@ def test_first_event_producing_nan_is_reported_even_when_both_sides_agree():
     result = nbdiff.auto_diff(base, raw, np.random.RandomState(0).randn(3, 4).astype("float32"), auto_init=True)
     d = result.first_divergence
     assert d is not None and (d.base_path, d.where) == ("fc1", "nonfinite"), result.report()
+
+
+def test_a_failure_after_the_copy_puts_raw_back_as_it_was():
+    # The message says the model was restored; raw still held base's weights.
+    from nbdiff.errors import ModelCallError
+    from tests.fault_suite.models import BUILDERS, inputs
+
+    base, raw = BUILDERS["mlp"]("torch"), BUILDERS["mlp"]("paddle")
+    before = {k: v.numpy().copy() for k, v in raw.state_dict().items()}
+
+    def flaky(x):
+        raise RuntimeError("device lost")
+
+    raw.fc2.forward = flaky  # after the copy by structure, the step's call fails
+    with pytest.raises(ModelCallError):
+        nbdiff.auto_diff(base, raw, inputs("mlp"))
+    assert all(np.array_equal(before[k], v.numpy()) for k, v in raw.state_dict().items())

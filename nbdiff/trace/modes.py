@@ -10,7 +10,7 @@ import numpy as np
 
 from nbdiff.frameworks import Framework
 
-__all__ = ["training_flags", "no_dropout", "eval_mode", "kept_state", "save_state", "restore_state"]
+__all__ = ["training_flags", "no_dropout", "eval_mode", "kept_state", "save_state", "save_weights", "restore_state"]
 
 SavedState = list[tuple[Any, np.ndarray]]
 
@@ -25,6 +25,16 @@ def save_state(fw: Framework, model: Any) -> SavedState:
             if not fw.is_trainable(t) and value.size:
                 saved.append((t, value.copy()))
     return saved
+
+
+def save_weights(fw: Framework, model: Any) -> SavedState:
+    """Copies of every parameter and buffer, trainable or not (to put a model back after a failure)."""
+    return [
+        (t, value.copy())
+        for _, layer in fw.named_layers(model)
+        for _, t in fw.direct_params(layer) + fw.direct_buffers(layer)
+        if (value := fw.to_numpy(t)).size
+    ]
 
 
 def restore_state(fw: Framework, saved: SavedState) -> None:

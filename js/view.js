@@ -435,24 +435,26 @@ function render({ model, el }) {
     panel.replaceChildren(...parts);
     drawPlots();
     const frames = [];
+    const frameRow = (key, f, i) =>
+      h(
+        "div",
+        {
+          class: "nbd-frame",
+          dataset: { side: key, index: i },
+          onclick: () => {
+            model.set("frame_request", { side: key, index: i, nonce: Date.now() });
+            model.save_changes();
+          },
+        },
+        `${f.label || `${f.file.split("/").pop()}:${f.line}`} in ${f.function}`,
+      );
     for (const sideName of ["base", "raw"]) {
-      frames.push(h("div", { class: "nbd-stack-title" }, `${sideName} stack (innermost first)`));
-      (d.stacks[sideName] || []).forEach((f, i) => {
-        frames.push(
-          h(
-            "div",
-            {
-              class: "nbd-frame",
-              dataset: { side: sideName, index: i },
-              onclick: () => {
-                model.set("frame_request", { side: sideName, index: i, nonce: Date.now() });
-                model.save_changes();
-              },
-            },
-            `${f.label || `${f.file.split("/").pop()}:${f.line}`} in ${f.function}`,
-          ),
-        );
-      });
+      const built = d.stacks[`${sideName}_built`] || [];
+      if (built.length) {
+        frames.push(h("div", { class: "nbd-stack-title nbd-built" }, `${sideName} built at`), frameRow(`${sideName}_built`, built[0], 0));
+      }
+      frames.push(h("div", { class: "nbd-stack-title" }, `${sideName} called from (innermost first)`));
+      (d.stacks[sideName] || []).forEach((f, i) => frames.push(frameRow(sideName, f, i)));
     }
     stack.replaceChildren(...frames);
     source.replaceChildren();

@@ -91,3 +91,12 @@ def test_statistics_only_dumps_show_their_statistics(tmp_path):
     t = node_detail(tree, tree.first)["tensors"][0]
     assert t["base"]["shape"] == [8, 64] and t["base"]["std"] > 0 and t["raw"]["nan"] == 0
     json.dumps(t)
+
+
+def test_detail_shows_where_each_side_built_the_layer(failed):
+    tree = build_tree(failed)
+    detail = node_detail(tree, tree.first)  # norm: LayerNorm(64, 1e-3 if bug == "eps" else 1e-5)
+    for side in ("base", "raw"):
+        (built,) = detail["stacks"][f"{side}_built"]
+        line = open(built["file"]).read().splitlines()[built["line"] - 1]
+        assert "self.norm = " in line and built["function"].endswith(".__init__")

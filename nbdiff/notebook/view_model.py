@@ -17,8 +17,9 @@ from nbdiff.align.arguments import argument_diffs
 from nbdiff.compare.blame import EventDiff
 from nbdiff.compare.metrics import TensorDiff
 from nbdiff.result import DiffResult
+from nbdiff.trace.built import construction_site, root_layers
 from nbdiff.trace.events import Event, Kind, Phase, TensorRecord
-from nbdiff.trace.stack import frame_label
+from nbdiff.trace.stack import Frame, frame_label
 
 __all__ = ["TreeData", "build_tree", "node_detail", "record_stats", "tensor_pair", "summary_line", "step_rows"]
 
@@ -40,6 +41,8 @@ class TreeData:
     """``nodes[i]["event"]`` indexes this list."""
     frameworks: tuple[str, str] = ("", "")
     """Base and raw framework names, to read the layers' arguments."""
+    roots: tuple[Any, Any] = (None, None)
+    """The two root models (live results only), to find where each layer was built."""
 
 
 def summary_line(result: DiffResult) -> str:
@@ -129,7 +132,8 @@ def build_tree(result: DiffResult) -> TreeData:
             if phase is Phase.FORWARD and step == steps[-1]:
                 _add_unpaired(nodes, group, result.unmatched_base, by_order, "base")
                 _add_unpaired(nodes, group, result.unmatched_raw, raw_order, "raw")
-    return TreeData(nodes, order, first, events, (result.base_framework, result.raw_framework))
+    roots = root_layers(result.events)
+    return TreeData(nodes, order, first, events, (result.base_framework, result.raw_framework), roots)
 
 
 def _add_unpaired(
@@ -220,18 +224,22 @@ def node_detail(tree: TreeData, node_id: int) -> dict[str, Any]:
         )
     tensors.sort(key=lambda x: -(x["metrics"]["ratio"] or 0.0))
     frames = {
-        side: [
-            dict(file=f.filename, line=f.lineno, function=f.function, label=frame_label(f.filename, f.lineno))
-            for f in ev.stack
-        ]
+        side: [_frame(f) for f in ev.stack]
         for side, ev in (("base", _forward_of(tree, d, "base")), ("raw", _forward_of(tree, d, "raw")))
     }
     fb, fr = _forward_of(tree, d, "base"), _forward_of(tree, d, "raw")
+    for side, ev, root in (("base", fb, tree.roots[0]), ("raw", fr, tree.roots[1])):
+        site = construction_site(root, ev.path) if ev.kind is Kind.LAYER else None
+        frames[f"{side}_built"] = [] if site is None else [_frame(site)]
     arguments = [
         dict(name=a.name, base=a.shown()[0], raw=a.shown()[1])
         for a in argument_diffs(tree.frameworks[0], fb.layer, tree.frameworks[1], fr.layer)
     ]
     return dict(node=node, tensors=tensors, stacks=frames, arguments=arguments)
+
+
+def _frame(f: Frame) -> dict[str, Any]:
+    return dict(file=f.filename, line=f.lineno, function=f.function, label=frame_label(f.filename, f.lineno))
 
 
 def _forward_of(tree: TreeData, d: EventDiff, side: str) -> Event:

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from nbdiff.compare.blame import EventDiff
 from nbdiff.compare.metrics import TensorDiff
+from nbdiff.trace.built import construction_site, root_layers
 from nbdiff.trace.stack import Frame, cell_number, frame_label
 
 if TYPE_CHECKING:
@@ -33,6 +34,16 @@ def _stack(frames: tuple[Frame, ...]) -> list[str]:
         return frame_label(f.filename, f.lineno) if cell else f'File "{f.filename}", line {f.lineno}'
 
     return [f"    {where(f)}, in {f.function}" for f in frames] or ["    (no user frames)"]
+
+
+def _built(result: DiffResult, d: Any) -> list[str]:
+    """Where each side constructed the blamed layer (its arguments are written there)."""
+    if d.where not in ("layer", "between", "state", "nonfinite"):
+        return []
+    sites = [construction_site(root, path) for root, path in zip(root_layers(result.events), (d.base_path, d.raw_path))]
+    if None in sites:
+        return []
+    return ["Built at:", *(f"    {side}: {_stack((s,))[0].strip()}" for side, s in zip(("base", "raw"), sites)), ""]
 
 
 def _tree(events: list[EventDiff], mark: tuple[str, int] | None) -> list[str]:
@@ -96,6 +107,7 @@ def render_text(result: DiffResult) -> str:
     ]
     lines += [
         "",
+        *_built(result, d),
         "Base stack (innermost first):",
         *_stack(d.base_stack),
         "Raw stack (innermost first):",

@@ -101,6 +101,10 @@ def test_modeldiff_view_click_stack_and_replay(page, jupyter_server, ui):
     # The panel opens on the first divergence, and its plots follow.
     page.locator(f"{VIEW} .nbd-title", has_text="norm").wait_for()
     page.locator(f"{VIEW} .nbd-plots img").first.wait_for()
+    # Where each side built the blamed layer: the constructor line, where porting bugs usually are.
+    page.locator(f"{VIEW} .nbd-frame[data-side='raw_built']").click()
+    page.locator(f"{VIEW} .nbd-src-here", has_text="self.norm = ").wait_for()
+    assert "eps" in page.locator(f"{VIEW} .nbd-args").inner_text()
 
     # Click another row: the kernel answers with its tensors.
     row = page.locator(f"{VIEW} .nbd-row", has_text="fc2").first

@@ -159,3 +159,17 @@ def test_value_is_recorded_at_the_time_before_a_residual_add_in_place():
     np.testing.assert_allclose(fc.outputs[0].value, expected, rtol=1e-6)
     np.testing.assert_allclose(relu.inputs[0].value, expected + x.numpy(), rtol=1e-6)
     assert not warnings
+
+
+@pytest.mark.parametrize("fw_name", ["torch", "paddle"])
+def test_backward_events_carry_the_stack_of_the_backward_call(fw_name):
+    # They showed the forward call's stack: the user's backward() line is where backward starts.
+    import inspect
+
+    model, tensor = _three_way(fw_name)
+    forward, backward, _ = _record(model, tensor(np.ones((2, 4), "float32")))
+    src = inspect.getsource(_record).splitlines()
+    line = inspect.getsourcelines(_record)[1] + next(i for i, s in enumerate(src) if "fw.backward(loss)" in s)
+    lin = next(e for e in backward if e.path == "lin")
+    assert any(f.lineno == line and f.function == "_record" for f in lin.stack), lin.stack
+    assert all(f.lineno != line for f in next(e for e in forward if e.path == "lin").stack)

@@ -40,6 +40,8 @@ class Call:
     """Single-step: what raw's own code handed the call, before base's value replaced it."""
     outputs: list[TensorRecord] = field(default_factory=list)
     grad_in: dict[str, TensorRecord] = field(default_factory=dict)
+    backward_stack: tuple[Frame, ...] | None = None
+    """User frames of the ``backward()`` call that reached this layer (set by its first gradient hook)."""
     grad_out: dict[str, TensorRecord] = field(default_factory=dict)
     args: tuple[str, ...] = ()
     done: bool = False

@@ -157,7 +157,7 @@ class Recorder:
                 if self.backward and fw.requires_grad(t):
                     # A fresh autograd node per layer input gives this layer's own input gradient.
                     t = fw.identity(t, copy=inplace)
-                    self._tensor_handles.append(fw.hook_tensor(t, self._grad_hook(rec.grad_in, name)))
+                    self._tensor_handles.append(fw.hook_tensor(t, self._grad_hook(rec, rec.grad_in, name)))
                     changed = True
                 new_values.append(t)
             if changed:
@@ -187,7 +187,7 @@ class Recorder:
                 rec.outputs.append(self._keep(name, t))
                 if self.backward and fw.requires_grad(t):
                     replace = grads.get(name) if grads else None
-                    self._tensor_handles.append(fw.hook_tensor(t, self._grad_hook(rec.grad_out, name, replace)))
+                    self._tensor_handles.append(fw.hook_tensor(t, self._grad_hook(rec, rec.grad_out, name, replace)))
             return None
 
         return post
@@ -223,11 +223,14 @@ class Recorder:
             self._busy = False
 
     def _grad_hook(
-        self, into: dict[str, TensorRecord], name: str, replace: np.ndarray | None = None
+        self, rec: Call, into: dict[str, TensorRecord], name: str, replace: np.ndarray | None = None
     ) -> Callable[[Any], Any]:
         fw = self.fw
 
         def hook(grad: Any) -> Any:
+            if self.stacks and rec.backward_stack is None:
+                # Autograd runs these hooks inside the user's backward() call: its frames say where.
+                rec.backward_stack = user_stack(self.hidden_roots)
             if replace is not None and tuple(replace.shape) == fw.shape_of(grad):
                 fed = replace.astype(fw.to_numpy(grad).dtype, copy=False)
                 into[name] = TensorRecord(name, fw.shape_of(grad), fw.dtype_name(grad), fed)
@@ -412,7 +415,7 @@ class Recorder:
                         grad_out,
                         tuple(params),
                         (),
-                        rec.stack,
+                        rec.backward_stack or rec.stack,
                     )
                 )
         return forward, link_backward_parents(backward), warnings

@@ -61,7 +61,8 @@ def auto_diff(
     check_gradients((bfw, rfw), (base, raw), diff_phase)
     bcall, rcall = split_inputs(inputs, bfw, rfw)
     # A failure after the copy (or after training steps) leaves both models as they were given.
-    originals = [save_weights(bfw, base), save_weights(rfw, raw)]
+    # Base changes only when the optimizers train it: copy it only then (the copies cost memory).
+    originals = [save_weights(bfw, base) if optimizers is not None else [], save_weights(rfw, raw)]
     try:
         copied = _first_copy(bfw, base, rfw, raw, layer_map, inputs) if auto_init else None
         losses = list(loss_fns) if loss_fns is not None else [None, None]

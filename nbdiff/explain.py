@@ -56,7 +56,12 @@ def explain(
                 f"`{d.base.path or '<root>'}` ~ raw `{d.raw.path or '<root>'}` differ in "
                 f"{'; '.join(x.describe() for x in diffs)}, but its outputs agree (a branch these inputs do not take?)"
             )
-    if not found and not warnings:
+    if blamed is not None and blamed.phase is Phase.BACKWARD and blamed.event is not None:
+        key = (blamed.event.base.step, blamed.event.base.path, blamed.event.base.call)
+        fwd = next((d for d in result.events if d.base.phase is Phase.FORWARD and d.base.kind is Kind.LAYER
+                    and (d.base.step, d.base.path, d.base.call) == key), None)  # fmt: skip
+        blamed = replace(blamed, forward=fwd)
+    if not found and not warnings and blamed is result.first_divergence:
         return result
     divergence = replace(blamed, arguments=found) if blamed is not None and found else blamed
     return replace(result, first_divergence=divergence, warnings=result.warnings + tuple(warnings))

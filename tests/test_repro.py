@@ -43,3 +43,22 @@ def test_no_repro_without_the_layers(tmp_path):
     loaded = nbdiff.load(result.save(str(tmp_path / "r")))
     with pytest.raises(OptionError, match="not a layer call with its layers at hand"):
         loaded.first_divergence.repro(str(tmp_path / "x"))
+
+
+def test_a_backward_only_bug_is_reproduced_by_its_input_gradient(tmp_path):
+    import numpy as np
+
+    from tests.repro_models import PaddleNet, TorchNet
+
+    x = np.random.RandomState(0).randn(4, 8).astype("float32")
+    d = nbdiff.auto_diff(TorchNet(), PaddleNet(), x).first_divergence
+    assert (d.phase.value, d.base_path) == ("backward", "act")
+    script = d.repro(str(tmp_path / "repro"))
+    text = open(script).read()
+    assert "BACKWARD = True" in text and "PaddleTanh(bug=True)" in text
+    run = _run(script)
+    assert run.returncode == 1 and "DIVERGES" in run.stdout, run.stdout + run.stderr
+    with open(script, "w") as f:
+        f.write(text.replace("PaddleTanh(bug=True)", "PaddleTanh(bug=False)"))
+    run = _run(script)
+    assert run.returncode == 0 and "agrees" in run.stdout, run.stdout + run.stderr

@@ -94,6 +94,8 @@ class Divergence:
     """Constructor arguments of the blamed pair that differ (``eps: base 1e-05, raw 0.001``)."""
     event: EventDiff | None = field(default=None, compare=False, repr=False)
     """The blamed pair itself (with its layers, when recorded live), for :meth:`repro`."""
+    forward: EventDiff | None = field(default=None, compare=False, repr=False)
+    """For a backward divergence: the same layer call's forward pair (its layers and inputs)."""
 
     def describe(self) -> str:
         """One line naming the place."""

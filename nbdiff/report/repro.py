@@ -72,7 +72,7 @@ def _constructor(fw: Framework, layer: Any) -> str:
 _SCRIPT = '''"""nbdiff reproduction: {what}
 
 Runs the two layers on the same inputs and weights (repro.safetensors) and compares their
-outputs with the tolerance nbdiff used. Exit status 1 while they differ, 0 once fixed.
+{compared} with the tolerance nbdiff used. Exit status 1 while they differ, 0 once fixed.
 Needs numpy, safetensors, {frameworks}; not nbdiff.
 """
 
@@ -82,12 +82,14 @@ import sys
 import numpy as np
 from safetensors.numpy import load_file
 
+sys.path[:0] = {paths!r}  # where the layers' own modules were imported from
 {imports}
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 data = load_file(os.path.join(HERE, "repro.safetensors"))
 ATOL, RTOL, SCALED = {atol!r}, {rtol!r}, {scaled!r}
 N_INPUTS = {n_inputs}
+BACKWARD = {backward!r}  # compare the gradient of the first input, given the same output gradient
 
 
 def run(framework, layer, prefix, training):
@@ -96,16 +98,27 @@ def run(framework, layer, prefix, training):
     if framework == "torch":
         layer.load_state_dict({{k: torch.from_numpy(v) for k, v in weights.items()}}, strict=False)
         layer.train(training)
-        with torch.no_grad():
-            out = layer(*[torch.from_numpy(x) for x in inputs])
+        xs = [torch.from_numpy(x).requires_grad_(BACKWARD) for x in inputs]
+        with torch.set_grad_enabled(BACKWARD):
+            out = layer(*xs)
         out = out[0] if isinstance(out, (tuple, list)) else out
-        return out.float().numpy()
+        if not BACKWARD:
+            return out.detach().float().numpy()
+        out.backward(torch.from_numpy(data[f"{{prefix}}gout"]))
+        return xs[0].grad.float().numpy()
     layer.set_state_dict({{k: paddle.to_tensor(v) for k, v in weights.items()}})
     layer.train() if training else layer.eval()
-    with paddle.no_grad():
-        out = layer(*[paddle.to_tensor(x) for x in inputs])
+    xs = [paddle.to_tensor(x, stop_gradient=not BACKWARD) for x in inputs]
+    if BACKWARD:
+        out = layer(*xs)
+    else:
+        with paddle.no_grad():
+            out = layer(*xs)
     out = out[0] if isinstance(out, (tuple, list)) else out
-    return out.astype("float32").numpy()
+    if not BACKWARD:
+        return out.astype("float32").numpy()
+    out.backward(paddle.to_tensor(data[f"{{prefix}}gout"]))
+    return xs[0].grad.astype("float32").numpy()
 
 
 base = {base_ctor}
@@ -125,11 +138,19 @@ def write_repro(divergence: Divergence, path: str | os.PathLike[str]) -> Path:
     """Write the script and its data for the blamed forward layer pair; returns the script's path."""
     from safetensors.numpy import save_file
 
-    d: EventDiff | None = divergence.event
-    if d is None or d.base.layer is None or d.raw.layer is None or divergence.where not in ("layer", "between"):
+    backward = divergence.phase.value == "backward"
+    d: EventDiff | None = divergence.forward if backward else divergence.event
+    grads = divergence.event.base.outputs if backward and divergence.event is not None else ()
+    if (
+        d is None
+        or d.base.layer is None
+        or d.raw.layer is None
+        or divergence.where not in ("layer", "between")
+        or (backward and not any(g.value is not None for g in grads))
+    ):
         raise OptionError(
             f"repro: {divergence.describe()} is not a layer call with its layers at hand (a live auto_diff/watch "
-            "forward divergence); a loaded or offline result, or an optimizer/state divergence, has none."
+            "forward or backward divergence); a loaded or offline result, or an optimizer/state divergence, has none."
         )
     bfw, rfw = framework_of(d.base.layer, "base layer"), framework_of(d.raw.layer, "raw layer")
     ins = [t for t in d.base.inputs if t.value is not None and t.name.startswith("in[")]
@@ -137,6 +158,8 @@ def write_repro(divergence: Divergence, path: str | os.PathLike[str]) -> Path:
     for side, fw, layer in (("base", bfw, d.base.layer), ("raw", rfw, d.raw.layer)):
         for i, t in enumerate(ins):
             payload[f"{side}.in{i}"] = np.require(t.value, requirements="C")
+        if backward:  # base's gradient arriving at the first output, given to both: the local error
+            payload[f"{side}.gout"] = np.require(next(g.value for g in grads if g.value is not None), requirements="C")
         for name, tensor in _state(fw, layer).items():
             payload[f"{side}.w.{name}"] = tensor
     out = Path(path)
@@ -147,13 +170,32 @@ def write_repro(divergence: Divergence, path: str | os.PathLike[str]) -> Path:
         what=divergence.describe().replace('"', "'"),
         frameworks=" and ".join(sorted({bfw.name, rfw.name})),
         imports="\n".join(f"import {m}" for m in sorted({bfw.name, rfw.name} | _modules(d))),
-        atol=tol.atol, rtol=tol.rtol, scaled=tol.scaled, n_inputs=len(ins),
+        atol=tol.atol, rtol=tol.rtol, scaled=tol.scaled, n_inputs=len(ins), backward=backward,
+        compared="input gradients (for the same output gradient)" if backward else "outputs",
         base_ctor=_constructor(bfw, d.base.layer), raw_ctor=_constructor(rfw, d.raw.layer),
-        base_fw=bfw.name, raw_fw=rfw.name,
+        base_fw=bfw.name, raw_fw=rfw.name, paths=_import_roots(d),
         base_training=bfw.is_training(d.base.layer), raw_training=rfw.is_training(d.raw.layer),
     )  # fmt: skip
     (out / "repro.py").write_text(script)
     return out / "repro.py"
+
+
+def _import_roots(d: EventDiff) -> list[str]:
+    """Folders from which the layers' modules import (``/proj`` for ``/proj/pkg/mod.py`` as ``pkg.mod``)."""
+    import sys
+
+    roots = []
+    for layer in (d.base.layer, d.raw.layer):
+        name = type(layer).__module__
+        file = getattr(sys.modules.get(name), "__file__", None)
+        if not file or name.split(".")[0] in ("torch", "paddle"):
+            continue
+        root = Path(file).resolve().parent
+        for _ in range(name.count(".")):
+            root = root.parent
+        if str(root) not in roots:
+            roots.append(str(root))
+    return roots
 
 
 def _modules(d: EventDiff) -> set[str]:

@@ -54,7 +54,7 @@ def test_a_file_frame_links_into_jupyterlab(page, jupyter_server):
     run_cell(page, 0, timeout=120_000)
     page.locator(f"{VIEW} .nbd-row", has_text="fc").first.click()  # called from netdef.py's forward
     page.locator(f"{VIEW} .nbd-title", has_text="fc").wait_for()
-    page.locator(f"{VIEW} .nbd-frame", has_text="netdef.py").first.click()
+    page.locator(f"{VIEW} .nbd-frame[data-side='base']", has_text="netdef.py").first.click()
     link = page.locator(f"{VIEW} a.nbd-open")
     link.wait_for()
     assert link.get_attribute("href").endswith("/lab/tree/netdef.py")
@@ -119,7 +119,7 @@ def test_modeldiff_view_click_stack_and_replay(page, jupyter_server, ui):
     plot_ms = _dataset(page, "nbdPlotMs")
 
     # A stack frame shows the source line, with a link into JupyterLab for files.
-    page.locator(f"{VIEW} .nbd-frame", has_text="models.py").first.click()
+    page.locator(f"{VIEW} .nbd-frame[data-side='base']", has_text="models.py").first.click()
     page.locator(f"{VIEW} .nbd-src-here", has_text="self.fc2").wait_for()
 
     # Replay: the next event becomes the selected row.
@@ -271,7 +271,7 @@ def test_step_chart_dark_theme_and_cell_frames(page, jupyter_server):
     # Frames are named by cell, with the line of the user's loop in that cell.
     view.locator(".nbd-row", has_text="fc1").first.click()
     view.locator(".nbd-frame", has_text="Cell In [2], line 5").first.wait_for()
-    view.locator(".nbd-frame", has_text="Cell In [2]").first.click()
+    view.locator(".nbd-frame[data-side='base']", has_text="Cell In [2]").first.click()
     view.locator(".nbd-src-here", has_text="tnet(torch.tensor(x))").wait_for()
     assert view.locator(".nbd-src-line").first.inner_text().endswith("%%modeldiff tnet pnet --out drift")
     # Dark theme: the view follows JupyterLab's colours.

@@ -216,13 +216,16 @@ def test_navigation_by_keys_and_divergence_buttons(page, jupyter_server, ui):
     agree, failed = page.locator(VIEW).nth(0), page.locator(VIEW).nth(1)
 
     # A view with no divergence draws every row on open (the tree is small), none left for a scroll.
+    # Notebook 7 windows its cells: bring the first view on screen before reading it.
+    agree.scroll_into_view_if_needed()
     agree.locator(".nbd-row", has_text="fc1").first.wait_for()
     total = agree.evaluate("el => el.querySelectorAll('.nbd-rows .nbd-row').length")
     assert total >= 13, total
-    assert "backward" in agree.inner_text() and agree.locator(".nbd-row.nbd-none").count() >= 1
-    assert "not compared" in agree.locator(".nbd-row.nbd-none").first.inner_text()
+    assert "backward" in agree.text_content() and agree.locator(".nbd-row.nbd-none").count() >= 1
+    assert "not compared" in agree.locator(".nbd-row.nbd-none").first.text_content()
 
     # Next divergence jumps to the blamed row; keys move the selection and stay in the view.
+    failed.scroll_into_view_if_needed()
     failed.locator(".nbd-row.nbd-blamed").wait_for()
     failed.locator(".nbd-row", has_text="fc2").first.click()
     failed.locator(".nbd-btn[title^='next divergence']").click()

@@ -19,7 +19,7 @@ from nbdiff.trace.apis import SKIPPED_OPS, canonical_op
 from nbdiff.trace.calls import Call, Feed, hold_grad, input_name, link_backward_parents, replace_parent
 from nbdiff.trace.events import Event, Kind, Phase, TensorRecord
 from nbdiff.trace.nest import describe_non_tensors, flatten, unflatten
-from nbdiff.trace.stack import tool_roots, user_stack
+from nbdiff.trace.stack import Frame, tool_roots, user_stack
 
 __all__ = ["Recorder", "Feed"]
 
@@ -56,6 +56,8 @@ class Recorder:
         self._active: list[Call] = []
         self._counts: dict[str, int] = {}
         self._copies: dict[tuple[int, int], tuple[Any, TensorRecord]] = {}
+        self._backward_stack: tuple[Frame, ...] | None = None
+        """User frames of the ``backward()`` call running now: walked once, shared by its layers."""
         """``(id, version)`` of a tensor -> (the tensor, kept alive so its id stays unique; its copy)."""
         self.hidden_roots = fw.source_roots + tool_roots()
         """Folders whose frames are not user code (empty: keep every frame)."""
@@ -126,6 +128,8 @@ class Recorder:
             call_index = self._counts.get(path, 0)
             self._counts[path] = call_index + 1
             parent = self._active[-1] if self._active else None
+            if parent is None:
+                self._backward_stack = None  # a new step: its backward() is still to come
             rec = Call(
                 order=self._new_order(),
                 path=path,
@@ -230,7 +234,9 @@ class Recorder:
         def hook(grad: Any) -> Any:
             if self.stacks and rec.backward_stack is None:
                 # Autograd runs these hooks inside the user's backward() call: its frames say where.
-                rec.backward_stack = user_stack(self.hidden_roots)
+                if self._backward_stack is None:
+                    self._backward_stack = user_stack(self.hidden_roots)
+                rec.backward_stack = self._backward_stack
             if replace is not None and tuple(replace.shape) == fw.shape_of(grad):
                 fed = replace.astype(fw.to_numpy(grad).dtype, copy=False)
                 into[name] = TensorRecord(name, fw.shape_of(grad), fw.dtype_name(grad), fed)

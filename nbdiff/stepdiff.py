@@ -25,7 +25,15 @@ from nbdiff.step import StepRecord
 from nbdiff.trace.apis import align_calls
 from nbdiff.trace.events import Event, Kind, Phase, TensorRecord
 from nbdiff.trace.recorder import Feed
-from nbdiff.updates import UPDATE_ATOL, Snapshot, name_parameter, snapshot, update_diffs, update_tolerance
+from nbdiff.updates import (
+    UPDATE_ATOL,
+    Snapshot,
+    name_parameter,
+    param_pair,
+    snapshot,
+    update_diffs,
+    update_tolerance,
+)
 from nbdiff.weights.plan import LayerWeights, layer_tensors
 
 __all__ = [
@@ -158,17 +166,7 @@ class StepComparer:
             for n in values:
                 rfw.set_value(theirs[n], converted[n])
             if tensors:
-                ev = lambda path, kind, arrays, order=order: Event(  # noqa: E731
-                    step, Phase.STATE, Kind.PARAM, order, path, kind, 0, 0, None, True, (),
-                    tuple(TensorRecord(n, v.shape, str(v.dtype), v) for n, v in arrays.items()),
-                )  # fmt: skip
-                diffs.append(
-                    EventDiff(
-                        ev(plan.base_path, plan.base_type, mine),
-                        ev(plan.raw_path, plan.raw_type, values),
-                        tuple(tensors),
-                    )
-                )
+                diffs.append(param_pair(step, Phase.STATE, order, plan, mine, values, tensors))
         divergence, _ = blame_events(diffs, lambda d: d.tensors)
         if divergence is not None:
             divergence = replace(name_parameter(divergence, self.plans), where="state")

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
 import numpy as np
 
 from nbdiff.compare.blame import Divergence, EventDiff
+from nbdiff.compare.metrics import TensorDiff
 from nbdiff.compare.tolerance import Tolerance
 from nbdiff.frameworks import Framework
 from nbdiff.replay import compare_param_grads
@@ -68,36 +69,28 @@ def update_diffs(
             return update_tolerance(tol, a, b, _scale)
 
         tensors = compare_param_grads(bd, rd, plan, update_tol, mode)
-        ev_b = Event(
-            step,
-            Phase.OPTIMIZER,
-            Kind.PARAM,
-            order,
-            plan.base_path,
-            plan.base_type,
-            0,
-            0,
-            None,
-            True,
-            (),
-            tuple(TensorRecord(n, v.shape, str(v.dtype), v) for n, v in bd.items()),
-        )
-        ev_r = Event(
-            step,
-            Phase.OPTIMIZER,
-            Kind.PARAM,
-            order,
-            plan.raw_path,
-            plan.raw_type,
-            0,
-            0,
-            None,
-            True,
-            (),
-            tuple(TensorRecord(n, v.shape, str(v.dtype), v) for n, v in rd.items()),
-        )
-        diffs.append(EventDiff(ev_b, ev_r, tuple(tensors)))
+        diffs.append(param_pair(step, Phase.OPTIMIZER, order, plan, bd, rd, tensors))
     return diffs
+
+
+def param_pair(
+    step: int,
+    phase: Phase,
+    order: int,
+    plan: LayerWeights,
+    base: dict[str, np.ndarray],
+    raw: dict[str, np.ndarray],
+    tensors: Sequence[TensorDiff],
+) -> EventDiff:
+    """The compared pair for a planned layer's parameter-level arrays (updates, running statistics)."""
+
+    def event(path: str, type_name: str, arrays: dict[str, np.ndarray]) -> Event:
+        records = tuple(TensorRecord(n, v.shape, str(v.dtype), v) for n, v in arrays.items())
+        return Event(step, phase, Kind.PARAM, order, path, type_name, 0, 0, None, True, (), records)
+
+    return EventDiff(
+        event(plan.base_path, plan.base_type, base), event(plan.raw_path, plan.raw_type, raw), tuple(tensors)
+    )
 
 
 def name_parameter(div: Divergence, plans: dict[str, LayerWeights]) -> Divergence:

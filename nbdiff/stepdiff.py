@@ -260,8 +260,10 @@ def _given_diffs(diffs: list[EventDiff], tol: TolFn, mode: str) -> list[EventDif
     for i, d in enumerate(diffs):
         if not d.raw.given:
             continue
-        found = tensor_diffs(d.raw.given, [t for t in d.base.inputs if t.name in {g.name for g in d.raw.given}],
-                             _input_tol(tol, d.base, d.raw), mode)  # fmt: skip
+        names = {g.name for g in d.raw.given}
+        found = tensor_diffs(
+            d.raw.given, [t for t in d.base.inputs if t.name in names], _input_tol(tol, d.base, d.raw), mode
+        )
         extra.setdefault(i, []).extend(replace(t, name=f"given:{t.name}") for t in found)
         if d.base.parent in at:
             name = d.base.path + (f"#{d.base.call}" if d.base.call else "")

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import functools
 import linecache
 import os
 import sys
 from typing import Any
 
-from nbdiff.trace.stack import cell_number, frame_label
+from nbdiff.trace.stack import cell_number, frame_label, ipython_shell
 
 __all__ = ["source_excerpt"]
 
@@ -22,8 +23,7 @@ def _cell_lines(filename: str) -> list[str]:
     their ``get_ipython().run_line_magic(...)`` rewrite); the compiled text when lines would not match."""
     compiled = [x.rstrip("\n") for x in linecache.getlines(filename)]
     n = cell_number(filename)
-    shell = sys.modules.get("IPython") and sys.modules["IPython"].get_ipython()
-    raw_cells = getattr(getattr(shell, "history_manager", None), "input_hist_raw", None)
+    raw_cells = getattr(getattr(ipython_shell(), "history_manager", None), "input_hist_raw", None)
     if n is not None and isinstance(raw_cells, list) and 0 <= n < len(raw_cells):
         raw = raw_cells[n].rstrip("\n").split("\n")
         if len(raw) == len(compiled):
@@ -41,8 +41,13 @@ def _may_read(filename: str) -> bool:
     real = os.path.realpath(filename)
     if real.startswith(os.path.realpath(os.getcwd()) + os.sep):
         return True
-    loaded = {os.path.realpath(f) for m in list(sys.modules.values()) if (f := getattr(m, "__file__", None))}
-    return real in loaded
+    return real in _loaded_files(len(sys.modules))
+
+
+@functools.lru_cache(maxsize=1)
+def _loaded_files(_modules: int) -> frozenset[str]:
+    # Keyed by how many modules are loaded: recomputed only after an import, not for every frame.
+    return frozenset(os.path.realpath(f) for m in list(sys.modules.values()) if (f := getattr(m, "__file__", None)))
 
 
 def source_excerpt(filename: str, lineno: int, context: int = 6) -> dict[str, Any]:

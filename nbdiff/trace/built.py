@@ -8,6 +8,7 @@ and its class's ``__init__`` (or a base class's) assigns the attribute.
 
 from __future__ import annotations
 
+import functools
 import inspect
 import re
 from typing import Any
@@ -57,6 +58,7 @@ def construction_site(root: Any, path: str) -> Frame | None:
     return None
 
 
+@functools.lru_cache(maxsize=1024)  # a report asks for every row: read each class's source once
 def _assignment(cls: type, attr: str) -> Frame | None:
     # `self.norm = ...`, `self.norm: X = ...`, `self.fc1, self.fc2 = ...`, setattr(self, "norm", ...); not `==`
     name = re.escape(attr)

@@ -8,8 +8,9 @@ import sys
 import traceback
 from dataclasses import dataclass
 from types import FrameType
+from typing import Any
 
-__all__ = ["Frame", "user_stack", "tool_roots", "cell_number", "frame_label", "short_traceback"]
+__all__ = ["Frame", "user_stack", "tool_roots", "cell_number", "frame_label", "short_traceback", "ipython_shell"]
 
 _NBDIFF_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 _STDLIB_ROOT = os.path.dirname(os.__file__) + os.sep
@@ -67,14 +68,19 @@ def user_stack(hidden_roots: tuple[str, ...], limit: int = 12) -> tuple[Frame, .
     return tuple(frames)
 
 
+def ipython_shell() -> Any:
+    """The running IPython shell, or ``None`` (IPython is never imported here)."""
+    ipython = sys.modules.get("IPython")
+    return ipython.get_ipython() if ipython is not None else None
+
+
 def cell_number(filename: str) -> int | None:
     """The execution count of the notebook cell compiled under ``filename``, or ``None``.
 
     ipykernel names cells by a hash (``/tmp/ipykernel_PID/2919664822.py``); IPython keeps
     which count each name belongs to, as its own tracebacks show (``Cell In[5]``).
     """
-    shell = sys.modules.get("IPython") and sys.modules["IPython"].get_ipython()
-    names = getattr(getattr(shell, "compile", None), "_filename_map", None)
+    names = getattr(getattr(ipython_shell(), "compile", None), "_filename_map", None)
     if isinstance(names, dict) and isinstance(names.get(filename), int):
         return names[filename]
     m = re.match(r"<ipython-input-(\d+)-", filename)

@@ -98,8 +98,7 @@ def auto_diff(
         done = 0
         log = OptimizerLog()  # the optimizers that step, and their learning rates, to say why an update differs
         with ExitStack() as stack:
-            for fw in {id(f): f for f in (bfw, rfw)}.values():
-                stack.enter_context(fw.optimizer_steps(log.seen))
+            log.listen(stack, (bfw, rfw))
             for fw, model in ((bfw, base), (rfw, raw)):
                 stack.enter_context(training_flags(fw, model))
                 stack.enter_context(no_dropout(fw, model))

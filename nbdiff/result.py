@@ -87,14 +87,9 @@ class DiffResult:
         With ``path``, the report is written there and the path is returned (the page is
         megabytes: as a cell's last line it would flood the output); without, the HTML.
         """
-        from nbdiff.report.html import render_html
+        from nbdiff.report.html import render_html, write_html
 
-        text = render_html(self)
-        if path is None:
-            return text
-        with open(path, "w", encoding="utf-8") as f:
-            f.write(text)
-        return str(path)
+        return render_html(self) if path is None else str(write_html(self, path))
 
     def save(self, path: str) -> str:
         """Write the result to folder ``path`` (JSON plus safetensors, no pickle); ``nbdiff.load`` reads it."""

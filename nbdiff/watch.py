@@ -91,8 +91,7 @@ class watch:
             for side in (self._b, self._r):
                 side.install(stack, self._on_root(side))
             # The optimizers the cell steps, to name their settings when an update is blamed.
-            for fw in {id(f): f for f in (self.bfw, self.rfw)}.values():
-                stack.enter_context(fw.optimizer_steps(self._optimizers.seen))
+            self._optimizers.listen(stack, (self.bfw, self.rfw))
         except BaseException:
             stack.close()
             raise

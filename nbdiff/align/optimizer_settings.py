@@ -9,6 +9,8 @@ gradient: torch ``Adam(weight_decay=...)``, paddle ``Adam(weight_decay=...)``).
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
+from contextlib import ExitStack
 from typing import Any
 
 from nbdiff.align.arguments import ArgDiff
@@ -98,6 +100,11 @@ class OptimizerLog:
     def __init__(self) -> None:
         self.optimizers: list[Any] = []
         self._lrs: dict[int, list[Any]] = {}
+
+    def listen(self, stack: ExitStack, frameworks: Sequence[Any]) -> None:
+        """Log every optimizer step of these frameworks until ``stack`` closes (each framework once)."""
+        for fw in {id(f): f for f in frameworks}.values():
+            stack.enter_context(fw.optimizer_steps(self.seen))
 
     def seen(self, opt: Any) -> None:
         if all(o is not opt for o in self.optimizers):

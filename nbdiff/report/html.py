@@ -129,5 +129,5 @@ def _plots(tree: Any, node_id: int, detail: dict[str, Any]) -> dict[str, str]:
 
 def write_html(result: DiffResult, path: str | os.PathLike[str]) -> Path:
     out = Path(path)
-    out.write_text(render_html(result))
+    out.write_text(render_html(result), encoding="utf-8")
     return out

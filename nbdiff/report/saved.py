@@ -13,7 +13,6 @@ kept: a loaded result is for reading, not for re-running.
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import asdict, fields, replace
 from pathlib import Path
@@ -29,7 +28,7 @@ from nbdiff.errors import DumpError
 from nbdiff.result import DiffResult
 from nbdiff.trace.events import Event, Phase
 from nbdiff.trace.stack import Frame
-from nbdiff.trace.store import _event, _event_json, _json_float, _read_float
+from nbdiff.trace.store import _event, _event_json, _json_float, _load_json, _read_float, _write_atomic
 
 __all__ = ["save_result", "load_result", "FORMAT"]
 
@@ -108,9 +107,7 @@ def save_result(result: DiffResult, path: str | os.PathLike[str]) -> Path:
         "unmatched_raw": [event(e, f"ur{i}.") for i, e in enumerate(result.unmatched_raw)],
     }
     save_file(payload, str(out / _TENSORS))
-    tmp = out / (_JSON + ".tmp")
-    tmp.write_text(json.dumps(data, separators=(",", ":")))
-    tmp.replace(out / _JSON)
+    _write_atomic(out / _JSON, data)
     return out
 
 
@@ -142,13 +139,11 @@ def load_result(path: str | os.PathLike[str]) -> DiffResult:
 
     folder = Path(path)
     where = folder / _JSON
+    data = _load_json(where, "a saved nbdiff result", written_by="DiffResult.save")
     try:
-        data = json.loads(where.read_text())
         payload = load_file(str(folder / _TENSORS))
-    except FileNotFoundError as exc:
-        raise DumpError(f"{exc.filename}: missing; is {folder} a folder written by DiffResult.save?") from None
-    except (json.JSONDecodeError, UnicodeDecodeError, SafetensorError, OSError, RecursionError) as exc:
-        raise DumpError(f"{folder}: cannot read the saved result ({exc}).") from None
+    except (SafetensorError, OSError) as exc:
+        raise DumpError(f"{folder / _TENSORS}: cannot read the saved tensors ({exc}).") from None
     if not isinstance(data, dict) or data.get("format") != FORMAT or data.get("version") != VERSION:
         raise DumpError(f'{where}: not a saved nbdiff result (no "format": "{FORMAT}", version {VERSION}).')
     try:

@@ -224,11 +224,11 @@ def rank_dirs(dump_dir: str | os.PathLike[str]) -> dict[int, Path]:
     return found
 
 
-def _load_json(path: Path, what: str) -> Any:
+def _load_json(path: Path, what: str, written_by: str = "nbdiff.record") -> Any:
     try:
         return json.loads(path.read_text())
     except FileNotFoundError:
-        raise DumpError(f"{path}: missing; is this a folder written by nbdiff.record?") from None
+        raise DumpError(f"{path}: missing; is this a folder written by {written_by}?") from None
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise DumpError(f"{path}: not valid JSON ({exc}); the dump is truncated or was edited.") from None
     except RecursionError:

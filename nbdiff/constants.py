@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from nbdiff.align.fused import FusedLayers
 from nbdiff.compare.metrics import compare_tensors
 from nbdiff.compare.tolerance import Tolerance
 from nbdiff.frameworks import Framework
@@ -29,7 +30,7 @@ def constant_differences(
     out = []
     for bp, rp in pairs:
         bl, rl = blayers.get(bp), rlayers.get(rp)
-        if bl is None or rl is None:
+        if bl is None or rl is None or isinstance(bl, FusedLayers):
             continue
         names = bfw.constant_buffers(bl) | rfw.constant_buffers(rl)
         if not names:

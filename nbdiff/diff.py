@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from contextlib import ExitStack
+from dataclasses import replace
 from typing import Any
 
 from nbdiff.align.layer_map import LayerMap
@@ -22,7 +23,7 @@ from nbdiff.stepdiff import StepComparer, feed_for
 from nbdiff.trace.inputs import split_inputs
 from nbdiff.trace.modes import no_dropout, restore_state, save_state, save_weights, training_flags
 from nbdiff.trace.structure import forward_structure
-from nbdiff.weights.assign import WeightMap, assign_weight, execution_pairs, plan_pairs, plan_weights, write_weights
+from nbdiff.weights.assign import WeightMap, assign_weight, execution_pairs, plan_pairing, plan_weights, write_weights
 
 __all__ = ["auto_diff"]
 
@@ -113,15 +114,15 @@ def auto_diff(
                 if wmap is None:
                     # Weights pair by execution order: this step's pairing decides. A structure copy
                     # that paired any layer differently is redone from it, and the step run again.
-                    wmap = plan_pairs(bfw, base, rfw, raw, execution_pairs(pairing))
+                    wmap = plan_pairing(bfw, base, rfw, raw, pairing)
                     if copied is not None and not copied.covers(wmap):
                         restore_state(bfw, initial[0])
                         restore_state(rfw, initial[1])
-                        wmap = WeightMap(wmap.layers, wmap.warnings + tuple(write_weights(bfw, base, rfw, raw, wmap)))
+                        wmap = replace(wmap, warnings=wmap.warnings + tuple(write_weights(bfw, base, rfw, raw, wmap)))
                         initial[1] = save_state(rfw, raw)
                         brec, rrec, pairing = run_pair(step, pairing)
                     elif copied is not None:
-                        wmap = WeightMap(wmap.layers, wmap.warnings + tuple(w for w in copied.warnings if "tied" in w))
+                        wmap = replace(wmap, warnings=wmap.warnings + tuple(w for w in copied.warnings if "tied" in w))
                     warnings += wmap.warnings
                     warnings += constant_differences(
                         bfw, cmp.blayers, rfw, cmp.rlayers, execution_pairs(pairing), lambda a, b: tol(a, b)
@@ -192,7 +193,7 @@ def _first_copy(
         try:
             wmap = plan_weights(base, raw)[2]
             tied = write_weights(bfw, base, rfw, raw, wmap)
-            return WeightMap(wmap.layers, wmap.warnings + tuple(tied))
+            return replace(wmap, warnings=wmap.warnings + tuple(tied))
         except WeightTransferError:
             pass
     return assign_weight(base, raw, layer_map, inputs)

@@ -87,6 +87,15 @@ def _forced(fw: Framework, t: Any, mine: TensorRecord | None, theirs: TensorReco
     return fw.from_numpy(value.astype(fw.to_numpy(t).dtype, copy=False))
 
 
+def _fits(theirs: TensorRecord, mine: TensorRecord) -> bool:
+    """Whether base's tensor can stand in for the layer's own: same rank and kind, broadcastable."""
+    if theirs.value is None or mine.value is None or len(theirs.shape) != len(mine.shape):
+        return False
+    if theirs.value.dtype.kind != mine.value.dtype.kind:
+        return False
+    return all(a == b or a == 1 for a, b in zip(theirs.shape, mine.shape))
+
+
 class Replayer:
     """Measures local errors of paired events."""
 
@@ -96,12 +105,29 @@ class Replayer:
     def _args(
         self, fw: Framework, template_event: Event, base_inputs: Event, grad: bool
     ) -> tuple[Any, list[Any]] | None:
-        if len(template_event.inputs) != len(base_inputs.inputs):
-            return None
-        values = []
-        for mine, theirs in zip(template_event.inputs, base_inputs.inputs):
-            arr = theirs.data.astype(mine.data.dtype, copy=False)
+        """The layer's call with base's inputs in place of its own.
+
+        Inputs pair by name, else by position where the shapes fit. Forward only, an input base
+        has no counterpart for (paddle's attention mask, where transformers passes ``None``)
+        keeps the layer's own recorded value; gradients need every input from base.
+        """
+        mine_all, theirs_all = template_event.inputs, base_inputs.inputs
+        by_name = {t.name: t for t in theirs_all}
+        values, fed = [], 0
+        for i, mine in enumerate(mine_all):
+            theirs = by_name.get(mine.name)
+            if theirs is None and i < len(theirs_all) and theirs_all[i].name not in {m.name for m in mine_all}:
+                theirs = theirs_all[i] if _fits(theirs_all[i], mine) else None
+            if theirs is None:
+                if grad:
+                    return None
+                values.append(fw.from_numpy(mine.data))
+                continue
+            arr = np.broadcast_to(theirs.data, mine.shape).astype(mine.data.dtype)
             values.append(fw.from_numpy(arr, requires_grad=grad))
+            fed += 1
+        if not fed or (grad and len(mine_all) != len(theirs_all)):
+            return None
         return unflatten(template_event.template, values), values
 
     def forward(

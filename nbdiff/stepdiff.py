@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from nbdiff.align.fused import fuse_events
 from nbdiff.align.layer_map import LayerMap
 from nbdiff.align.pairing import Pairing, pair_forward
 from nbdiff.compare.blame import Divergence, EventDiff, blame_events, first_nonfinite, post_order
@@ -34,6 +35,7 @@ from nbdiff.updates import (
     update_diffs,
     update_tolerance,
 )
+from nbdiff.weights.fused import fused_layers
 from nbdiff.weights.plan import LayerWeights, layer_tensors
 
 __all__ = [
@@ -90,7 +92,10 @@ class StepComparer:
         self.replayer = Replayer(self.bfw, self.rfw, plans, self.tol, self.mode)
 
     def pair(self, brec: StepRecord, rrec: StepRecord) -> Pairing:
-        return _pair(brec, rrec, self.layer_map, self.blayers, self.rlayers)
+        pairing = _pair(brec, rrec, self.layer_map, self.blayers, self.rlayers)
+        # A fused group stands for its members wherever a base layer is looked up by path.
+        self.blayers.update(fused_layers(self.blayers, pairing.fused))
+        return pairing
 
     def compare(
         self, pairing: Pairing, brec: StepRecord, rrec: StepRecord, grads: ParamGrads = live_param_grads
@@ -104,7 +109,11 @@ class StepComparer:
             bwd = _backward_diffs(pairing, brec, rrec, self.plans, self, grads)
         if self.diff_phase != "backward":
             kids = _paired_children(fwd)
-            divergence, fwd = blame_events(fwd, lambda d: _local_forward(self.replayer, d, kids), _final_forward)
+            # The loss is computed from the model's outputs: its own error is measurable only where they agree.
+            outputs_agree = all(d.passed for d in fwd if _final_forward(d) and d.base.kind is Kind.LAYER)
+            divergence, fwd = blame_events(
+                fwd, lambda d: _local_forward(self.replayer, d, kids, outputs_agree), _final_forward
+            )
             divergence = divergence if divergence is not None else first_nonfinite(fwd)
         if divergence is None and bwd:
             divergence, bwd = blame_events(
@@ -348,7 +357,7 @@ def _backward_diffs(
     sides: StepComparer,
     grads: ParamGrads,
 ) -> list[EventDiff]:
-    bb = {(e.path, e.call): e for e in brec.backward}
+    bb = {(e.path, e.call): e for e in fuse_events(brec.backward, list(pairing.fused), backward=True)}
     rb = {(e.path, e.call): e for e in rrec.backward}
     bfw, rfw, blayers, rlayers, tol, mode = sides.bfw, sides.rfw, sides.blayers, sides.rlayers, sides.tol, sides.mode
     diffs = []
@@ -403,10 +412,12 @@ def _paired_children(diffs: list[EventDiff]) -> dict[int, list[tuple[Event, Even
 
 
 def _local_forward(
-    replayer: Replayer, d: EventDiff, kids: dict[int, list[tuple[Event, Event]]]
+    replayer: Replayer, d: EventDiff, kids: dict[int, list[tuple[Event, Event]]], outputs_agree: bool = True
 ) -> tuple[TensorDiff, ...] | None:
-    if d.base.kind in (Kind.LOSS, Kind.INPUT):
+    if d.base.kind is Kind.INPUT:
         return d.tensors
+    if d.base.kind is Kind.LOSS:
+        return d.tensors if outputs_agree else None
     if d.base.kind is Kind.API:
         return api_local(d, replayer.tol, replayer.mode)
     return replayer.forward(d.base, d.raw, kids.get(d.base.order, []))
@@ -426,7 +437,7 @@ def _local_backward(
 
 def feed_for(brec: StepRecord, pairing: Pairing, diff_phase: str) -> Feed:
     """Base inputs (forward) and base output gradients (backward) for each paired raw call."""
-    bwd = {(e.path, e.call): e for e in brec.backward}
+    bwd = {(e.path, e.call): e for e in fuse_events(brec.backward, list(pairing.fused), backward=True)}
     inputs: dict[tuple[str, int], list[np.ndarray | None]] = {}
     grads: dict[tuple[str, int], dict[str, np.ndarray]] = {}
     for p in pairing.pairs:

@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from nbdiff.align.fused import fuse_events
 from nbdiff.align.layer_map import LayerMap
 from nbdiff.align.optimizer_settings import OptimizerLog
 from nbdiff.align.pairing import Pair, Pairing
@@ -28,7 +29,7 @@ from nbdiff.stepdiff import StepComparer, feed_for
 from nbdiff.trace.recorder import Feed
 from nbdiff.trace.session import ModelSession
 from nbdiff.trace.structure import forward_structure
-from nbdiff.weights.assign import WeightMap, execution_pairs, plan_pairs, plan_weights, write_weights
+from nbdiff.weights.assign import WeightMap, plan_pairing, plan_weights, write_weights
 from nbdiff.weights.plan import layer_tensors
 
 __all__ = ["watch"]
@@ -145,7 +146,7 @@ class watch:
                 return  # raw runs first and nothing needs base: recorded as is
             self._pairing0 = self._probe(args, kwargs)
             if self.options["auto_init"]:
-                wmap = plan_pairs(self.bfw, self.base, self.rfw, self.raw, execution_pairs(self._pairing0))
+                wmap = plan_pairing(self.bfw, self.base, self.rfw, self.raw, self._pairing0)
                 if self._copied is None or not self._copied.covers(wmap):
                     write_weights(self.bfw, self.base, self.rfw, self.raw, wmap)
                     self._r.weights[-1] = self._r.weights_now()
@@ -170,13 +171,14 @@ class watch:
         """Base inputs and output gradients of step ``k``, keyed by raw's running call numbers."""
         assert self._pairing0 is not None
         fwd, bwd, _ = self._b.recorder.step_events(k, self._b.grads)  # this step only, each step
-        by_key = {(e.path, e.call): e for e in fwd}
+        fused = self._pairing0.fused
+        by_key = {(e.path, e.call): e for e in fuse_events(fwd, list(fused))}
         pairs = tuple(
             Pair(by_key[(p.base.path, p.base.call)], p.raw)
             for p in self._pairing0.pairs
             if (p.base.path, p.base.call) in by_key
         )
-        feed = feed_for(StepRecord(fwd, bwd, []), Pairing(pairs), str(self.options["diff_phase"]))
+        feed = feed_for(StepRecord(fwd, bwd, []), Pairing(pairs, fused=fused), str(self.options["diff_phase"]))
         # Calls of this step are numbered after those of earlier steps (the recorder's root
         # hook runs after this one, so the root's current call is not counted yet either).
         shift = self._r.recorder.call_counts()
@@ -205,7 +207,7 @@ class watch:
                 brec, rrec = StepRecord(*bsteps[k]), StepRecord(*rsteps[k])
                 pairing = self._cmp.pair(brec, rrec)
                 if self._cmp.plans is None:
-                    wmap = plan_pairs(self.bfw, self.base, self.rfw, self.raw, execution_pairs(pairing))
+                    wmap = plan_pairing(self.bfw, self.base, self.rfw, self.raw, pairing)
                     self._warnings += wmap.warnings
                     self._cmp.set_plans(wmap.by_base_path())
                 # Replays run on the weights this step ran with.

@@ -391,3 +391,31 @@ def test_a_failure_after_the_copy_puts_raw_back_as_it_was():
     with pytest.raises(ModelCallError):
         nbdiff.auto_diff(base, raw, inputs("mlp"))
     assert all(np.array_equal(before[k], v.numpy()) for k, v in raw.state_dict().items())
+
+
+def test_a_loss_is_never_blamed_for_what_the_model_outputs_it_is_computed_from():
+    # A layer whose replay cannot run (it refuses a second call) diverges; the loss used to take
+    # the blame with its accumulated error as its "local" one.
+    class Once(torch.nn.Module):
+        def __init__(self, scale):
+            super().__init__()
+            self.fc, self.scale, self.calls = torch.nn.Linear(4, 4), scale, 0
+
+        def forward(self, x):
+            self.calls += 1
+            if self.calls > 1:
+                raise RuntimeError("called twice")
+            return self.fc(x) * self.scale
+
+    class Net(torch.nn.Module):
+        def __init__(self, scale):
+            super().__init__()
+            self.once = Once(scale)
+
+        def forward(self, x):
+            return self.once(x)
+
+    x = np.random.RandomState(0).randn(3, 4).astype("float32")
+    result = nbdiff.auto_diff(Net(1.0), Net(1.1), x)
+    d = result.first_divergence
+    assert d is not None and d.base_path == "once", result.report()

@@ -29,3 +29,41 @@ def test_train_mode_batchnorm_and_inplace_layers_have_a_measured_backward(path):
     bwd = next(e for e in rec.backward if e.path == path)
     local = replayer.backward(fwd, fwd, bwd)
     assert local is not None and all(t.passed for t in local)
+
+
+def test_a_layer_whose_port_takes_an_extra_input_is_measured_and_blamed():
+    # transformers passes attention_mask=None where paddleformers passes a mask tensor: the two calls
+    # have different inputs, and the layer's local error could not be measured, so blame went elsewhere.
+    import nbdiff
+
+    class Attn(torch.nn.Module):
+        def __init__(self, bug=False):
+            super().__init__()
+            self.proj, self.bug = torch.nn.Linear(4, 4), bug
+
+        def forward(self, hidden_states, attention_mask=None):
+            h = self.proj(hidden_states)
+            if attention_mask is not None:
+                h = h * attention_mask
+            return h.tanh() * (1.1 if self.bug else 1.0)
+
+    class Net(torch.nn.Module):
+        def __init__(self, with_mask, bug=False):
+            super().__init__()
+            self.fc, self.attn, self.head, self.with_mask = (
+                torch.nn.Linear(4, 4),
+                Attn(bug),
+                torch.nn.Linear(4, 2),
+                with_mask,
+            )
+
+        def forward(self, x):
+            h = self.fc(x)
+            mask = torch.ones_like(h) if self.with_mask else None
+            return self.head(self.attn(h, attention_mask=mask) if self.with_mask else self.attn(h))
+
+    x = np.random.RandomState(0).randn(3, 4).astype("float32")
+    assert nbdiff.auto_diff(Net(False), Net(True), x)
+    d = nbdiff.auto_diff(Net(False), Net(True, bug=True), x).first_divergence
+    assert d is not None and (d.base_path, d.where) in {("attn", "between"), ("attn", "layer")}
+    assert d.local_error is not None and not d.local_error.passed

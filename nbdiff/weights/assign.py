@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
 
+from nbdiff.align.fused import FusedGroup
 from nbdiff.align.layer_map import LayerMap
 from nbdiff.align.pairing import Pairing, pair_forward
 from nbdiff.align.typemap import equivalent_types
@@ -14,6 +15,7 @@ from nbdiff.errors import NbdiffError, WeightTransferError
 from nbdiff.frameworks import Framework, framework_of
 from nbdiff.trace.inputs import split_inputs
 from nbdiff.trace.structure import forward_structure
+from nbdiff.weights.fused import fused_layers, plan_fused
 from nbdiff.weights.plan import LayerWeights, all_class_names, convert_checked, layer_tensors, plan_layer
 from nbdiff.weights.rules import covers_sublayers
 
@@ -24,6 +26,7 @@ __all__ = [
     "plan_pairs",
     "write_weights",
     "execution_pairs",
+    "plan_pairing",
 ]
 
 
@@ -33,6 +36,8 @@ class WeightMap:
 
     layers: tuple[LayerWeights, ...]
     warnings: tuple[str, ...] = ()
+    fused: tuple[FusedGroup, ...] = ()
+    """Fused groups among the base paths (``a.q_proj+a.k_proj+a.v_proj``)."""
 
     def by_base_path(self) -> dict[str, LayerWeights]:
         return {lw.base_path: lw for lw in self.layers}
@@ -52,24 +57,35 @@ def _owns_tensors(fw: Framework, layer: Any) -> bool:
 
 
 def execution_pairs(pairing: Pairing) -> list[tuple[str, str]]:
-    """``(base path, raw path)`` of paired layer calls, first call of each base layer only."""
+    """``(base path, raw path)`` of paired layer calls, first call of each base layer only.
+
+    A fused group keeps its path (its members are copied together); the members of an
+    explicit many-to-one pair (layers run back to back) are listed one by one.
+    """
+    fused = {g.path for g in pairing.fused}
     seen: set[str] = set()
     out = []
     for p in pairing.pairs:
-        for bp in p.base.path.split("+"):
+        for bp in [p.base.path] if p.base.path in fused else p.base.path.split("+"):
             if bp not in seen:
                 seen.add(bp)
                 out.append((bp, p.raw.path))
     return out
 
 
+def plan_pairing(bfw: Framework, base: Any, rfw: Framework, raw: Any, pairing: Pairing) -> WeightMap:
+    """The copy plan of the layer pairs (and fused groups) of a forward pairing."""
+    return plan_pairs(bfw, base, rfw, raw, execution_pairs(pairing), pairing.fused)
+
+
 def _pairs_by_execution(
     bfw: Framework, base: Any, rfw: Framework, raw: Any, inputs: Any, layer_map: LayerMap | None
-) -> list[tuple[str, str]]:
+) -> tuple[list[tuple[str, str]], tuple[FusedGroup, ...]]:
     bcall, rcall = split_inputs(inputs, bfw, rfw)
     bev = forward_structure(bfw, base, bcall, "base")
     rev = forward_structure(rfw, raw, rcall, "raw")
-    return execution_pairs(pair_forward(bev, rev, layer_map, dict(bfw.named_layers(base)), dict(rfw.named_layers(raw))))
+    pairing = pair_forward(bev, rev, layer_map, dict(bfw.named_layers(base)), dict(rfw.named_layers(raw)))
+    return execution_pairs(pairing), pairing.fused
 
 
 def _weight_units(fw: Framework, model: Any) -> list[tuple[str, Any]]:
@@ -111,16 +127,26 @@ def plan_weights(
 ) -> tuple[Framework, Framework, WeightMap]:
     """Pair the layers and plan the copy of every tensor, without changing anything."""
     bfw, rfw = framework_of(base, "base"), framework_of(raw, "raw")
+    fused: tuple[FusedGroup, ...] = ()
     if inputs is not None:
-        pairs = _pairs_by_execution(bfw, base, rfw, raw, inputs, layer_map)
+        pairs, fused = _pairs_by_execution(bfw, base, rfw, raw, inputs, layer_map)
     else:
         pairs = _pairs_by_structure(bfw, base, rfw, raw)
-    return bfw, rfw, plan_pairs(bfw, base, rfw, raw, pairs)
+    return bfw, rfw, plan_pairs(bfw, base, rfw, raw, pairs, fused)
 
 
-def plan_pairs(bfw: Framework, base: Any, rfw: Framework, raw: Any, pairs: list[tuple[str, str]]) -> WeightMap:
-    """The copy plan for these ``(base path, raw path)`` layer pairs."""
+def plan_pairs(
+    bfw: Framework,
+    base: Any,
+    rfw: Framework,
+    raw: Any,
+    pairs: list[tuple[str, str]],
+    fused: tuple[FusedGroup, ...] = (),
+) -> WeightMap:
+    """The copy plan for these ``(base path, raw path)`` layer pairs (and fused groups among them)."""
     blayers, rlayers = dict(bfw.named_layers(base)), dict(rfw.named_layers(raw))
+    blayers.update(fused_layers(blayers, fused))
+    groups = {g.path: g for g in fused}
     plans: list[LayerWeights] = []
     covered_b: list[str] = []
     covered_r: list[str] = []
@@ -130,7 +156,10 @@ def plan_pairs(bfw: Framework, base: Any, rfw: Framework, raw: Any, pairs: list[
             continue
         bl, rl = blayers[bp], rlayers[rp]
         try:
-            plan = plan_layer(bfw, bp, bl, rfw, rp, rl)
+            if bp in groups:
+                plan = plan_fused(bfw, groups[bp], bl, rfw, rp, rl)
+            else:
+                plan = plan_layer(bfw, bp, bl, rfw, rp, rl)
         except WeightTransferError as exc:
             raise WeightTransferError(f"{exc}\n\n{_trees(bfw, base, bp, rfw, raw, rp)}") from None
         if plan.recursive:
@@ -140,15 +169,17 @@ def plan_pairs(bfw: Framework, base: Any, rfw: Framework, raw: Any, pairs: list[
             plans.append(plan)
             done_raw.add(rp)
     warnings = []
-    planned_b = {p.base_path for p in plans}
+    planned_b = {p.base_path for p in plans} | {
+        m for p in plans if p.base_path in groups for m in groups[p.base_path].members
+    }
     planned_r = {p.raw_path for p in plans}
     for p, lay in blayers.items():
-        if _owns_tensors(bfw, lay) and p not in planned_b and not _inside(p, covered_b):
+        if p not in groups and _owns_tensors(bfw, lay) and p not in planned_b and not _inside(p, covered_b):
             warnings.append(f"base `{p}` ({type(lay).__name__}) has weights but was not paired (it did not run?)")
     for p, lay in rlayers.items():
         if _owns_tensors(rfw, lay) and p not in planned_r and not _inside(p, covered_r):
             warnings.append(f"raw `{p}` ({type(lay).__name__}) has weights but nothing was copied into it")
-    return WeightMap(tuple(plans), tuple(warnings))
+    return WeightMap(tuple(plans), tuple(warnings), fused)
 
 
 def _inside(path: str, roots: list[str]) -> bool:
@@ -167,7 +198,7 @@ def assign_weight(base: Any, raw: Any, layer_map: LayerMap | None = None, inputs
     """
     bfw, rfw, wmap = plan_weights(base, raw, layer_map, inputs)
     tied = write_weights(bfw, base, rfw, raw, wmap)
-    return WeightMap(wmap.layers, wmap.warnings + tuple(tied)) if tied else wmap
+    return replace(wmap, warnings=wmap.warnings + tuple(tied)) if tied else wmap
 
 
 def write_weights(bfw: Framework, base: Any, rfw: Framework, raw: Any, wmap: WeightMap) -> list[str]:
@@ -177,6 +208,7 @@ def write_weights(bfw: Framework, base: Any, rfw: Framework, raw: Any, wmap: Wei
     tied on the raw side only (``tie_word_embeddings``), and the last copy wins.
     """
     blayers, rlayers = dict(bfw.named_layers(base)), dict(rfw.named_layers(raw))
+    blayers.update(fused_layers(blayers, wmap.fused))
     writes: list[tuple[Any, Any]] = []
     names: dict[int, str] = {}
     copies: list[tuple[Any, Any, Any]] = []

@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 
+from nbdiff.align.fused import FusedLayers
 from nbdiff.errors import WeightTransferError
 from nbdiff.frameworks import Framework
 from nbdiff.weights.rules import Arrays, Convert, find_rule, rename_rule
@@ -59,6 +60,8 @@ def _own_tensors(fw: Framework, layer: Any) -> list[tuple[str, Any]]:
 
 def layer_tensors(fw: Framework, layer: Any, recursive: bool = False) -> dict[str, Any]:
     """Parameters and persistent buffers of a layer by relative name (dotted when ``recursive``)."""
+    if isinstance(layer, FusedLayers):  # a fused group's members, each under its attribute name
+        return {f"{m}.{n}": t for m, sub in layer.members.items() for n, t in layer_tensors(fw, sub, recursive).items()}
     if not recursive:
         return {n: t for n, t in _own_tensors(fw, layer) if n not in _IGNORABLE}
     out: dict[str, Any] = {}

@@ -8,6 +8,7 @@ torch support off in its process.
 
 from __future__ import annotations
 
+import types
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -66,6 +67,71 @@ def llama(bug: str | None = None, train: str | None = None) -> Callable[[], tupl
         return base, raw, inputs, _training(train, base, raw)
 
     return build
+
+
+# -- transformers Ernie 4.5 <-> paddleformers Ernie 4.5: fused qkv_proj and up_gate_proj ---------
+ERNIE = dict(
+    vocab_size=96, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+    num_key_value_heads=2, head_dim=8, max_position_embeddings=64, rms_norm_eps=1e-6, use_bias=True,
+    tie_word_embeddings=False, rope_theta=500000.0,  # transformers' default; paddleformers' is 10000
+)  # fmt: skip
+
+
+def ernie(bug: str | None = None, train: str | None = None) -> Callable[[], tuple[Any, Any, Any, dict[str, Any]]]:
+    """paddleformers fuses q/k/v into ``qkv_proj`` (laid out per kv head) and gate/up into
+    ``up_gate_proj``; transformers keeps them apart. ``split``: the port reads qkv as
+    ``[q | k | v]``; ``reshape``: it splits the query heads without the transpose."""
+
+    def build() -> tuple[Any, Any, Any, dict[str, Any]]:
+        import paddle
+        import torch
+        from transformers import Ernie4_5Config, Ernie4_5ForCausalLM
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            from paddleformers.transformers import Ernie4_5Config as PConfig
+            from paddleformers.transformers import Ernie4_5ForCausalLM as PErnie
+        _seed()
+        base = Ernie4_5ForCausalLM(Ernie4_5Config(**ERNIE))
+        # paddleformers reads the MLP's bias from mlp_bias, transformers from use_bias.
+        raw = PErnie(PConfig(**dict(ERNIE, fuse_rms_norm=False, mlp_bias=True)))
+        if bug is not None:
+            attn = raw.model.layers[0].self_attn
+            attn.forward = types.MethodType(_ported_attention(bug), attn)
+        ids = np.random.RandomState(0).randint(0, ERNIE["vocab_size"], (2, 8)).astype("int64")
+        inputs = ({"input_ids": torch.from_numpy(ids), "use_cache": False},
+                  {"input_ids": paddle.to_tensor(ids), "use_cache": False})  # fmt: skip
+        return base, raw, inputs, _training(train, base, raw)
+
+    return build
+
+
+def _ported_attention(bug: str) -> Callable[..., Any]:
+    """paddleformers' Ernie 4.5 attention forward (no cache, no sequence parallel), ported with one bug."""
+    import paddle
+    from paddleformers.nn.attention.interface import ALL_ATTENTION_FUNCTIONS
+    from paddleformers.transformers.ernie4_5.modeling import apply_rotary_pos_emb
+
+    def forward(self: Any, hidden_states: Any, attention_mask: Any = None, position_embeddings: Any = None,
+                **_: Any) -> tuple[Any, None]:  # fmt: skip
+        b, s = hidden_states.shape[:2]
+        nh, nkv, hd = self.num_heads, self.num_key_value_heads, self.head_dim
+        qkv = self.qkv_proj(hidden_states)
+        if bug == "split":  # wrong: the weights are laid out per kv head, not [q | k | v]
+            q, k, v = paddle.split(qkv, [nh * hd, nkv * hd, nkv * hd], axis=-1)
+        else:
+            q, k, v = paddle.split(qkv.reshape([b, s, nkv, -1]), [nh // nkv * hd, hd, hd], axis=-1)
+        q, k, v = q.reshape([b, s, nh, hd]), k.reshape([b, s, nkv, hd]), v.reshape([b, s, nkv, hd])
+        # wrong for "reshape": heads split off by a reshape instead of a transpose
+        q = q.reshape([b, nh, s, hd]) if bug == "reshape" else q.transpose([0, 2, 1, 3])
+        k, v = k.transpose([0, 2, 1, 3]), v.transpose([0, 2, 1, 3])
+        cos, sin = position_embeddings
+        q, k = apply_rotary_pos_emb(q, k, cos, sin)
+        attn = ALL_ATTENTION_FUNCTIONS[self.attn_implementation]
+        out, _ = attn(self, query=q, key=k, value=v, attention_mask=attention_mask, dropout=0.0, scaling=self.scaling)
+        return self.o_proj(out), None
+
+    return forward
 
 
 def _training(kind: str | None, base: Any, raw: Any) -> dict[str, Any]:
@@ -166,6 +232,11 @@ CASES: list[Case] = [
     Case("llama act", llama("act"), ("forward", "model.layers.0.mlp.act_fn", None)),
     Case("llama adamw", llama(train="adamw"), tags=("train",)),
     Case("llama adamw wd", llama(train="adamw_wd"), ("optimizer", "model.embed_tokens", "model.embed_tokens.weight"), tags=("train",)),
+    Case("ernie", ernie()),
+    Case("ernie split", ernie("split"), ("forward", "model.layers.0.self_attn", None)),
+    Case("ernie reshape", ernie("reshape"), ("forward", "model.layers.0.self_attn", None)),
+    Case("ernie equivalent port", ernie("none")),
+    Case("ernie adamw", ernie(train="adamw"), tags=("train",)),
     Case("encoder", encoder()),
     Case("encoder eps", encoder("eps"), ("forward", "layers.1.norm2", None)),
     Case("encoder act", encoder("act"), ("forward", "layers.0", None)),

@@ -1,0 +1,284 @@
+"""Fused layers: one raw layer doing the work of several base layers.
+
+A port often fuses projections that the original keeps apart: paddleformers' ``qkv_proj``
+for ``q_proj``/``k_proj``/``v_proj``, ``up_gate_proj`` for ``gate_proj``/``up_proj``.
+The members all read the same input, and the fused layer's output features are the
+members' output features in some order: concatenated (``[gate | up]``), or interleaved
+per key/value head (paddleformers' attention reshapes ``qkv`` to ``[kv heads, (q per kv
++ 2) * head_dim]``). A :class:`FusedLayout` is that order, as an index, so one
+definition converts weights, biases, gradients and outputs alike.
+
+Before pairing, each fused raw call takes the members' calls as one base event whose
+outputs are the members' outputs in the raw layout; everything after pairing (weights,
+forward and backward comparison, single-step feeding, updates) sees one pair.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import numpy as np
+
+from nbdiff.trace.events import Event, TensorRecord
+
+__all__ = [
+    "FusedLayout",
+    "FusedPattern",
+    "FusedGroup",
+    "FusedLayers",
+    "FUSED_PATTERNS",
+    "register_fused_pattern",
+    "find_fused_groups",
+    "group_path",
+    "fuse_events",
+    "concat_layout",
+    "per_kv_head_layout",
+]
+
+
+@dataclass(frozen=True)
+class FusedLayout:
+    """Where each output feature of the fused layer comes from."""
+
+    name: str
+    sizes: tuple[int, ...]
+    """Output features of each member, in member order."""
+    index: np.ndarray = field(repr=False, compare=False)
+    """Fused feature ``j`` is feature ``index[j]`` of the members' outputs concatenated."""
+
+    def fuse(self, parts: list[np.ndarray], axis: int) -> np.ndarray:
+        return np.take(np.concatenate(parts, axis=axis), self.index, axis=axis)
+
+    def split(self, whole: np.ndarray, axis: int) -> list[np.ndarray]:
+        back = np.take(whole, np.argsort(self.index), axis=axis)
+        return np.split(back, np.cumsum(self.sizes)[:-1], axis=axis)
+
+
+def concat_layout(sizes: tuple[int, ...]) -> FusedLayout:
+    """The members' features one after another: ``[gate | up]``, ``[q | k | v]``."""
+    return FusedLayout("concatenated", sizes, np.arange(sum(sizes)))
+
+
+def per_kv_head_layout(sizes: tuple[int, ...], kv_heads: int) -> FusedLayout | None:
+    """``[q heads of kv head 0, k head 0, v head 0, q heads of kv head 1, ...]`` (grouped-query
+    attention fused per key/value head), or ``None`` when the sizes do not fit."""
+    if len(sizes) != 3 or kv_heads <= 0 or sizes[1] != sizes[2] or sizes[1] % kv_heads:
+        return None
+    head_dim = sizes[1] // kv_heads
+    q_per_kv = sizes[0] // head_dim // kv_heads
+    if q_per_kv * kv_heads * head_dim != sizes[0]:
+        return None
+    parts = []
+    for h in range(kv_heads):
+        parts.append(np.arange(h * q_per_kv * head_dim, (h + 1) * q_per_kv * head_dim))
+        parts.append(sizes[0] + np.arange(h * head_dim, (h + 1) * head_dim))
+        parts.append(sizes[0] + sizes[1] + np.arange(h * head_dim, (h + 1) * head_dim))
+    return FusedLayout(f"q|k|v per kv head ({kv_heads} kv heads of {head_dim})", sizes, np.concatenate(parts))
+
+
+LayoutFn = Callable[[tuple[int, ...], Any], "FusedLayout | None"]
+"""``(member sizes, the fused layer's parent layer) -> layout``; ``None``: cannot tell."""
+
+
+@dataclass(frozen=True)
+class FusedPattern:
+    """Names that say a raw layer fuses base layers, and how its features are laid out."""
+
+    members: tuple[str, ...]
+    """Attribute names of the base layers, in the fused layout's member order."""
+    fused: tuple[str, ...]
+    """Attribute names the fused raw layer goes by."""
+    layout: LayoutFn
+
+
+FUSED_PATTERNS: list[FusedPattern] = []
+
+
+def register_fused_pattern(members: tuple[str, ...], fused: tuple[str, ...], layout: LayoutFn | None = None) -> None:
+    """Teach nbdiff that a raw layer named one of ``fused`` does the work of base sibling layers
+    named ``members`` (same input, outputs fused). ``layout(sizes, parent)`` gives the order of
+    the fused output features; the default concatenates the members in the order given."""
+    FUSED_PATTERNS.insert(0, FusedPattern(tuple(members), tuple(fused), layout or (lambda s, _p: concat_layout(s))))
+
+
+def _attr(layer: Any, *names: str) -> int | None:
+    for holder in (layer, getattr(layer, "config", None)):
+        for n in names:
+            v = getattr(holder, n, None) if holder is not None else None
+            if isinstance(v, int) and not isinstance(v, bool) and v > 0:
+                return v
+    return None
+
+
+# Libraries whose fused qkv is laid out per key/value head (they reshape it to
+# [kv heads, (q per kv + 2) * head_dim] before splitting), and their exceptions.
+PER_KV_HEAD_LIBRARIES = {"paddleformers": ("Phi3Attention",)}
+
+
+def _qkv_layout(sizes: tuple[int, ...], parent: Any) -> FusedLayout | None:
+    cls = type(parent)
+    library = cls.__module__.split(".")[0]
+    if library in PER_KV_HEAD_LIBRARIES and cls.__name__ not in PER_KV_HEAD_LIBRARIES[library]:
+        kv = _attr(parent, "num_key_value_heads", "num_kv_heads")
+        return per_kv_head_layout(sizes, kv) if kv else None
+    return concat_layout(sizes)
+
+
+for _members in (("q_proj", "k_proj", "v_proj"), ("query", "key", "value"), ("q", "k", "v")):
+    FUSED_PATTERNS.append(FusedPattern(_members, ("qkv_proj", "qkv", "query_key_value", "c_attn", "Wqkv"), _qkv_layout))
+FUSED_PATTERNS.append(
+    FusedPattern(("gate_proj", "up_proj"), ("up_gate_proj", "gate_up_proj"), lambda s, _p: concat_layout(s))
+)
+
+
+@dataclass(frozen=True)
+class FusedGroup:
+    """Base layer calls that one raw call fuses."""
+
+    path: str
+    """The group's path: the members' parent, then their names joined by ``+``."""
+    members: tuple[str, ...]
+    """Base paths of the members, in layout order."""
+    calls: tuple[int, ...]
+    """Each member's call index."""
+    raw_path: str
+    layout: FusedLayout
+
+
+class FusedLayers:
+    """The member layers of a fused group, standing in for one base layer (weights and gradients)."""
+
+    def __init__(self, members: dict[str, Any]) -> None:
+        self.members = members
+        """Attribute name -> layer, in layout order."""
+
+    def __repr__(self) -> str:
+        return f"FusedLayers({', '.join(self.members)})"
+
+
+def group_path(members: tuple[str, ...]) -> str:
+    """``a.b.q_proj+k_proj+v_proj``: the siblings' parent once, then their names."""
+    parent = _parent_path(members[0])
+    return (f"{parent}." if parent else "") + "+".join(_name(m) for m in members)
+
+
+def _name(path: str) -> str:
+    return path.rsplit(".", 1)[-1]
+
+
+def _parent_path(path: str) -> str:
+    return path.rsplit(".", 1)[0] if "." in path else ""
+
+
+def _features(e: Event) -> tuple[tuple[int, ...], int] | None:
+    if len(e.outputs) != 1 or not e.outputs[0].shape:
+        return None
+    shape = tuple(e.outputs[0].shape)
+    return shape[:-1], shape[-1]
+
+
+def find_fused_groups(base: list[Event], raw: list[Event], raw_layers: dict[str, Any]) -> list[FusedGroup]:
+    """Raw calls of fused layers and the base calls they fuse, matched in execution order.
+
+    A raw call named as a pattern's fused layer takes the next unused base calls of sibling
+    layers named as its members, when the shapes say so: same leading dimensions, and output
+    features adding up to the fused layer's.
+    """
+    groups: list[FusedGroup] = []
+    used: set[int] = set()
+    for r in raw:
+        rf = _features(r)
+        if rf is None:
+            continue
+        for pattern in FUSED_PATTERNS:
+            if _name(r.path) not in pattern.fused:
+                continue
+            found = _next_members(base, pattern.members, used, rf)
+            if found is None:
+                continue
+            sizes = tuple(_features(e)[1] for e in found)  # type: ignore[index]
+            layout = pattern.layout(sizes, raw_layers.get(_parent_path(r.path)))
+            if layout is None:
+                continue
+            used.update(e.order for e in found)
+            paths = tuple(e.path for e in found)
+            groups.append(FusedGroup(group_path(paths), paths, tuple(e.call for e in found), r.path, layout))
+            break
+    return groups
+
+
+def _next_members(
+    base: list[Event], members: tuple[str, ...], used: set[int], fused: tuple[tuple[int, ...], int]
+) -> list[Event] | None:
+    """The first unused calls of sibling layers named ``members`` whose outputs fit the fused one."""
+    by_parent: dict[str, dict[str, Event]] = {}
+    for e in base:
+        if e.order in used or _name(e.path) not in members:
+            continue
+        siblings = by_parent.setdefault(_parent_path(e.path), {})
+        siblings.setdefault(_name(e.path), e)
+        if len(siblings) == len(members):
+            found = [siblings[m] for m in members]
+            feats = [_features(x) for x in found]
+            if all(f is not None and f[0] == fused[0] for f in feats) and sum(f[1] for f in feats) == fused[1]:  # type: ignore[index]
+                return found
+            del by_parent[_parent_path(e.path)]
+    return None
+
+
+def _fused_records(
+    parts: list[tuple[TensorRecord, ...]], layout: FusedLayout, combine: str
+) -> tuple[TensorRecord, ...] | None:
+    """One member-by-member list of tensors as one: output features fused, or input gradients summed."""
+    if not parts or any(len(p) != len(parts[0]) for p in parts):
+        return None
+    out = []
+    for tensors in zip(*parts):
+        first = tensors[0]
+        if any(t.value is None for t in tensors):
+            return None
+        if combine == "fuse":
+            value = layout.fuse([t.value for t in tensors], axis=-1)  # type: ignore[misc]
+        elif combine == "sum":
+            if any(t.shape != first.shape for t in tensors):
+                return None
+            value = np.sum([t.value for t in tensors], axis=0).astype(first.value.dtype)  # type: ignore[union-attr]
+        else:
+            value = first.value
+        out.append(TensorRecord(first.name, tuple(value.shape), first.dtype, value))
+    return tuple(out)
+
+
+def fuse_events(events: list[Event], groups: list[FusedGroup], backward: bool = False) -> list[Event]:
+    """``events`` with each group's member calls replaced by one event at the first member's place.
+
+    Forward: the members' inputs (the same tensor) and their outputs in the fused layout.
+    Backward: the gradients arriving at the outputs fused the same way; the gradients leaving
+    the shared input are the members' summed.
+    """
+    if not groups:
+        return events
+    at = {(e.path, e.call): e for e in events}
+    drop: set[int] = set()
+    merged: dict[int, Event] = {}
+    calls: dict[str, int] = {}
+    for g in groups:
+        found = [at.get(key) for key in zip(g.members, g.calls)]
+        if any(e is None for e in found):
+            continue
+        members: list[Event] = found  # type: ignore[assignment]
+        outputs = _fused_records([e.outputs for e in members], g.layout, "fuse")
+        inputs = _fused_records([e.inputs for e in members], g.layout, "sum" if backward else "first")
+        if outputs is None or inputs is None:
+            continue
+        first = min(members, key=lambda e: e.order)
+        params = tuple(replace(t, name=f"{_name(e.path)}.{t.name}") for e in members for t in e.params)
+        call = calls[g.path] = calls.get(g.path, -1) + 1
+        merged[first.order] = replace(
+            first, path=g.path, call=call, inputs=inputs, outputs=outputs, params=params,
+            layer=None, template=None, weights=(),
+        )  # fmt: skip
+        drop.update(e.order for e in members)
+    return [merged.get(e.order, e) for e in events if e.order not in drop or e.order in merged]

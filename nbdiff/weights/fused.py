@@ -1,0 +1,77 @@
+"""Copy plans for fused layers: several base layers' tensors into one raw layer's.
+
+Each member is converted to the raw layer's layout by its own rule (``Linear``: transposed
+across frameworks), then the members' tensors are fused along the output-feature axis in
+the group's :class:`~nbdiff.align.fused.FusedLayout`. The inverse splits and converts
+back, so gradients and updates of the fused layer compare member by member.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from nbdiff.align.fused import FusedGroup, FusedLayers
+from nbdiff.errors import WeightTransferError
+from nbdiff.frameworks import Framework
+from nbdiff.weights.plan import LayerWeights, plan_layer
+from nbdiff.weights.rules import Arrays
+
+__all__ = ["fused_layers", "plan_fused"]
+
+
+def fused_layers(layers: dict[str, Any], groups: tuple[FusedGroup, ...]) -> dict[str, FusedLayers]:
+    """A stand-in layer for each group, under the group's path."""
+    return {g.path: FusedLayers({m.rsplit(".", 1)[-1]: layers[m] for m in g.members}) for g in groups}
+
+
+def _axis(fw: str, cls: str, arr: np.ndarray, size: int) -> int:
+    """The output-feature axis of one tensor of the fused layer, in its framework's layout."""
+    if arr.ndim <= 1:
+        return 0
+    first = 0 if fw == "torch" and cls != "Conv1D" else arr.ndim - 1  # torch Linear is [out, in]; the rest [in, out]
+    other = arr.ndim - 1 - first
+    return first if arr.shape[first] == size or arr.shape[other] != size else other
+
+
+def plan_fused(
+    bfw: Framework, group: FusedGroup, members: FusedLayers, rfw: Framework, rpath: str, rlayer: Any
+) -> LayerWeights:
+    """The copy plan of one fused group into its raw layer."""
+    names = list(members.members)
+    plans = {n: plan_layer(bfw, path, members.members[n], rfw, rpath, rlayer) for n, path in zip(names, group.members)}
+    layout, rcls = group.layout, type(rlayer).__name__
+
+    def convert(arrays: Arrays) -> Arrays:
+        parts = [plans[n].convert(_member(arrays, n)) for n in names]
+        out: Arrays = {}
+        for key in parts[0]:
+            pieces = [p[key] for p in parts]
+            axis = _axis(rfw.name, rcls, pieces[0], layout.sizes[0])
+            if any(p.shape[axis] != s for p, s in zip(pieces, layout.sizes)):
+                raise WeightTransferError(
+                    f"Fused raw `{rpath}.{key}`: the base members {list(group.members)} have "
+                    f"{[p.shape for p in pieces]}, which do not give output features {layout.sizes}."
+                )
+            out[key] = layout.fuse(pieces, axis)
+        return out
+
+    def inverse(arrays: Arrays) -> Arrays:
+        split = {k: layout.split(v, _axis(rfw.name, rcls, v, sum(layout.sizes))) for k, v in arrays.items()}
+        out: Arrays = {}
+        for i, n in enumerate(names):
+            back = plans[n].inverse({k: parts[i] for k, parts in split.items()})
+            out.update({f"{n}.{k}": v for k, v in back.items()})
+        return out
+
+    btype = "+".join(type(m).__name__ for m in members.members.values())
+    return LayerWeights(
+        group.path, rpath, btype, rcls, f"fused: {layout.name}", False, convert, inverse,
+        tuple(o for p in plans.values() for o in p.optional),
+    )  # fmt: skip
+
+
+def _member(arrays: Arrays, name: str) -> Arrays:
+    prefix = f"{name}."
+    return {k[len(prefix) :]: v for k, v in arrays.items() if k.startswith(prefix)}

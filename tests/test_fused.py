@@ -1,0 +1,163 @@
+"""Fused layers: one raw ``qkv``/``up_gate_proj`` against several base layers, in every direction."""
+
+import numpy as np
+import pytest
+
+import nbdiff
+from nbdiff.align.fused import FusedLayout, concat_layout, group_path, per_kv_head_layout
+
+torch = pytest.importorskip("torch")
+paddle = pytest.importorskip("paddle")
+
+
+# -- layouts ---------------------------------------------------------------------------------
+def test_per_kv_head_layout_interleaves_query_heads_with_their_key_and_value_head():
+    # 4 query heads, 2 kv heads, head_dim 2: [q0 q1 k0 v0 | q2 q3 k1 v1]
+    layout = per_kv_head_layout((8, 4, 4), 2)
+    assert layout is not None
+    q, k, v = np.arange(8), 100 + np.arange(4), 200 + np.arange(4)
+    fused = layout.fuse([q, k, v], axis=0)
+    assert fused.tolist() == [0, 1, 2, 3, 100, 101, 200, 201, 4, 5, 6, 7, 102, 103, 202, 203]
+    back = layout.split(fused, axis=0)
+    assert [b.tolist() for b in back] == [q.tolist(), k.tolist(), v.tolist()]
+
+
+def test_per_kv_head_layout_refuses_sizes_that_do_not_fit():
+    assert per_kv_head_layout((8, 4, 6), 2) is None
+    assert per_kv_head_layout((8, 4, 4), 3) is None
+    assert per_kv_head_layout((8, 4), 2) is None
+
+
+def test_concat_layout_round_trips_along_any_axis():
+    layout = concat_layout((3, 5))
+    a, b = np.ones((2, 3)), np.zeros((2, 5))
+    fused = layout.fuse([a, b], axis=1)
+    assert isinstance(layout, FusedLayout) and fused.shape == (2, 8)
+    assert [x.shape for x in layout.split(fused, axis=1)] == [(2, 3), (2, 5)]
+
+
+def test_group_path_names_the_parent_once():
+    assert group_path(("a.attn.q_proj", "a.attn.k_proj", "a.attn.v_proj")) == "a.attn.q_proj+k_proj+v_proj"
+    assert group_path(("gate", "up")) == "gate+up"
+
+
+# -- models: separate projections against fused ones ----------------------------------------
+def _separate(nn, cat, silu):
+    class Separate(nn.Module if hasattr(nn, "Module") else nn.Layer):
+        def __init__(self):
+            super().__init__()
+            self.q, self.k, self.v = nn.Linear(8, 8), nn.Linear(8, 4), nn.Linear(8, 4)
+            self.gate_proj, self.up_proj = nn.Linear(12, 6), nn.Linear(12, 6)
+            self.down_proj = nn.Linear(6, 8)
+
+        def forward(self, x):
+            h = cat([self.q(x).tanh(), self.k(x) * self.v(x)])
+            return self.down_proj(silu(self.gate_proj(h)) * self.up_proj(h))
+
+    return Separate()
+
+
+def _fused(nn, cat, silu, split, bug=False):
+    class Fused(nn.Module if hasattr(nn, "Module") else nn.Layer):
+        def __init__(self):
+            super().__init__()
+            self.qkv = nn.Linear(8, 16)
+            self.up_gate_proj = nn.Linear(12, 12)
+            self.down_proj = nn.Linear(6, 8)
+
+        def forward(self, x):
+            q, k, v = split(self.qkv(x), [8, 4, 4])
+            h = cat([q.tanh(), k * v])
+            gate, up = split(self.up_gate_proj(h), [6, 6])
+            if bug:  # the port takes the halves the other way round
+                gate, up = up, gate
+            return self.down_proj(silu(gate) * up)
+
+    return Fused()
+
+
+def _torch_sep():
+    return _separate(torch.nn, lambda xs: torch.cat(xs, -1), torch.nn.functional.silu)
+
+
+def _torch_fused(bug=False):
+    return _fused(
+        torch.nn, lambda xs: torch.cat(xs, -1), torch.nn.functional.silu, lambda t, s: torch.split(t, s, -1), bug
+    )
+
+
+def _paddle_sep():
+    return _separate(paddle.nn, lambda xs: paddle.concat(xs, -1), paddle.nn.functional.silu)
+
+
+def _paddle_fused(bug=False):
+    return _fused(
+        paddle.nn,
+        lambda xs: paddle.concat(xs, -1),
+        paddle.nn.functional.silu,
+        lambda t, s: paddle.split(t, s, -1),
+        bug,
+    )
+
+
+X = np.random.RandomState(0).randn(3, 5, 8).astype("float32")
+PAIRS = {
+    "torch->paddle": (_torch_sep, _paddle_fused),
+    "paddle->torch": (_paddle_sep, _torch_fused),
+    "torch->torch": (_torch_sep, _torch_fused),
+}
+
+
+@pytest.mark.parametrize("single_step", [False, True], ids=["default", "single_step"])
+@pytest.mark.parametrize("direction", list(PAIRS))
+def test_fused_raw_layers_pass_against_separate_base_layers(direction, single_step):
+    make_base, make_raw = PAIRS[direction]
+    result = nbdiff.auto_diff(make_base(), make_raw(), X, single_step=single_step)
+    assert result, result.report()
+    paths = {e.base.path for e in result.events}
+    assert {"q+k+v", "gate_proj+up_proj"} <= paths
+
+
+@pytest.mark.parametrize("direction", list(PAIRS))
+def test_swapped_halves_of_a_fused_projection_are_blamed_on_the_code_that_splits_them(direction):
+    make_base, make_raw = PAIRS[direction]
+    result = nbdiff.auto_diff(make_base(), make_raw(bug=True), X)
+    d = result.first_divergence
+    assert d is not None and d.where == "between" and d.base_path == "", result.report()
+    assert d.between == ("gate_proj+up_proj", "down_proj")
+
+
+@pytest.mark.parametrize("direction", ["torch->paddle", "paddle->torch"])
+def test_training_through_fused_layers_compares_updates_member_by_member(direction):
+    make_base, make_raw = PAIRS[direction]
+    base, raw = make_base(), make_raw()
+    opts = []
+    for m in (base, raw):
+        if isinstance(m, torch.nn.Module):
+            opts.append(torch.optim.AdamW(m.parameters(), lr=1e-2, weight_decay=0.01))
+        else:
+            opts.append(paddle.optimizer.AdamW(learning_rate=1e-2, parameters=m.parameters(), weight_decay=0.01))
+    result = nbdiff.auto_diff(base, raw, X, optimizers=opts, steps=3)
+    assert result, result.report()
+    updates = [e for e in result.events if e.base.phase.value == "optimizer"]
+    assert any(e.base.path == "q+k+v" for e in updates)
+
+
+def test_assign_weight_writes_the_members_into_the_fused_layer():
+    base, raw = _torch_sep(), _paddle_fused()
+    wmap = nbdiff.assign_weight(base, raw, inputs=X)
+    rules = {lw.base_path: lw.rule for lw in wmap.layers}
+    assert rules["q+k+v"].startswith("fused") and rules["gate_proj+up_proj"].startswith("fused")
+    want = torch.cat([base.q.weight, base.k.weight, base.v.weight]).detach().numpy().T
+    np.testing.assert_array_equal(raw.qkv.weight.numpy(), want)
+    want_bias = torch.cat([base.gate_proj.bias, base.up_proj.bias]).detach().numpy()
+    np.testing.assert_array_equal(raw.up_gate_proj.bias.numpy(), want_bias)
+    assert not wmap.warnings
+
+
+def test_a_fused_layer_whose_sizes_do_not_add_up_is_not_fused():
+    base = _torch_sep()
+    raw = _torch_fused()
+    raw.qkv = torch.nn.Linear(8, 20)  # 20 != 8 + 4 + 4
+    with pytest.raises(nbdiff.NbdiffError):
+        nbdiff.assign_weight(base, raw, inputs=X)

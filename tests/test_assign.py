@@ -143,3 +143,60 @@ def test_structure_pairing_treats_attention_as_one_unit(direction):
 def test_a_rule_needs_conversions_or_a_copy_function():
     with pytest.raises(nbdiff.OptionError, match="needs convert and inverse"):
         nbdiff.register_weight_rule(("torch", "Nothing"), ("paddle", "Nothing"), None, None)
+
+
+# -- transformers' Conv1D (GPT-2): a Linear stored [in, out] ----------------------------------
+def _gpt2_mlp(kind):
+    """GPT-2's MLP with transformers' Conv1D, or the same with a framework Linear."""
+    conv1d = pytest.importorskip("transformers.pytorch_utils").Conv1D
+    nn = paddle.nn if kind == "paddle" else torch.nn
+    gelu = paddle.nn.functional.gelu if kind == "paddle" else torch.nn.functional.gelu
+
+    class MLP(nn.Layer if kind == "paddle" else nn.Module):
+        def __init__(self):
+            super().__init__()
+            if kind == "conv1d":
+                self.c_fc, self.c_proj = conv1d(12, 6), conv1d(6, 12)  # Conv1D(out, in)
+            else:
+                self.c_fc, self.c_proj = nn.Linear(6, 12), nn.Linear(12, 6)
+
+        def forward(self, x):
+            return self.c_proj(gelu(self.c_fc(x)))
+
+    return MLP()
+
+
+@pytest.mark.parametrize(
+    "base,raw", [("conv1d", "paddle"), ("paddle", "conv1d"), ("conv1d", "torch"), ("torch", "conv1d")]
+)
+def test_transformers_conv1d_pairs_with_linear_and_copies_in_its_layout(base, raw):
+    x = np.random.RandomState(0).randn(2, 3, 6).astype("float32")
+    result = nbdiff.auto_diff(_gpt2_mlp(base), _gpt2_mlp(raw), x)
+    assert result, result.report()
+    assert {e.base.path for e in result.events} >= {"c_fc", "c_proj"}
+
+
+def test_gpt2_fused_c_attn_takes_separate_query_key_value():
+    conv1d = pytest.importorskip("transformers.pytorch_utils").Conv1D
+
+    class Separate(paddle.nn.Layer):
+        def __init__(self):
+            super().__init__()
+            self.q_proj, self.k_proj, self.v_proj = (paddle.nn.Linear(6, 6) for _ in range(3))
+
+        def forward(self, x):
+            return self.q_proj(x).tanh() * self.k_proj(x) + self.v_proj(x)
+
+    class GPT2Style(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.c_attn = conv1d(18, 6)
+
+        def forward(self, x):
+            q, k, v = self.c_attn(x).split(6, dim=-1)
+            return q.tanh() * k + v
+
+    x = np.random.RandomState(0).randn(2, 3, 6).astype("float32")
+    result = nbdiff.auto_diff(Separate(), GPT2Style(), x)
+    assert result, result.report()
+    assert "q_proj+k_proj+v_proj" in {e.base.path for e in result.events}

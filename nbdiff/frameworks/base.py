@@ -12,7 +12,19 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-__all__ = ["Framework", "Handle"]
+__all__ = ["Framework", "Handle", "LAYER_LIKE", "like_names"]
+
+LAYER_LIKE: dict[str, str] = {
+    # Third-party layer classes that compute what a framework class computes (qualified class
+    # name -> the framework class), so pairing treats them as that class. Data: add entries.
+    "transformers.pytorch_utils.Conv1D": "Linear",  # GPT-2's x @ W + b, W stored [in, out]
+}
+
+
+def like_names(layer: Any) -> list[str]:
+    """Framework classes that ``layer``'s class stands for, by :data:`LAYER_LIKE`."""
+    names = (f"{c.__module__}.{c.__qualname__}" for c in type(layer).__mro__)
+    return [LAYER_LIKE[n] for n in names if n in LAYER_LIKE]
 
 
 class Handle(Protocol):

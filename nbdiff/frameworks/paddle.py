@@ -11,6 +11,8 @@ from typing import Any
 import numpy as np
 import paddle
 
+from nbdiff.frameworks.base import like_names
+
 __all__ = ["PaddleFramework"]
 
 _DROPOUT_NAMES = {"Dropout", "Dropout2D", "Dropout3D", "AlphaDropout", "FeatureAlphaDropout"}
@@ -88,7 +90,7 @@ class PaddleFramework:
         return type(layer).__module__.startswith("paddle.")
 
     def class_names(self, layer: Any) -> list[str]:
-        return [c.__name__ for c in type(layer).__mro__ if c.__module__.startswith("paddle.")]
+        return [c.__name__ for c in type(layer).__mro__ if c.__module__.startswith("paddle.")] + like_names(layer)
 
     def to_numpy(self, tensor: Any) -> np.ndarray:
         t = tensor.detach()

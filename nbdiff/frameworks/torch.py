@@ -10,6 +10,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from nbdiff.frameworks.base import like_names
+
 __all__ = ["TorchFramework"]
 
 _DROPOUT_TYPES = (torch.nn.modules.dropout._DropoutNd,)
@@ -56,7 +58,7 @@ class TorchFramework:
         return type(layer).__module__.startswith("torch.")
 
     def class_names(self, layer: Any) -> list[str]:
-        return [c.__name__ for c in type(layer).__mro__ if c.__module__.startswith("torch.")]
+        return [c.__name__ for c in type(layer).__mro__ if c.__module__.startswith("torch.")] + like_names(layer)
 
     def to_numpy(self, tensor: Any) -> np.ndarray:
         t = tensor.detach()

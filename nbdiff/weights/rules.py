@@ -170,6 +170,12 @@ def _register_builtin() -> None:
             optional=("scale", "bias", "weight"),
         )
     tp(["Linear"], ["LMHead"], same, "LMHead (paddleformers: (vocab, hidden), as torch Linear)")
+    # transformers' Conv1D (GPT-2) is a Linear stored [in, out], as paddle stores it.
+    tp(["Conv1D"], ["Linear"], same, "Conv1D (transformers, GPT-2) ~ Linear: both [in, out]")
+    register_weight_rule(
+        ("torch", "Conv1D"), ("torch", "Linear"), *rename_rule({}, transpose=("weight",)),
+        name="Conv1D (transformers, GPT-2) ~ torch Linear (weight transposed)",
+    )  # fmt: skip
     tp(["Embedding"], ["Embedding"], same, "Embedding")
     tp(["LayerNorm"], ["LayerNorm"], same, "LayerNorm")
     tp(["GroupNorm"], ["GroupNorm"], same, "GroupNorm")

@@ -208,7 +208,7 @@ class watch:
                 pairing = self._cmp.pair(brec, rrec)
                 if self._cmp.plans is None:
                     wmap = plan_pairing(self.bfw, self.base, self.rfw, self.raw, pairing)
-                    self._warnings += wmap.warnings
+                    self._warnings += wmap.warnings + pairing.notes
                     self._cmp.set_plans(wmap.by_base_path())
                 # Replays run on the weights this step ran with.
                 self._b.load(self._b.weights[k])

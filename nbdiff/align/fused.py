@@ -8,6 +8,9 @@ per key/value head (paddleformers' attention reshapes ``qkv`` to ``[kv heads, (q
 + 2) * head_dim]``). A :class:`FusedLayout` is that order, as an index, so one
 definition converts weights, biases, gradients and outputs alike.
 
+A layer whose activation the raw layer applies itself (paddle's ``BatchNorm(act="relu")``
+against ``BatchNorm2d`` then ``ReLU``) is a sequential group: in at the first, out at the last.
+
 Before pairing, each fused raw call takes the members' calls as one base event whose
 outputs are the members' outputs in the raw layout; everything after pairing (weights,
 forward and backward comparison, single-step feeding, updates) sees one pair.
@@ -21,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from nbdiff.align.typemap import activation_kind, type_affinity
 from nbdiff.trace.events import Event, TensorRecord
 
 __all__ = [
@@ -31,6 +35,7 @@ __all__ = [
     "FUSED_PATTERNS",
     "register_fused_pattern",
     "find_fused_groups",
+    "fused_on_base_side",
     "group_path",
     "fuse_events",
     "concat_layout",
@@ -144,7 +149,11 @@ class FusedGroup:
     calls: tuple[int, ...]
     """Each member's call index."""
     raw_path: str
-    layout: FusedLayout
+    layout: FusedLayout | None
+    """``None`` for a sequential group."""
+    sequential: bool = False
+    """A layer then its activation, which the raw layer applies itself (paddle ``BatchNorm(act=...)``):
+    the group's input is the first member's, its output the last member's."""
 
 
 class FusedLayers:
@@ -192,6 +201,15 @@ def find_fused_groups(base: list[Event], raw: list[Event], raw_layers: dict[str,
         rf = _features(r)
         if rf is None:
             continue
+        act = getattr(raw_layers.get(r.path), "_act", None)
+        if isinstance(act, str) and act:
+            found_seq = _layer_then_activation(base, r, act, used)
+            if found_seq is not None:
+                used.update(e.order for e in found_seq)
+                paths = tuple(e.path for e in found_seq)
+                calls = tuple(e.call for e in found_seq)
+                groups.append(FusedGroup(group_path(paths), paths, calls, r.path, None, sequential=True))
+            continue
         for pattern in FUSED_PATTERNS:
             if _name(r.path) not in pattern.fused:
                 continue
@@ -207,6 +225,37 @@ def find_fused_groups(base: list[Event], raw: list[Event], raw_layers: dict[str,
             groups.append(FusedGroup(group_path(paths), paths, tuple(e.call for e in found), r.path, layout))
             break
     return groups
+
+
+def _layer_then_activation(base: list[Event], r: Event, act: str, used: set[int]) -> list[Event] | None:
+    """The first unused base call of ``r``'s class followed by a sibling activation of kind ``act``."""
+    kind = activation_kind((act,))
+    shape = r.outputs[0].shape
+    for i, b in enumerate(base[:-1]):
+        if b.order in used or not b.outputs or b.outputs[0].shape != shape:
+            continue
+        if type_affinity(b.type_name, b.bases, r.type_name, r.bases) < 2:
+            continue
+        a = next((e for e in base[i + 1 :] if e.parent == b.parent), None)
+        if a is not None and a.outputs and a.outputs[0].shape == shape:
+            if activation_kind((a.type_name, *a.bases)) == kind and a.order not in used:
+                return [b, a]
+    return None
+
+
+def fused_on_base_side(base: list[Event], raw: list[Event], base_layers: dict[str, Any]) -> list[str]:
+    """Warnings for base layers that apply their activation themselves while raw runs it as a
+    layer of its own: groups are formed on the raw side only, so these pairs would differ."""
+    out = []
+    used: set[int] = set()
+    for b in base:
+        act = getattr(base_layers.get(b.path), "_act", None)
+        if isinstance(act, str) and act and b.outputs and _layer_then_activation(raw, b, act, used):
+            out.append(
+                f"base `{b.path}` ({b.type_name}) applies its activation ({act!r}) itself, and raw runs it as a layer "
+                "of its own: nbdiff groups fused layers on the raw side only. Swap base and raw to compare them."
+            )
+    return out
 
 
 def _next_members(
@@ -229,7 +278,7 @@ def _next_members(
 
 
 def _fused_records(
-    parts: list[tuple[TensorRecord, ...]], layout: FusedLayout, combine: str
+    parts: list[tuple[TensorRecord, ...]], layout: FusedLayout | None, combine: str
 ) -> tuple[TensorRecord, ...] | None:
     """One member-by-member list of tensors as one: output features fused, or input gradients summed."""
     if not parts or any(len(p) != len(parts[0]) for p in parts):
@@ -239,7 +288,7 @@ def _fused_records(
         first = tensors[0]
         if any(t.value is None for t in tensors):
             return None
-        if combine == "fuse":
+        if combine == "fuse" and layout is not None:
             value = layout.fuse([t.value for t in tensors], axis=-1)  # type: ignore[misc]
         elif combine == "sum":
             if any(t.shape != first.shape for t in tensors):
@@ -269,8 +318,11 @@ def fuse_events(events: list[Event], groups: list[FusedGroup], backward: bool = 
         if any(e is None for e in found):
             continue
         members: list[Event] = found  # type: ignore[assignment]
-        outputs = _fused_records([e.outputs for e in members], g.layout, "fuse")
-        inputs = _fused_records([e.inputs for e in members], g.layout, "sum" if backward else "first")
+        if g.layout is None:  # sequential: in at the first member, out at the last
+            outputs, inputs = members[-1].outputs, members[0].inputs
+        else:
+            outputs = _fused_records([e.outputs for e in members], g.layout, "fuse")
+            inputs = _fused_records([e.inputs for e in members], g.layout, "sum" if backward else "first")
         if outputs is None or inputs is None:
             continue
         first = min(members, key=lambda e: e.order)

@@ -8,6 +8,7 @@ back, so gradients and updates of the fused layer compare member by member.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -15,7 +16,7 @@ import numpy as np
 from nbdiff.align.fused import FusedGroup, FusedLayers
 from nbdiff.errors import WeightTransferError
 from nbdiff.frameworks import Framework
-from nbdiff.weights.plan import LayerWeights, plan_layer
+from nbdiff.weights.plan import LayerWeights, layer_tensors, plan_layer
 from nbdiff.weights.rules import Arrays
 
 __all__ = ["fused_layers", "plan_fused"]
@@ -40,6 +41,8 @@ def plan_fused(
 ) -> LayerWeights:
     """The copy plan of one fused group into its raw layer."""
     names = list(members.members)
+    if group.layout is None:
+        return _plan_sequential(bfw, group, members, rfw, rpath, rlayer)
     plans = {n: plan_layer(bfw, path, members.members[n], rfw, rpath, rlayer) for n, path in zip(names, group.members)}
     layout, rcls = group.layout, type(rlayer).__name__
 
@@ -70,6 +73,30 @@ def plan_fused(
         group.path, rpath, btype, rcls, f"fused: {layout.name}", False, convert, inverse,
         tuple(o for p in plans.values() for o in p.optional),
     )  # fmt: skip
+
+
+def _plan_sequential(
+    bfw: Framework, group: FusedGroup, members: FusedLayers, rfw: Framework, rpath: str, rlayer: Any
+) -> LayerWeights:
+    """A layer and its activation: the layer's own rule, under its member name."""
+    weighted = [(n, p) for (n, layer), p in zip(members.members.items(), group.members) if layer_tensors(bfw, layer)]
+    if len(weighted) != 1:
+        raise WeightTransferError(
+            f"Raw `{rpath}` applies its activation itself, but {len(weighted)} of base {list(group.members)} hold "
+            "weights (one should). Pair them in a LayerMap."
+        )
+    name, path = weighted[0]
+    plan = plan_layer(bfw, path, members.members[name], rfw, rpath, rlayer)
+
+    def convert(arrays: Arrays) -> Arrays:
+        return plan.convert(_member(arrays, name))
+
+    def inverse(arrays: Arrays) -> Arrays:
+        return {f"{name}.{k}": v for k, v in plan.inverse(arrays).items()}
+
+    return replace(
+        plan, base_path=group.path, rule=f"{plan.rule}, then its activation", convert=convert, inverse=inverse
+    )
 
 
 def _member(arrays: Arrays, name: str) -> Arrays:

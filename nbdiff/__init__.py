@@ -27,6 +27,7 @@ from nbdiff.report.saved import load_result as load
 from nbdiff.result import DiffResult
 from nbdiff.trace.apis import register_api
 from nbdiff.watch import watch
+from nbdiff.align.fused import register_fused_pattern
 from nbdiff.weights import WeightMap, assign_weight, register_weight_rule
 
 __version__ = "0.1.0"
@@ -54,6 +55,7 @@ __all__ = [
     "compare",
     "record",
     "register_weight_rule",
+    "register_fused_pattern",
     "register_api",
     "watch",
     "load_ipython_extension",

@@ -207,3 +207,32 @@ def test_batchnorm_epsilon_bug_behind_its_activation_is_blamed_on_it():
     result = nbdiff.auto_diff(_TorchConvBN().eval(), _PaddleConvBNAct(eps=1e-3).eval(), XI)
     d = result.first_divergence
     assert d is not None and d.base_path == "bn+relu", result.report()
+
+
+def test_register_fused_pattern_teaches_new_names(monkeypatch):
+    from nbdiff.align import fused
+
+    monkeypatch.setattr(fused, "FUSED_PATTERNS", list(fused.FUSED_PATTERNS))
+
+    class Sep(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.wa, self.wb = torch.nn.Linear(4, 3), torch.nn.Linear(4, 5)
+
+        def forward(self, x):
+            return self.wa(x).sum(-1) + self.wb(x).tanh().sum(-1)
+
+    class Fused(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.wab = torch.nn.Linear(4, 8)
+
+        def forward(self, x):
+            a, b = self.wab(x).split([3, 5], -1)
+            return a.sum(-1) + b.tanh().sum(-1)
+
+    x = np.random.RandomState(0).randn(2, 4).astype("float32")
+    with pytest.raises(nbdiff.NbdiffError):
+        nbdiff.auto_diff(Sep(), Fused(), x)
+    nbdiff.register_fused_pattern(("wa", "wb"), ("wab",))
+    assert nbdiff.auto_diff(Sep(), Fused(), x)

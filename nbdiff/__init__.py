@@ -6,6 +6,7 @@ that framework is passed in.
 
 from __future__ import annotations
 
+from nbdiff.align.fused import register_fused_pattern
 from nbdiff.align.layer_map import LayerMap
 from nbdiff.check import ConfigCheck, check_config
 from nbdiff.compare.blame import Divergence, EventDiff
@@ -27,7 +28,6 @@ from nbdiff.report.saved import load_result as load
 from nbdiff.result import DiffResult
 from nbdiff.trace.apis import register_api
 from nbdiff.watch import watch
-from nbdiff.align.fused import register_fused_pattern
 from nbdiff.weights import WeightMap, assign_weight, register_weight_rule
 
 __version__ = "0.1.0"

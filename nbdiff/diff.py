@@ -114,7 +114,7 @@ def auto_diff(
                 if wmap is None:
                     # Weights pair by execution order: this step's pairing decides. A structure copy
                     # that paired any layer differently is redone from it, and the step run again.
-                    wmap = plan_pairing(bfw, base, rfw, raw, pairing)
+                    wmap = plan_pairing(bfw, base, rfw, raw, pairing, strict=auto_init)
                     if copied is not None and not copied.covers(wmap):
                         restore_state(bfw, initial[0])
                         restore_state(rfw, initial[1])

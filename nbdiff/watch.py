@@ -207,7 +207,9 @@ class watch:
                 brec, rrec = StepRecord(*bsteps[k]), StepRecord(*rsteps[k])
                 pairing = self._cmp.pair(brec, rrec)
                 if self._cmp.plans is None:
-                    wmap = plan_pairing(self.bfw, self.base, self.rfw, self.raw, pairing)
+                    wmap = plan_pairing(
+                        self.bfw, self.base, self.rfw, self.raw, pairing, strict=bool(self.options["auto_init"])
+                    )
                     self._warnings += wmap.warnings + pairing.notes
                     self._cmp.set_plans(wmap.by_base_path())
                 # Replays run on the weights this step ran with.

@@ -419,3 +419,35 @@ def test_a_loss_is_never_blamed_for_what_the_model_outputs_it_is_computed_from()
     result = nbdiff.auto_diff(Net(1.0), Net(1.1), x)
     d = result.first_divergence
     assert d is not None and d.base_path == "once", result.report()
+
+
+def test_auto_init_false_compares_what_it_can_when_a_pair_has_no_weight_rule():
+    # The user loaded the weights: a layer pair nbdiff could not copy is no reason to stop.
+    class TScale(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc, self.s = torch.nn.Linear(4, 4), torch.nn.Parameter(torch.linspace(0.5, 1.5, 4))
+
+        def forward(self, x):
+            return self.fc(x) * self.s
+
+    class PScale(paddle.nn.Layer):
+        def __init__(self):
+            super().__init__()
+            self.fc = paddle.nn.Linear(4, 4)
+            self.s = self.create_parameter([1, 4])  # stored (1, 4): no rule maps (4,) onto it
+
+        def forward(self, x):
+            return self.fc(x) * self.s
+
+    base, raw = TScale(), PScale()
+    raw.fc.weight.set_value(base.fc.weight.detach().numpy().T)
+    raw.fc.bias.set_value(base.fc.bias.detach().numpy())
+    raw.s.set_value(base.s.detach().numpy().reshape(1, 4))
+    x = X[:, :4]
+    with pytest.raises(nbdiff.WeightTransferError):
+        nbdiff.auto_diff(base, raw, x)
+    result = nbdiff.auto_diff(base, raw, x, auto_init=False)
+    assert result, result.report()
+    assert any("base `<root>` and raw `<root>` are not compared" in w for w in result.warnings), result.warnings
+    assert any(e.base.path == "fc" and e.base.phase.value == "backward" for e in result.events)

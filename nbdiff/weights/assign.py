@@ -73,9 +73,11 @@ def execution_pairs(pairing: Pairing) -> list[tuple[str, str]]:
     return out
 
 
-def plan_pairing(bfw: Framework, base: Any, rfw: Framework, raw: Any, pairing: Pairing) -> WeightMap:
+def plan_pairing(
+    bfw: Framework, base: Any, rfw: Framework, raw: Any, pairing: Pairing, strict: bool = True
+) -> WeightMap:
     """The copy plan of the layer pairs (and fused groups) of a forward pairing."""
-    return plan_pairs(bfw, base, rfw, raw, execution_pairs(pairing), pairing.fused)
+    return plan_pairs(bfw, base, rfw, raw, execution_pairs(pairing), pairing.fused, strict)
 
 
 def _pairs_by_execution(
@@ -142,8 +144,13 @@ def plan_pairs(
     raw: Any,
     pairs: list[tuple[str, str]],
     fused: tuple[FusedGroup, ...] = (),
+    strict: bool = True,
 ) -> WeightMap:
-    """The copy plan for these ``(base path, raw path)`` layer pairs (and fused groups among them)."""
+    """The copy plan for these ``(base path, raw path)`` layer pairs (and fused groups among them).
+
+    Not ``strict`` (nothing is copied: ``auto_init=False``), a pair nbdiff cannot plan is a warning,
+    and its gradients and updates are not compared, instead of an error.
+    """
     blayers, rlayers = dict(bfw.named_layers(base)), dict(rfw.named_layers(raw))
     blayers.update(fused_layers(blayers, fused))
     groups = {g.path: g for g in fused}
@@ -151,6 +158,7 @@ def plan_pairs(
     covered_b: list[str] = []
     covered_r: list[str] = []
     done_raw: set[str] = set()
+    unplanned: list[str] = []
     for bp, rp in pairs:
         if _inside(bp, covered_b) or _inside(rp, covered_r) or rp in done_raw:
             continue
@@ -161,6 +169,13 @@ def plan_pairs(
             else:
                 plan = plan_layer(bfw, bp, bl, rfw, rp, rl)
         except WeightTransferError as exc:
+            if not strict:
+                unplanned.append(
+                    f"gradients and updates of base `{bp or '<root>'}` and raw `{rp or '<root>'}` are not compared: "
+                    f"{str(exc).splitlines()[0]}"
+                )
+                done_raw.add(rp)
+                continue
             raise WeightTransferError(f"{exc}\n\n{_trees(bfw, base, bp, rfw, raw, rp)}") from None
         if plan.recursive:
             covered_b.append(bp)
@@ -168,11 +183,13 @@ def plan_pairs(
         if plan.recursive or _owns_tensors(bfw, bl) or _owns_tensors(rfw, rl):
             plans.append(plan)
             done_raw.add(rp)
-    warnings = []
-    planned_b = {p.base_path for p in plans} | {
-        m for p in plans if p.base_path in groups for m in groups[p.base_path].members
-    }
-    planned_r = {p.raw_path for p in plans}
+    warnings = unplanned
+    planned_b = (
+        {p.base_path for p in plans}
+        | {bp for bp, rp in pairs if rp in done_raw}
+        | {m for p in plans if p.base_path in groups for m in groups[p.base_path].members}
+    )
+    planned_r = {p.raw_path for p in plans} | done_raw
     for p, lay in blayers.items():
         if p not in groups and _owns_tensors(bfw, lay) and p not in planned_b and not _inside(p, covered_b):
             warnings.append(f"base `{p}` ({type(lay).__name__}) has weights but was not paired (it did not run?)")

@@ -63,6 +63,19 @@ def check_run(loss_fns: Any, optimizers: Any, diff_phase: str, steps: Any) -> No
     for name, value in (("loss_fns", loss_fns), ("optimizers", optimizers)):
         if value is not None and (not isinstance(value, (list, tuple)) or len(value) != 2):
             raise InputError(f"{name} must be a pair [for base, for raw]; got {value!r}.")
+    for i, opt in enumerate(optimizers or ()):
+        side = ("base", "raw")[i]
+        if hasattr(opt, "forward") and hasattr(opt, "parameters"):
+            raise InputError(
+                f"optimizers[{i}] ({side}) is a model ({type(opt).__name__}), not an optimizer. Pass the optimizer "
+                "that trains it: torch.optim.AdamW(model.parameters()) / paddle.optimizer.AdamW(parameters="
+                "model.parameters()), or a zero-argument function that steps and clears gradients."
+            )
+        if not (hasattr(opt, "step") or callable(opt)):
+            raise InputError(
+                f"optimizers[{i}] ({side}) is a {type(opt).__name__}: an optimizer (with .step()) or a "
+                "zero-argument function that steps and clears gradients is needed."
+            )
     if steps > 1 and optimizers is None:
         raise OptionError(
             f"steps={steps} needs optimizers=[base_opt, raw_opt] (framework optimizers, or zero-argument "

@@ -208,3 +208,14 @@ def test_parse_flags_defaults():
         "a", "b", "c", "_modeldiff", "strict", "both",
     )  # fmt: skip
     assert np.isclose(parse_flags("a b --atol 1e-3", cell=True).atol, 1e-3)
+
+
+def test_models_passed_to_opt_are_refused_before_anything_runs(ip, capsys):
+    _models(ip)
+    tb, pb = ip.user_ns["tb"], ip.user_ns["pb"]
+    before = tb.fc1.weight.detach().clone()
+    run = ip.run_cell("%modeldiff tb pb x --opt tb pb --steps 2")
+    text = "".join(capsys.readouterr())
+    assert not run.success
+    assert "optimizers[0] (base) is a model" in text and "torch.optim.AdamW(model.parameters())" in text
+    assert torch.equal(tb.fc1.weight, before) and not _hooks_left(ip)

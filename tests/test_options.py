@@ -73,3 +73,12 @@ def test_a_model_with_nothing_trainable_says_so():
         p.requires_grad_(False)
     with pytest.raises(InputError, match="base \\(MLP\\) has no trainable parameter.*diff_phase='forward'"):
         nbdiff.auto_diff(tb, pb, inputs("mlp"))
+
+
+def test_optimizers_that_are_models_or_nothing_callable_are_refused():
+    base, raw = BUILDERS["mlp"]("torch"), BUILDERS["mlp"]("paddle")
+    x = inputs("mlp")
+    with pytest.raises(InputError, match=r"optimizers\[1\] \(raw\) is a model \(.*\), not an optimizer"):
+        nbdiff.auto_diff(base, raw, x, optimizers=[torch.optim.SGD(base.parameters(), lr=0.1), raw], steps=2)
+    with pytest.raises(InputError, match=r"optimizers\[0\] \(base\) is a str"):
+        nbdiff.auto_diff(base, raw, x, optimizers=["adam", "adam"], steps=2)

@@ -212,7 +212,7 @@ def test_parse_flags_defaults():
 
 def test_models_passed_to_opt_are_refused_before_anything_runs(ip, capsys):
     _models(ip)
-    tb, pb = ip.user_ns["tb"], ip.user_ns["pb"]
+    tb = ip.user_ns["tb"]
     before = tb.fc1.weight.detach().clone()
     run = ip.run_cell("%modeldiff tb pb x --opt tb pb --steps 2")
     text = "".join(capsys.readouterr())

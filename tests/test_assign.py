@@ -200,3 +200,16 @@ def test_gpt2_fused_c_attn_takes_separate_query_key_value():
     result = nbdiff.auto_diff(Separate(), GPT2Style(), x)
     assert result, result.report()
     assert "q_proj+k_proj+v_proj" in {e.base.path for e in result.events}
+
+
+@pytest.mark.parametrize("direction", ["torch->paddle", "paddle->torch"])
+def test_bfloat16_weights_copy_both_ways(direction):
+    # numpy has no bfloat16: paddle's set_value used to fail with "data type 'bfloat16' not understood".
+    t = torch.nn.Linear(4, 3).to(torch.bfloat16)
+    p = paddle.nn.Linear(4, 3)
+    p.to(dtype="bfloat16")
+    base, raw = (t, p) if direction == "torch->paddle" else (p, t)
+    nbdiff.assign_weight(base, raw)
+    np.testing.assert_array_equal(p.weight.astype("float32").numpy(), t.weight.float().detach().numpy().T)
+    np.testing.assert_array_equal(p.bias.astype("float32").numpy(), t.bias.float().detach().numpy())
+    assert str(p.weight.dtype) == "paddle.bfloat16" and t.weight.dtype == torch.bfloat16

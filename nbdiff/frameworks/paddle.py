@@ -107,7 +107,11 @@ class PaddleFramework:
         return t
 
     def set_value(self, tensor: Any, array: np.ndarray) -> None:
-        tensor.set_value(np.array(array, order="C").astype(self.dtype_name(tensor), copy=False))
+        dtype = self.dtype_name(tensor)
+        if dtype == "bfloat16":  # numpy has no bfloat16: values arrive as float32 and are cast by paddle
+            tensor.set_value(paddle.to_tensor(np.asarray(array, dtype="float32", order="C")).astype(dtype))
+            return
+        tensor.set_value(np.array(array, order="C").astype(dtype, copy=False))
 
     def grad_of(self, param: Any) -> Any | None:
         return param.grad

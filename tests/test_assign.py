@@ -213,3 +213,12 @@ def test_bfloat16_weights_copy_both_ways(direction):
     np.testing.assert_array_equal(p.weight.astype("float32").numpy(), t.weight.float().detach().numpy().T)
     np.testing.assert_array_equal(p.bias.astype("float32").numpy(), t.bias.float().detach().numpy())
     assert str(p.weight.dtype) == "paddle.bfloat16" and t.weight.dtype == torch.bfloat16
+
+
+def test_inside_looks_up_ancestors_only():
+    from nbdiff.weights.assign import _inside
+
+    roots = {"enc.attn", "dec"}
+    assert _inside("enc.attn.q", roots) and _inside("dec.0.fc", roots)
+    assert not _inside("enc.attn", roots) and not _inside("enc.attn2.q", roots) and not _inside("encx", roots)
+    assert _inside("a.b", {""}) and not _inside("", {""}) and not _inside("a", set())

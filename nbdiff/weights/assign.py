@@ -93,12 +93,12 @@ def _pairs_by_execution(
 def _weight_units(fw: Framework, model: Any) -> list[tuple[str, Any]]:
     """Layers that own tensors, in definition order; a layer with a recursive rule is one unit."""
     units: list[tuple[str, Any]] = []
-    whole: list[str] = []
+    whole: set[str] = set()
     for path, layer in fw.named_layers(model):
         if _inside(path, whole):
             continue
         if fw.is_library_layer(layer) and covers_sublayers(fw.name, all_class_names(layer)):
-            whole.append(path)
+            whole.add(path)
             units.append((path, layer))
         elif _owns_tensors(fw, layer):
             units.append((path, layer))
@@ -155,8 +155,8 @@ def plan_pairs(
     blayers.update(fused_layers(blayers, fused))
     groups = {g.path: g for g in fused}
     plans: list[LayerWeights] = []
-    covered_b: list[str] = []
-    covered_r: list[str] = []
+    covered_b: set[str] = set()
+    covered_r: set[str] = set()
     done_raw: set[str] = set()
     unplanned: list[str] = []
     for bp, rp in pairs:
@@ -178,8 +178,8 @@ def plan_pairs(
                 continue
             raise WeightTransferError(f"{exc}\n\n{_trees(bfw, base, bp, rfw, raw, rp)}") from None
         if plan.recursive:
-            covered_b.append(bp)
-            covered_r.append(rp)
+            covered_b.add(bp)
+            covered_r.add(rp)
         if plan.recursive or _owns_tensors(bfw, bl) or _owns_tensors(rfw, rl):
             plans.append(plan)
             done_raw.add(rp)
@@ -199,9 +199,18 @@ def plan_pairs(
     return WeightMap(tuple(plans), tuple(warnings), fused)
 
 
-def _inside(path: str, roots: list[str]) -> bool:
-    """Whether ``path`` lies strictly inside one of the layers at ``roots``."""
-    return any(path != r and (r == "" or path.startswith(r + ".")) for r in roots)
+def _inside(path: str, roots: set[str]) -> bool:
+    """Whether ``path`` lies strictly inside one of the layers at ``roots``: its ancestors are
+    looked up, so planning stays linear in the number of layers."""
+    if not roots or not path:
+        return False
+    if "" in roots:
+        return True
+    while "." in path:
+        path = path.rsplit(".", 1)[0]
+        if path in roots:
+            return True
+    return False
 
 
 def assign_weight(base: Any, raw: Any, layer_map: LayerMap | None = None, inputs: Any = None) -> WeightMap:

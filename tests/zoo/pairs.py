@@ -69,6 +69,60 @@ def llama(bug: str | None = None, train: str | None = None) -> Callable[[], tupl
     return build
 
 
+# -- transformers Qwen2 <-> paddleformers Qwen2: fused qkv_proj (with bias) and up_gate_proj -----
+QWEN2 = dict(
+    vocab_size=96, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+    num_key_value_heads=2, max_position_embeddings=64, rms_norm_eps=1e-6, tie_word_embeddings=False,
+    rope_theta=10000.0,
+)  # fmt: skip
+
+
+def _paddleformers_qwen2() -> Any:
+    """paddleformers' plain Qwen2 (``Qwen2ForCausalLMDeprecated``; ``Qwen2ForCausalLM`` builds the
+    fleet model). Its module imports a fleet-only provider module, whose ``paddlefleet`` is not on
+    PyPI: an empty stand-in lets the plain model import; nothing of it is used."""
+    import sys
+    import types
+
+    name = "paddleformers.transformers.gpt_provider"
+    try:
+        import importlib
+
+        importlib.import_module(name)
+    except ImportError:
+        stub = types.ModuleType(name)
+        stub.GPTModelProvider = type("GPTModelProvider", (), {})  # type: ignore[attr-defined]
+        sys.modules[name] = stub
+    from paddleformers.transformers.qwen2.modeling import Qwen2ForCausalLMDeprecated
+
+    return Qwen2ForCausalLMDeprecated
+
+
+def qwen2(bug: str | None = None, train: str | None = None) -> Callable[[], tuple[Any, Any, Any, dict[str, Any]]]:
+    def build() -> tuple[Any, Any, Any, dict[str, Any]]:
+        import paddle
+        import torch
+        from transformers import Qwen2Config, Qwen2ForCausalLM
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            from paddleformers.transformers import Qwen2Config as PConfig
+
+            PQwen2 = _paddleformers_qwen2()
+        _seed()
+        base = Qwen2ForCausalLM(Qwen2Config(**QWEN2))
+        pcfg = dict(QWEN2, fuse_rms_norm=False)
+        if bug == "eps":
+            pcfg["rms_norm_eps"] = 1e-5
+        raw = PQwen2(PConfig(**pcfg))
+        ids = np.random.RandomState(0).randint(0, QWEN2["vocab_size"], (2, 8)).astype("int64")
+        inputs = ({"input_ids": torch.from_numpy(ids), "use_cache": False},
+                  {"input_ids": paddle.to_tensor(ids), "use_cache": False})  # fmt: skip
+        return base, raw, inputs, _training(train, base, raw)
+
+    return build
+
+
 # -- transformers Ernie 4.5 <-> paddleformers Ernie 4.5: fused qkv_proj and up_gate_proj ---------
 ERNIE = dict(
     vocab_size=96, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
@@ -232,6 +286,9 @@ CASES: list[Case] = [
     Case("llama act", llama("act"), ("forward", "model.layers.0.mlp.act_fn", None)),
     Case("llama adamw", llama(train="adamw"), tags=("train",)),
     Case("llama adamw wd", llama(train="adamw_wd"), ("optimizer", "model.embed_tokens", "model.embed_tokens.weight"), tags=("train",)),
+    Case("qwen2", qwen2()),
+    Case("qwen2 eps", qwen2("eps"), ("forward", "model.layers.0.input_layernorm", None)),
+    Case("qwen2 adamw", qwen2(train="adamw"), tags=("train",)),
     Case("ernie", ernie()),
     Case("ernie split", ernie("split"), ("forward", "model.layers.0.self_attn", None)),
     Case("ernie reshape", ernie("reshape"), ("forward", "model.layers.0.self_attn", None)),

@@ -12,6 +12,7 @@ from nbdiff.align.optimizer_settings import OptimizerLog
 from nbdiff.align.pairing import Pairing
 from nbdiff.compare.blame import Divergence, EventDiff, inherited_notes, require_compared
 from nbdiff.compare.tolerance import Tolerance, resolve_tolerance
+from nbdiff.conditioning import Floor, measure_floor
 from nbdiff.constants import constant_differences
 from nbdiff.errors import WeightTransferError
 from nbdiff.explain import explain
@@ -19,7 +20,7 @@ from nbdiff.frameworks import Framework, framework_of
 from nbdiff.options import check_comparison, check_gradients, check_run
 from nbdiff.result import DiffResult
 from nbdiff.step import StepRecord, run_optimizer, run_step
-from nbdiff.stepdiff import StepComparer, feed_for
+from nbdiff.stepdiff import StepComparer, feed_for, live_param_grads
 from nbdiff.trace.inputs import split_inputs
 from nbdiff.trace.modes import no_dropout, restore_state, save_state, save_weights, training_flags
 from nbdiff.trace.structure import forward_structure
@@ -129,8 +130,11 @@ def auto_diff(
                     )
                     cmp.set_plans(wmap.by_base_path())
                 warnings += [f"base: {w}" for w in brec.warnings] + [f"raw: {w}" for w in rrec.warnings]
-                divergence, diffs = cmp.compare(pairing, brec, rrec)
+                floor = _floor_of(bfw, base, bcall, losses[0], brec, cmp, backward) if not single_step else None
+                divergence, diffs = cmp.compare(pairing, brec, rrec, floor=floor)
                 events += diffs
+                warnings += cmp.notes
+                cmp.notes.clear()
                 if opts is not None and backward:
                     cmp.feed_optimizer()
                     before = cmp.snapshot()
@@ -178,6 +182,17 @@ def auto_diff(
         restore_state(bfw, originals[0])
         restore_state(rfw, originals[1])
         raise
+
+
+def _floor_of(
+    bfw: Framework, base: Any, call: Any, loss_fn: Any, brec: StepRecord, cmp: StepComparer, backward: bool
+) -> Callable[[], Floor | None]:
+    """Base's sensitivity to rounding in this step, measured only if blame asks (:mod:`nbdiff.conditioning`)."""
+
+    def param_grads(layer: Any, path: str) -> dict[str, Any]:
+        return live_param_grads(bfw, layer if layer is not None else cmp.blayers[path], False)
+
+    return lambda: measure_floor(bfw, base, call, loss_fn, brec, param_grads if backward else None)
 
 
 def _first_copy(

@@ -13,7 +13,7 @@ from nbdiff.trace.inputs import CallArgs, call_model
 from nbdiff.trace.nest import flatten
 from nbdiff.trace.recorder import Feed, Recorder
 
-__all__ = ["StepRecord", "run_step", "run_optimizer"]
+__all__ = ["StepRecord", "run_step", "run_optimizer", "loss_of"]
 
 
 @dataclass(frozen=True)
@@ -23,7 +23,8 @@ class StepRecord:
     warnings: list[str]
 
 
-def _loss(fw: Framework, loss_fn: Callable[[Any], Any] | None, output: Any, side: str) -> Any:
+def loss_of(fw: Framework, loss_fn: Callable[[Any], Any] | None, output: Any, side: str) -> Any:
+    """The step's loss: ``loss_fn(output)``, or the mean of every floating output."""
     if loss_fn is None:
         floats = [t for _, t in flatten(output, fw.is_tensor)[0] if fw.is_floating(t)]
         if not floats:
@@ -59,7 +60,7 @@ def run_step(
         with rec:
             output = call_model(model, call, side)
             if backward or loss_fn is not None:
-                loss = _loss(fw, loss_fn, output, side)
+                loss = loss_of(fw, loss_fn, output, side)
             if backward:
                 try:
                     fw.backward(loss)

@@ -19,6 +19,7 @@ from nbdiff.align.pairing import Pairing, pair_forward
 from nbdiff.compare.blame import Divergence, EventDiff, blame_events, first_nonfinite, post_order
 from nbdiff.compare.metrics import TensorDiff, compare_statistics, compare_tensors
 from nbdiff.compare.tolerance import Tolerance, loosest
+from nbdiff.conditioning import MARGIN, Floor, Noise
 from nbdiff.errors import PairingError
 from nbdiff.frameworks import Framework
 from nbdiff.replay import Replayer, compare_param_grads, largest_shape, magnitude
@@ -84,6 +85,8 @@ class StepComparer:
     plans: dict[str, LayerWeights] | None = None
 
     def __post_init__(self) -> None:
+        self.notes: list[str] = []
+        """Findings that are not divergences (conditioning), for the result's warnings."""
         self.blayers = dict(self.bfw.named_layers(self.base))
         self.rlayers = dict(self.rfw.named_layers(self.raw))
 
@@ -98,11 +101,22 @@ class StepComparer:
         return pairing
 
     def compare(
-        self, pairing: Pairing, brec: StepRecord, rrec: StepRecord, grads: ParamGrads = live_param_grads
+        self,
+        pairing: Pairing,
+        brec: StepRecord,
+        rrec: StepRecord,
+        grads: ParamGrads = live_param_grads,
+        floor: Callable[[], Floor | None] | None = None,
     ) -> tuple[Divergence | None, list[EventDiff]]:
-        """Forward then backward diffs of one step, with the first divergence among them."""
+        """Forward then backward diffs of one step, with the first divergence among them.
+
+        ``floor`` measures base's own sensitivity to rounding (:mod:`nbdiff.conditioning`), asked
+        for only when blame would report something: a difference within it is a note.
+        """
         assert self.plans is not None, "set_plans first"
         divergence = None
+        noise = Noise(floor) if floor is not None else None
+
         fwd = forward_diffs(pairing, brec, rrec, self.tol, self.mode)
         bwd = []
         if self.diff_phase != "forward":
@@ -112,13 +126,15 @@ class StepComparer:
             # The loss is computed from the model's outputs: its own error is measurable only where they agree.
             outputs_agree = all(d.passed for d in fwd if _final_forward(d) and d.base.kind is Kind.LAYER)
             divergence, fwd = blame_events(
-                fwd, lambda d: _local_forward(self.replayer, d, kids, outputs_agree), _final_forward
+                fwd, lambda d: _local_forward(self.replayer, d, kids, outputs_agree), _final_forward, noise
             )
             divergence = divergence if divergence is not None else first_nonfinite(fwd)
         if divergence is None and bwd:
             divergence, bwd = blame_events(
-                bwd, lambda d: _local_backward(self.replayer, brec, rrec, d), _final_backward
+                bwd, lambda d: _local_backward(self.replayer, brec, rrec, d), _final_backward, noise
             )
+        if noise is not None and noise.dismissed:
+            self.notes += [_conditioning_note(e, err, limit) for e, err, limit in noise.dismissed[:3]]
         return divergence, fwd + bwd
 
     def snapshot(self) -> tuple[Snapshot, Snapshot]:
@@ -191,6 +207,15 @@ class StepComparer:
         if divergence is not None:
             divergence = name_parameter(divergence, self.plans)
         return divergence, diffs
+
+
+def _conditioning_note(e: Event, err: float, limit: float) -> str:
+    return (
+        f"step {e.step}, {e.phase.value}: `{e.path or '<root>'}` differs by {err:.3g} (max abs), within "
+        f"{MARGIN:g}x the {limit:.3g} that base itself moves when its inputs change by one rounding unit: "
+        "the computation amplifies rounding here (e.g. a train-mode BatchNorm over few values), so it is not "
+        "reported as a divergence"
+    )
 
 
 def _pair(

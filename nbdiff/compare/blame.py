@@ -173,6 +173,7 @@ def blame_events(
     diffs: Sequence[EventDiff],
     local_fn: Callable[[EventDiff], tuple[TensorDiff, ...] | None],
     final: Callable[[EventDiff], bool] = lambda d: True,
+    noise: Callable[[Event, tuple[TensorDiff, ...]], bool] | None = None,
 ) -> tuple[Divergence | None, list[EventDiff]]:
     """Blame within one step and phase. ``diffs`` must be in completion order.
 
@@ -180,7 +181,9 @@ def blame_events(
     in where they were measured. When no event exceeds its tolerance on its own, the
     accumulated error fails the step only if it reaches a ``final`` event (the model's
     outputs, the loss, a parameter gradient); a blip that vanishes downstream is not a
-    divergence (:func:`inherited_notes` describes it).
+    divergence (:func:`inherited_notes` describes it). ``noise(event, tensors)`` says whether an
+    error is within the model's own sensitivity to rounding (:mod:`nbdiff.conditioning`);
+    such an error is never blamed.
     """
     diffs = list(diffs)
     children: dict[int, list[int]] = {}
@@ -198,7 +201,7 @@ def blame_events(
         diffs[i] = d = replace(d, local=local)
         if local is None:
             continue  # not measurable: never blamed; the nearest measurable event is
-        if max((t.ratio for t in local), default=0.0) <= 1.0:
+        if max((t.ratio for t in local), default=0.0) <= 1.0 or (noise is not None and noise(d.base, local)):
             continue
         kids = sorted(children.get(i, []), key=lambda k: diffs[k].base.order)
         if not kids:
@@ -207,7 +210,9 @@ def blame_events(
         if any(diffs[k].local is None and not diffs[k].passed for k in kids):
             continue  # a sublayer could not be measured; do not blame the parent's code
         return divergence_of(d, "between", _neighbours([diffs[k] for k in kids])), diffs
-    if first_acc is not None and any(not d.passed and final(d) for d in diffs):
+    if first_acc is not None and any(
+        not d.passed and final(d) and not (noise is not None and noise(d.base, d.tensors)) for d in diffs
+    ):
         return divergence_of(diffs[first_acc], "accumulated", inherited=True), diffs
     return None, diffs
 
@@ -249,7 +254,8 @@ def inherited_notes(diffs: Sequence[EventDiff]) -> list[str]:
         if not d.passed and d.local_ratio is not None and d.local_ratio <= 1.0:
             out.append(
                 f"step {d.base.step}, {d.base.phase.value}: `{d.base.path or '<root>'}` is {d.ratio:.3g}x its "
-                f"tolerance by inherited error only (local {d.local_ratio:.3g}x), and it vanishes downstream"
+                f"tolerance by inherited error only (local {d.local_ratio:.3g}x); the results stay within tolerance or "
+                "within the model's own sensitivity to rounding"
             )
     return out
 

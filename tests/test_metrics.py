@@ -1,4 +1,5 @@
 import numpy as np
+import pytest
 
 from nbdiff.compare.metrics import compare_tensors, cosine, max_abs, max_rel, nan_count
 from nbdiff.compare.tolerance import resolve_tolerance
@@ -57,3 +58,17 @@ def test_broadcast_equivalent_shapes_are_compared_after_broadcasting():
     wrong[2] += 1.0
     assert not compare_tensors("out", wrong, one, tol).passed
     assert not compare_tensors("out", np.zeros((3, 5, 2), "float32"), one, tol).passed
+
+
+def test_lazy_comparison_decides_at_once_and_gives_the_same_metrics_when_read():
+    from nbdiff.compare.tolerance import resolve_tolerance
+
+    tol = resolve_tolerance(None, None, "float32")
+    b = np.random.RandomState(0).randn(64, 32).astype("float32")
+    for a in (b + np.float32(1e-7) * np.random.RandomState(1).randn(64, 32).astype("float32"), b * 1.01):
+        eager = compare_tensors("x", a, b, tol)
+        lazy = compare_tensors("x", a, b, tol, lazy=True)
+        assert lazy.passed == eager.passed
+        assert (object.__getattribute__(lazy, "detail") is not None) == eager.passed  # only passing ones wait
+        for name in ("ratio", "max_rel", "mean_abs", "cosine", "max_abs"):
+            assert getattr(lazy, name) == pytest.approx(getattr(eager, name), rel=1e-5, abs=1e-12), name

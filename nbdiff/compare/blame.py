@@ -57,7 +57,7 @@ class EventDiff:
 
     @property
     def passed(self) -> bool:
-        return self.ratio <= 1.0
+        return all(t.passed for t in self.tensors)
 
 
 @dataclass(frozen=True)

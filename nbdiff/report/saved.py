@@ -39,7 +39,8 @@ _FLOATS = ("max_abs", "max_rel", "mean_abs", "cosine", "ratio")
 
 
 def _diff_json(t: TensorDiff) -> dict[str, Any]:
-    d = asdict(t)
+    d = {f.name: getattr(t, f.name) for f in fields(t) if f.name != "detail"}  # every metric, computed
+    d["tolerance"] = asdict(t.tolerance)
     for k in _FLOATS:
         d[k] = _json_float(d[k])
     return d

@@ -18,6 +18,7 @@ from nbdiff.errors import WeightTransferError
 from nbdiff.explain import explain
 from nbdiff.frameworks import Framework, framework_of
 from nbdiff.options import check_comparison, check_gradients, check_run
+from nbdiff.progress import progress
 from nbdiff.result import DiffResult
 from nbdiff.step import StepRecord, run_optimizer, run_step
 from nbdiff.stepdiff import StepComparer, feed_for, live_param_grads
@@ -110,7 +111,7 @@ def auto_diff(
                 # Not training: running statistics end as they were (raw's as copied from base).
                 stack.callback(restore_state, bfw, initial[0])
                 stack.callback(lambda: restore_state(rfw, initial[1]))  # initial[1] may be replaced below
-            for step in range(steps):
+            for step in progress(range(steps), "nbdiff: steps", total=steps):
                 brec, rrec, pairing = run_pair(step, pairing)
                 if wmap is None:
                     # Weights pair by execution order: this step's pairing decides. A structure copy

@@ -23,6 +23,7 @@ from nbdiff.errors import InputError, WeightTransferError
 from nbdiff.explain import explain
 from nbdiff.frameworks import Framework, framework_of
 from nbdiff.options import check_comparison
+from nbdiff.progress import counter, progress
 from nbdiff.result import DiffResult
 from nbdiff.step import StepRecord
 from nbdiff.stepdiff import StepComparer, feed_for
@@ -79,6 +80,7 @@ class watch:
         self._pairing0: Pairing | None = None
         self._probing = False
         self._warnings: list[str] = []
+        self._seen: Any = None
 
     def _tol(self, a: str, b: str) -> Tolerance:
         return resolve_tolerance(self.options["atol"], self.options["rtol"], a, b)  # type: ignore[arg-type]
@@ -93,6 +95,9 @@ class watch:
                 side.install(stack, self._on_root(side))
             # The optimizers the cell steps, to name their settings when an update is blamed.
             self._optimizers.listen(stack, (self.bfw, self.rfw))
+            seen = counter("nbdiff: steps seen")  # raw's calls, as the user's loop makes them
+            self._seen = seen
+            stack.callback(seen.close)
         except BaseException:
             stack.close()
             raise
@@ -140,6 +145,8 @@ class watch:
         return bool(self.options["single_step"]) or (bool(self.options["auto_init"]) and self._copied is None)
 
     def _before_raw_step(self, args: tuple, kwargs: dict) -> None:
+        if self._seen is not None:
+            self._seen.update(1)
         k = self._r.steps - 1
         if self._pairing0 is None and (self.options["auto_init"] or self.options["single_step"]):
             if self._b.steps == 0:
@@ -203,7 +210,7 @@ class watch:
         final = (self._b.weights_now(), self._r.weights_now())
         done = 0
         try:
-            for k in range(n):
+            for k in progress(range(n), "nbdiff: comparing steps", total=n):
                 brec, rrec = StepRecord(*bsteps[k]), StepRecord(*rsteps[k])
                 pairing = self._cmp.pair(brec, rrec)
                 if self._cmp.plans is None:

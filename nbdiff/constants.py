@@ -30,7 +30,7 @@ def constant_differences(
     out = []
     for bp, rp in pairs:
         bl, rl = blayers.get(bp), rlayers.get(rp)
-        if bl is None or rl is None or isinstance(bl, FusedLayers):
+        if bl is None or rl is None or isinstance(bl, FusedLayers) or isinstance(rl, FusedLayers):
             continue
         names = bfw.constant_buffers(bl) | rfw.constant_buffers(rl)
         if not names:

@@ -125,7 +125,7 @@ def auto_diff(
                         brec, rrec, pairing = run_pair(step, pairing)
                     elif copied is not None:
                         wmap = replace(wmap, warnings=wmap.warnings + tuple(w for w in copied.warnings if "tied" in w))
-                    warnings += wmap.warnings + pairing.notes
+                    warnings += wmap.warnings
                     warnings += constant_differences(
                         bfw, cmp.blayers, rfw, cmp.rlayers, execution_pairs(pairing), lambda a, b: tol(a, b)
                     )

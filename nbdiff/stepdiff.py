@@ -98,6 +98,7 @@ class StepComparer:
         pairing = _pair(brec, rrec, self.layer_map, self.blayers, self.rlayers)
         # A fused group stands for its members wherever a base layer is looked up by path.
         self.blayers.update(fused_layers(self.blayers, pairing.fused))
+        self.rlayers.update(fused_layers(self.rlayers, pairing.fused, "raw"))
         return pairing
 
     def compare(
@@ -383,8 +384,10 @@ def _backward_diffs(
     sides: StepComparer,
     grads: ParamGrads,
 ) -> list[EventDiff]:
-    bb = {(e.path, e.call): e for e in fuse_events(brec.backward, list(pairing.fused), backward=True)}
-    rb = {(e.path, e.call): e for e in rrec.backward}
+    base_groups = [g for g in pairing.fused if g.side == "base"]
+    raw_groups = [g for g in pairing.fused if g.side == "raw"]
+    bb = {(e.path, e.call): e for e in fuse_events(brec.backward, base_groups, backward=True)}
+    rb = {(e.path, e.call): e for e in fuse_events(rrec.backward, raw_groups, backward=True)}
     bfw, rfw, blayers, rlayers, tol, mode = sides.bfw, sides.rfw, sides.blayers, sides.rlayers, sides.tol, sides.mode
     diffs = []
     arriving = 0.0  # largest gradient arriving at any layer so far, in backward order
@@ -463,7 +466,8 @@ def _local_backward(
 
 def feed_for(brec: StepRecord, pairing: Pairing, diff_phase: str) -> Feed:
     """Base inputs (forward) and base output gradients (backward) for each paired raw call."""
-    bwd = {(e.path, e.call): e for e in fuse_events(brec.backward, list(pairing.fused), backward=True)}
+    groups = [g for g in pairing.fused if g.side == "base"]
+    bwd = {(e.path, e.call): e for e in fuse_events(brec.backward, groups, backward=True)}
     inputs: dict[tuple[str, int], list[np.ndarray | None]] = {}
     grads: dict[tuple[str, int], dict[str, np.ndarray]] = {}
     for p in pairing.pairs:

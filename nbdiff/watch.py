@@ -179,7 +179,7 @@ class watch:
         assert self._pairing0 is not None
         fwd, bwd, _ = self._b.recorder.step_events(k, self._b.grads)  # this step only, each step
         fused = self._pairing0.fused
-        by_key = {(e.path, e.call): e for e in fuse_events(fwd, list(fused))}
+        by_key = {(e.path, e.call): e for e in fuse_events(fwd, [g for g in fused if g.side == "base"])}
         pairs = tuple(
             Pair(by_key[(p.base.path, p.base.call)], p.raw)
             for p in self._pairing0.pairs
@@ -217,7 +217,7 @@ class watch:
                     wmap = plan_pairing(
                         self.bfw, self.base, self.rfw, self.raw, pairing, strict=bool(self.options["auto_init"])
                     )
-                    self._warnings += wmap.warnings + pairing.notes
+                    self._warnings += wmap.warnings
                     self._cmp.set_plans(wmap.by_base_path())
                 # Replays run on the weights this step ran with.
                 self._b.load(self._b.weights[k])

@@ -8,7 +8,7 @@ per key/value head (paddleformers' attention reshapes ``qkv`` to ``[kv heads, (q
 + 2) * head_dim]``). A :class:`FusedLayout` is that order, as an index, so one
 definition converts weights, biases, gradients and outputs alike.
 
-A layer whose activation the raw layer applies itself (paddle's ``BatchNorm(act="relu")``
+Either side may hold the fused layer. A layer whose activation the raw layer applies itself (paddle's ``BatchNorm(act="relu")``
 against ``BatchNorm2d`` then ``ReLU``) is a sequential group: in at the first, out at the last.
 
 Before pairing, each fused raw call takes the members' calls as one base event whose
@@ -35,7 +35,6 @@ __all__ = [
     "FUSED_PATTERNS",
     "register_fused_pattern",
     "find_fused_groups",
-    "fused_on_base_side",
     "group_path",
     "fuse_events",
     "concat_layout",
@@ -140,20 +139,23 @@ FUSED_PATTERNS.append(
 
 @dataclass(frozen=True)
 class FusedGroup:
-    """Base layer calls that one raw call fuses."""
+    """Layer calls of one side that one call of the other side fuses."""
 
     path: str
     """The group's path: the members' parent, then their names joined by ``+``."""
     members: tuple[str, ...]
-    """Base paths of the members, in layout order."""
+    """Paths of the members, in layout order."""
     calls: tuple[int, ...]
     """Each member's call index."""
-    raw_path: str
+    fused_path: str
+    """The fused layer, on the other side."""
     layout: FusedLayout | None
     """``None`` for a sequential group."""
     sequential: bool = False
     """A layer then its activation, which the raw layer applies itself (paddle ``BatchNorm(act=...)``):
     the group's input is the first member's, its output the last member's."""
+    side: str = "base"
+    """Where the members are: ``base`` (the usual port: raw fuses them) or ``raw``."""
 
 
 class FusedLayers:
@@ -188,41 +190,53 @@ def _features(e: Event) -> tuple[tuple[int, ...], int] | None:
     return shape[:-1], shape[-1]
 
 
-def find_fused_groups(base: list[Event], raw: list[Event], raw_layers: dict[str, Any]) -> list[FusedGroup]:
-    """Raw calls of fused layers and the base calls they fuse, matched in execution order.
+def find_fused_groups(
+    base: list[Event], raw: list[Event], raw_layers: dict[str, Any], base_layers: dict[str, Any] | None = None
+) -> list[FusedGroup]:
+    """Fused layers of either side and the calls of the other side they fuse, in execution order.
 
-    A raw call named as a pattern's fused layer takes the next unused base calls of sibling
-    layers named as its members, when the shapes say so: same leading dimensions, and output
-    features adding up to the fused layer's.
+    A call named as a pattern's fused layer takes the next unused calls of sibling layers
+    named as its members on the other side, when the shapes say so: same leading dimensions,
+    and output features adding up to the fused layer's. A layer that applies its activation
+    itself (``_act``) takes the next layer of its class followed by that activation.
     """
+    groups = _groups_for(raw, base, raw_layers, "base")
+    if base_layers is not None:
+        groups += _groups_for(base, raw, base_layers, "raw")
+    return groups
+
+
+def _groups_for(
+    fused_side: list[Event], members_side: list[Event], layers: dict[str, Any], side: str
+) -> list[FusedGroup]:
     groups: list[FusedGroup] = []
     used: set[int] = set()
-    for r in raw:
+    for r in fused_side:
         rf = _features(r)
         if rf is None:
             continue
-        act = getattr(raw_layers.get(r.path), "_act", None)
+        act = getattr(layers.get(r.path), "_act", None)
         if isinstance(act, str) and act:
-            found_seq = _layer_then_activation(base, r, act, used)
+            found_seq = _layer_then_activation(members_side, r, act, used)
             if found_seq is not None:
                 used.update(e.order for e in found_seq)
                 paths = tuple(e.path for e in found_seq)
                 calls = tuple(e.call for e in found_seq)
-                groups.append(FusedGroup(group_path(paths), paths, calls, r.path, None, sequential=True))
+                groups.append(FusedGroup(group_path(paths), paths, calls, r.path, None, True, side))
             continue
         for pattern in FUSED_PATTERNS:
             if _name(r.path) not in pattern.fused:
                 continue
-            found = _next_members(base, pattern.members, used, rf)
+            found = _next_members(members_side, pattern.members, used, rf)
             if found is None:
                 continue
             sizes = tuple(_features(e)[1] for e in found)  # type: ignore[index]
-            layout = pattern.layout(sizes, raw_layers.get(_parent_path(r.path)))
+            layout = pattern.layout(sizes, layers.get(_parent_path(r.path)))
             if layout is None:
                 continue
             used.update(e.order for e in found)
             paths = tuple(e.path for e in found)
-            groups.append(FusedGroup(group_path(paths), paths, tuple(e.call for e in found), r.path, layout))
+            groups.append(FusedGroup(group_path(paths), paths, tuple(e.call for e in found), r.path, layout, side=side))
             break
     return groups
 
@@ -241,21 +255,6 @@ def _layer_then_activation(base: list[Event], r: Event, act: str, used: set[int]
             if activation_kind((a.type_name, *a.bases)) == kind and a.order not in used:
                 return [b, a]
     return None
-
-
-def fused_on_base_side(base: list[Event], raw: list[Event], base_layers: dict[str, Any]) -> list[str]:
-    """Warnings for base layers that apply their activation themselves while raw runs it as a
-    layer of its own: groups are formed on the raw side only, so these pairs would differ."""
-    out = []
-    used: set[int] = set()
-    for b in base:
-        act = getattr(base_layers.get(b.path), "_act", None)
-        if isinstance(act, str) and act and b.outputs and _layer_then_activation(raw, b, act, used):
-            out.append(
-                f"base `{b.path}` ({b.type_name}) applies its activation ({act!r}) itself, and raw runs it as a layer "
-                "of its own: nbdiff groups fused layers on the raw side only. Swap base and raw to compare them."
-            )
-    return out
 
 
 def _next_members(
@@ -301,7 +300,8 @@ def _fused_records(
 
 
 def fuse_events(events: list[Event], groups: list[FusedGroup], backward: bool = False) -> list[Event]:
-    """``events`` with each group's member calls replaced by one event at the first member's place.
+    """``events`` with each group's member calls replaced by one event at the first member's place
+    (pass the groups whose members are on the side of ``events``).
 
     Forward: the members' inputs (the same tensor) and their outputs in the fused layout.
     Backward: the gradients arriving at the outputs fused the same way; the gradients leaving

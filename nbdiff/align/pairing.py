@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from nbdiff.align.fused import FusedGroup, find_fused_groups, fuse_events, fused_on_base_side
+from nbdiff.align.fused import FusedGroup, find_fused_groups, fuse_events
 from nbdiff.align.layer_map import LayerMap
 from nbdiff.align.typemap import type_affinity
 from nbdiff.trace.events import Event
@@ -47,8 +47,6 @@ class Pairing:
     fused: tuple[FusedGroup, ...] = ()
     """Base calls that one raw call fuses (``qkv_proj`` for ``q_proj``/``k_proj``/``v_proj``),
     each paired as one base event under the group's path."""
-    notes: tuple[str, ...] = ()
-    """Warnings about the pairing for the result."""
 
 
 def _shapes(e: Event) -> tuple[tuple[int, ...], ...]:
@@ -165,13 +163,13 @@ def pair_forward(
     explicit = _explicit(b_kept, r_kept, groups)
     b_seq = [e for e in b_kept if e.path not in base_cut]
     r_seq = [e for e in r_kept if e.path not in raw_cut]
-    fused = find_fused_groups(b_seq, r_seq, raw_layers or {}) if raw_layers else []
-    notes = fused_on_base_side(b_seq, r_seq, base_layers) if base_layers else []
-    b_seq = fuse_events(b_seq, fused)
+    fused = find_fused_groups(b_seq, r_seq, raw_layers or {}, base_layers) if raw_layers else []
+    b_seq = fuse_events(b_seq, [g for g in fused if g.side == "base"])
+    r_seq = fuse_events(r_seq, [g for g in fused if g.side == "raw"])
 
     pairs, lost_b, lost_r = _match(b_seq, r_seq, [p.base for p in explicit], [p.raw for p in explicit], base, raw)
     all_pairs = sorted(pairs + explicit, key=lambda p: p.base.order)
-    return Pairing(tuple(all_pairs), tuple(lost_b), tuple(lost_r), tuple(b_skip + r_skip), tuple(fused), tuple(notes))
+    return Pairing(tuple(all_pairs), tuple(lost_b), tuple(lost_r), tuple(b_skip + r_skip), tuple(fused))
 
 
 def _match(

@@ -15,7 +15,7 @@ from nbdiff.errors import NbdiffError, WeightTransferError
 from nbdiff.frameworks import Framework, framework_of
 from nbdiff.trace.inputs import split_inputs
 from nbdiff.trace.structure import forward_structure
-from nbdiff.weights.fused import fused_layers, plan_fused
+from nbdiff.weights.fused import fused_layers, plan_fused, plan_unfused
 from nbdiff.weights.plan import LayerWeights, all_class_names, convert_checked, layer_tensors, plan_layer
 from nbdiff.weights.rules import covers_sublayers
 
@@ -62,7 +62,7 @@ def execution_pairs(pairing: Pairing) -> list[tuple[str, str]]:
     A fused group keeps its path (its members are copied together); the members of an
     explicit many-to-one pair (layers run back to back) are listed one by one.
     """
-    fused = {g.path for g in pairing.fused}
+    fused = {g.path for g in pairing.fused if g.side == "base"}
     seen: set[str] = set()
     out = []
     for p in pairing.pairs:
@@ -153,7 +153,9 @@ def plan_pairs(
     """
     blayers, rlayers = dict(bfw.named_layers(base)), dict(rfw.named_layers(raw))
     blayers.update(fused_layers(blayers, fused))
-    groups = {g.path: g for g in fused}
+    rlayers.update(fused_layers(rlayers, fused, "raw"))
+    groups = {g.path: g for g in fused if g.side == "base"}
+    raw_groups = {g.path: g for g in fused if g.side == "raw"}
     plans: list[LayerWeights] = []
     covered_b: set[str] = set()
     covered_r: set[str] = set()
@@ -166,6 +168,8 @@ def plan_pairs(
         try:
             if bp in groups:
                 plan = plan_fused(bfw, groups[bp], bl, rfw, rp, rl)
+            elif rp in raw_groups:
+                plan = plan_unfused(bfw, bp, bl, raw_groups[rp], rl, rfw)
             else:
                 plan = plan_layer(bfw, bp, bl, rfw, rp, rl)
         except WeightTransferError as exc:
@@ -190,11 +194,12 @@ def plan_pairs(
         | {m for p in plans if p.base_path in groups for m in groups[p.base_path].members}
     )
     planned_r = {p.raw_path for p in plans} | done_raw
+    planned_r |= {m for p in plans if p.raw_path in raw_groups for m in raw_groups[p.raw_path].members}
     for p, lay in blayers.items():
         if p not in groups and _owns_tensors(bfw, lay) and p not in planned_b and not _inside(p, covered_b):
             warnings.append(f"base `{p}` ({type(lay).__name__}) has weights but was not paired (it did not run?)")
     for p, lay in rlayers.items():
-        if _owns_tensors(rfw, lay) and p not in planned_r and not _inside(p, covered_r):
+        if p not in raw_groups and _owns_tensors(rfw, lay) and p not in planned_r and not _inside(p, covered_r):
             warnings.append(f"raw `{p}` ({type(lay).__name__}) has weights but nothing was copied into it")
     return WeightMap(tuple(plans), tuple(warnings), fused)
 
@@ -235,6 +240,7 @@ def write_weights(bfw: Framework, base: Any, rfw: Framework, raw: Any, wmap: Wei
     """
     blayers, rlayers = dict(bfw.named_layers(base)), dict(rfw.named_layers(raw))
     blayers.update(fused_layers(blayers, wmap.fused))
+    rlayers.update(fused_layers(rlayers, wmap.fused, "raw"))
     writes: list[tuple[Any, Any]] = []
     names: dict[int, str] = {}
     copies: list[tuple[Any, Any, Any]] = []

@@ -19,12 +19,12 @@ from nbdiff.frameworks import Framework
 from nbdiff.weights.plan import LayerWeights, layer_tensors, plan_layer
 from nbdiff.weights.rules import Arrays
 
-__all__ = ["fused_layers", "plan_fused"]
+__all__ = ["fused_layers", "plan_fused", "plan_unfused"]
 
 
-def fused_layers(layers: dict[str, Any], groups: tuple[FusedGroup, ...]) -> dict[str, FusedLayers]:
-    """A stand-in layer for each group, under the group's path."""
-    return {g.path: FusedLayers({m.rsplit(".", 1)[-1]: layers[m] for m in g.members}) for g in groups}
+def fused_layers(layers: dict[str, Any], groups: tuple[FusedGroup, ...], side: str = "base") -> dict[str, FusedLayers]:
+    """A stand-in layer for each group whose members are on ``side``, under the group's path."""
+    return {g.path: FusedLayers({m.rsplit(".", 1)[-1]: layers[m] for m in g.members}) for g in groups if g.side == side}
 
 
 def _axis(fw: str, cls: str, arr: np.ndarray, size: int) -> int:
@@ -97,6 +97,51 @@ def _plan_sequential(
     return replace(
         plan, base_path=group.path, rule=f"{plan.rule}, then its activation", convert=convert, inverse=inverse
     )
+
+
+def plan_unfused(
+    bfw: Framework, bpath: str, blayer: Any, group: FusedGroup, members: FusedLayers, rfw: Framework
+) -> LayerWeights:
+    """The copy plan of a fused base layer into the raw layers it stands for (the reverse port)."""
+    names = list(members.members)
+    btype = type(blayer).__name__
+    layout = group.layout
+    if layout is None:  # a layer applying its activation itself, against the layer then the activation
+        weighted = [(n, p) for n, p in zip(names, group.members) if layer_tensors(rfw, members.members[n])]
+        if len(weighted) != 1:
+            raise WeightTransferError(
+                f"Base `{bpath}` applies its activation itself, but {len(weighted)} of raw {list(group.members)} "
+                "hold weights (one should). Pair them in a LayerMap."
+            )
+        name, path = weighted[0]
+        plan = plan_layer(bfw, bpath, blayer, rfw, path, members.members[name])
+        return replace(
+            plan, raw_path=group.path, rule=f"{plan.rule}, then its activation",
+            convert=lambda a: {f"{name}.{k}": v for k, v in plan.convert(a).items()},
+            inverse=lambda a: plan.inverse(_member(a, name)),
+        )  # fmt: skip
+
+    plans = {n: plan_layer(bfw, bpath, blayer, rfw, p, members.members[n]) for n, p in zip(names, group.members)}
+
+    def convert(arrays: Arrays) -> Arrays:
+        split = {k: layout.split(v, _axis(bfw.name, btype, v, sum(layout.sizes))) for k, v in arrays.items()}
+        out: Arrays = {}
+        for i, n in enumerate(names):
+            out.update({f"{n}.{k}": v for k, v in plans[n].convert({k: p[i] for k, p in split.items()}).items()})
+        return out
+
+    def inverse(arrays: Arrays) -> Arrays:
+        parts = [plans[n].inverse(_member(arrays, n)) for n in names]
+        return {
+            k: layout.fuse([p[k] for p in parts], _axis(bfw.name, btype, parts[0][k], layout.sizes[0]))
+            for k in parts[0]
+        }
+
+    rtype = "+".join(type(m).__name__ for m in members.members.values())
+    return LayerWeights(
+        bpath, group.path, btype, rtype, f"fused: {layout.name}", False, convert, inverse,
+        tuple(f"{n}.{o}" for n, p in plans.items() for o in p.optional),
+    )  # fmt: skip
 
 
 def _member(arrays: Arrays, name: str) -> Arrays:

@@ -131,10 +131,13 @@ ERNIE = dict(
 )  # fmt: skip
 
 
-def ernie(bug: str | None = None, train: str | None = None) -> Callable[[], tuple[Any, Any, Any, dict[str, Any]]]:
+def ernie(
+    bug: str | None = None, train: str | None = None, reverse: bool = False
+) -> Callable[[], tuple[Any, Any, Any, dict[str, Any]]]:
     """paddleformers fuses q/k/v into ``qkv_proj`` (laid out per kv head) and gate/up into
     ``up_gate_proj``; transformers keeps them apart. ``split``: the port reads qkv as
-    ``[q | k | v]``; ``reshape``: it splits the query heads without the transpose."""
+    ``[q | k | v]``; ``reshape``: it splits the query heads without the transpose.
+    ``reverse``: paddleformers is the reference (base), transformers the port."""
 
     def build() -> tuple[Any, Any, Any, dict[str, Any]]:
         import paddle
@@ -146,15 +149,17 @@ def ernie(bug: str | None = None, train: str | None = None) -> Callable[[], tupl
             from paddleformers.transformers import Ernie4_5Config as PConfig
             from paddleformers.transformers import Ernie4_5ForCausalLM as PErnie
         _seed()
-        base = Ernie4_5ForCausalLM(Ernie4_5Config(**ERNIE))
+        base = Ernie4_5ForCausalLM(Ernie4_5Config(**dict(ERNIE, rms_norm_eps=1e-5 if bug == "torch eps" else 1e-6)))
         # paddleformers reads the MLP's bias from mlp_bias, transformers from use_bias.
         raw = PErnie(PConfig(**dict(ERNIE, fuse_rms_norm=False, mlp_bias=True)))
-        if bug is not None:
+        if bug in ("split", "reshape", "none"):
             attn = raw.model.layers[0].self_attn
             attn.forward = types.MethodType(_ported_attention(bug), attn)
         ids = np.random.RandomState(0).randint(0, ERNIE["vocab_size"], (2, 8)).astype("int64")
         inputs = ({"input_ids": torch.from_numpy(ids), "use_cache": False},
                   {"input_ids": paddle.to_tensor(ids), "use_cache": False})  # fmt: skip
+        if reverse:
+            base, raw, inputs = raw, base, inputs[::-1]
         return base, raw, inputs, _training(train, base, raw)
 
     return build
@@ -195,10 +200,13 @@ def _training(kind: str | None, base: Any, raw: Any) -> dict[str, Any]:
     import paddle
     import torch
 
+    def adamw(model: Any, wd: float) -> Any:
+        if isinstance(model, torch.nn.Module):
+            return torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=wd)
+        return paddle.optimizer.AdamW(learning_rate=1e-3, parameters=model.parameters(), weight_decay=wd)
+
     wd_raw = 0.1 if kind == "adamw_wd" else 0.01
-    topt = torch.optim.AdamW(base.parameters(), lr=1e-3, weight_decay=0.01)
-    popt = paddle.optimizer.AdamW(learning_rate=1e-3, parameters=raw.parameters(), weight_decay=wd_raw)
-    return {"optimizers": [topt, popt], "steps": 3}
+    return {"optimizers": [adamw(base, 0.01), adamw(raw, wd_raw)], "steps": 3}
 
 
 # -- torch.nn.TransformerEncoder <-> paddle.nn.TransformerEncoder --------------------------
@@ -299,6 +307,9 @@ CASES: list[Case] = [
     Case("ernie reshape", ernie("reshape"), ("forward", "model.layers.0.self_attn", None)),
     Case("ernie equivalent port", ernie("none")),
     Case("ernie adamw", ernie(train="adamw"), tags=("train",)),
+    Case("ernie reversed", ernie(reverse=True)),
+    Case("ernie reversed eps", ernie("torch eps", reverse=True), ("forward", "model.layers.0.input_layernorm", None)),
+    Case("ernie reversed adamw", ernie(train="adamw", reverse=True), tags=("train",)),
     Case("encoder", encoder()),
     Case("encoder eps", encoder("eps"), ("forward", "layers.1.norm2", None)),
     Case("encoder act", encoder("act"), ("forward", "layers.0", None)),

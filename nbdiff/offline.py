@@ -66,7 +66,7 @@ def compare(
     steps = 0
     first_a = first_b = None
     for rank in sorted(set(ranks_a) & set(ranks_b)):
-        a, b = read_dump(ranks_a[rank]), read_dump(ranks_b[rank])
+        a, b = read_dump(ranks_a[rank], lazy=True), read_dump(ranks_b[rank], lazy=True)
         first_a, first_b = first_a or a, first_b or b
         if len(a.steps) != len(b.steps):
             msg = f"rank {rank}: {dir_a} has {len(a.steps)} step(s), {dir_b} has {len(b.steps)}"
@@ -85,7 +85,9 @@ def compare(
                 warnings.append(f"rank {rank}, step {k}: cut short by an exception in {', '.join(cut)}; not compared.")
                 continue
             div, diffs, pairing = _compare_step(a, b, rank, k, tol, compare_mode)
-            events += diffs
+            # A step that agrees keeps its metrics and statistics, not its tensors: memory stays
+            # bounded by one step, however many the dumps hold.
+            events += diffs if div is not None else [_settled(d) for d in diffs]
             if div is not None:
                 found.append(div)
             if pairing.unmatched_base or pairing.unmatched_raw:
@@ -113,6 +115,19 @@ def compare(
         warnings=tuple(warnings),
         options=dict(atol=atol, rtol=rtol, compare_mode=compare_mode, dumps=(str(dir_a), str(dir_b))),
     )
+
+
+def _settled(d: EventDiff) -> EventDiff:
+    """``d`` with every metric computed and its events' tensors reduced to statistics."""
+
+    def records(ts: tuple[TensorRecord, ...]) -> tuple[TensorRecord, ...]:
+        return tuple(t if t.value is None else replace(t, value=None, stats=t.statistics()) for t in ts)
+
+    def event(e: Event) -> Event:
+        return replace(e, inputs=records(e.inputs), outputs=records(e.outputs), params=records(e.params))
+
+    metrics = lambda ts: None if ts is None else tuple(replace(t, detail=None) for t in ts)  # noqa: E731
+    return replace(d, base=event(d.base), raw=event(d.raw), tensors=metrics(d.tensors), local=metrics(d.local))
 
 
 def _ranked(events: list[Event], rank: int) -> list[Event]:

@@ -88,3 +88,27 @@ def test_api_level_dumps_name_the_call(tmp_path):
     b = train(raw, tmp_path / "b", steps=1, api_level=True)
     d = nbdiff.compare(a.parent, b.parent).first_divergence
     assert (d.where, d.base_path, d.raw_path) == ("api", "::gelu", "::relu")
+
+
+def test_comparing_many_steps_holds_one_steps_tensors_at_a_time(tmp_path):
+    import tracemalloc
+
+    def peak(steps):
+        base, raw = pair()
+        a, b = train(base, tmp_path / f"a{steps}", steps=steps), train(raw, tmp_path / f"b{steps}", steps=steps)
+        tracemalloc.start()
+        try:
+            result = nbdiff.compare(a, b)
+            return tracemalloc.get_traced_memory()[1], result
+        finally:
+            tracemalloc.stop()
+
+    small, _ = peak(3)
+    large, result = peak(24)
+    assert result and result.steps == 24
+    # Steps that agree keep metrics and statistics, not tensors (8x the memory for 8x the steps before).
+    assert large < 5 * small, (small, large)
+    for d in result.events:
+        assert all(t.value is None for t in d.base.outputs + d.raw.outputs)
+        assert all(t.stats is not None for t in d.base.outputs)
+    assert all(t.ratio <= 1 and t.cosine > 0.99 for d in result.events for t in d.tensors if t.max_abs > 0)

@@ -25,6 +25,7 @@ from __future__ import annotations
 import json
 import math
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -55,8 +56,8 @@ class RankDump:
     """Framework, version, model, rank, world size and the recording options."""
     layers: dict[str, list[str]]
     """Layer path to its class names, most specific first (for weight layout rules)."""
-    steps: list[list[Event]]
-    """Per step: forward, then backward, then optimizer events."""
+    steps: Sequence[list[Event]]
+    """Per step: forward, then backward, then optimizer events (read on access when lazy)."""
     incomplete: frozenset[int] = frozenset()
     """Steps cut short (an exception in the user's code): never compared as agreement."""
 
@@ -269,30 +270,58 @@ def _step_entries(folder: Path, data: dict[str, Any]) -> list[tuple[dict[str, An
     return entries
 
 
-def read_dump(rank_dir: str | os.PathLike[str]) -> RankDump:
-    """Read one rank's folder back into events, checking it as it goes."""
-    from safetensors import SafetensorError
-    from safetensors.numpy import load_file
+def read_dump(rank_dir: str | os.PathLike[str], lazy: bool = False) -> RankDump:
+    """Read one rank's folder back into events, checking it as it goes.
 
+    ``lazy``: every file is checked now, but a step's events and tensors are read only when
+    that step is asked for, and not kept: comparing many steps holds one at a time.
+    """
     folder = Path(rank_dir)
     data = _manifest(folder)
     entries = _step_entries(folder, data)
-    steps: list[list[Event]] = []
-    for k, (step, where, key) in enumerate(entries):
-        payload: dict[str, np.ndarray] = {}
-        if step.get("payload"):
-            file = payload_path(folder, step["payload"], f"{key}.payload", where)
-            try:
-                payload = load_file(str(file))
-            except (FileNotFoundError, SafetensorError, OSError) as exc:
-                raise DumpError(f"{file}: cannot read step {k}'s tensors ({exc}).") from None
-        try:
-            steps.append([_event(e, k, payload, where) for e in step["events"]])
-        except (KeyError, TypeError, ValueError) as exc:
-            raise DumpError(f"{where}: step {k} has a malformed event ({exc!r}); the dump was edited.") from None
     meta = {k: v for k, v in data.items() if k not in ("steps", "layers")}
     incomplete = frozenset(k for k, (s, _, _) in enumerate(entries) if s.get("complete") is False)
+    steps: Sequence[list[Event]]
+    if lazy:
+        inline = data["version"] == 1  # version 1 keeps its steps in the manifest, already in memory
+        steps = _StepFiles(folder, [(s if inline else None, where, key) for s, where, key in entries])
+    else:
+        steps = [_load_step(folder, step, where, key, k) for k, (step, where, key) in enumerate(entries)]
     return RankDump(folder, meta, dict(data.get("layers", {})), steps, incomplete)
+
+
+class _StepFiles(Sequence[list[Event]]):
+    """The steps of a dump, each read from its files when asked for."""
+
+    def __init__(self, folder: Path, entries: list[tuple[dict[str, Any] | None, Path, str]]) -> None:
+        self._folder, self._entries = folder, entries
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def __getitem__(self, k: int) -> list[Event]:  # type: ignore[override]
+        step, where, key = self._entries[k]
+        if step is None:
+            step = _load_json(where, "an nbdiff step")
+            validate_step(step, where)
+        return _load_step(self._folder, step, where, key, k)
+
+
+def _load_step(folder: Path, step: dict[str, Any], where: Path, key: str, k: int) -> list[Event]:
+    from safetensors import SafetensorError
+    from safetensors.numpy import load_file
+
+    payload: dict[str, np.ndarray] = {}
+    if step.get("payload"):
+        file = payload_path(folder, step["payload"], f"{key}.payload", where)
+        try:
+            payload = load_file(str(file))
+        except (FileNotFoundError, SafetensorError, OSError) as exc:
+            raise DumpError(f"{file}: cannot read step {k}'s tensors ({exc}).") from None
+    try:
+        return [_event(e, k, payload, where) for e in step["events"]]
+    except (KeyError, TypeError, ValueError) as exc:
+        raise DumpError(f"{where}: step {k} has a malformed event ({exc!r}); the dump was edited.") from None
 
 
 def _tensor(t: dict[str, Any], payload: dict[str, np.ndarray], where: Path, step: int) -> TensorRecord:

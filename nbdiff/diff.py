@@ -141,7 +141,8 @@ def auto_diff(
                     before = cmp.snapshot()
                     run_optimizer(bfw, opts[0], "base")
                     run_optimizer(rfw, opts[1], "raw")
-                    updated, odiffs = cmp.compare_updates(step, before, cmp.snapshot())
+                    stacks = (log.stack_at(bfw.name, step), log.stack_at(rfw.name, step))
+                    updated, odiffs = cmp.compare_updates(step, before, cmp.snapshot(), stacks)
                     stated, sdiffs = cmp.compare_state(step)
                     events += odiffs + sdiffs
                     divergence = divergence or updated or stated

@@ -27,6 +27,7 @@ from nbdiff.step import StepRecord
 from nbdiff.trace.apis import align_calls
 from nbdiff.trace.events import Event, Kind, Phase, TensorRecord
 from nbdiff.trace.recorder import Feed
+from nbdiff.trace.stack import Frame
 from nbdiff.updates import (
     UPDATE_ATOL,
     Snapshot,
@@ -199,11 +200,20 @@ class StepComparer:
         return divergence, diffs
 
     def compare_updates(
-        self, step: int, before: tuple[Snapshot, Snapshot], after: tuple[Snapshot, Snapshot]
+        self,
+        step: int,
+        before: tuple[Snapshot, Snapshot],
+        after: tuple[Snapshot, Snapshot],
+        stacks: tuple[tuple[Frame, ...], tuple[Frame, ...]] = ((), ()),
     ) -> tuple[Divergence | None, list[EventDiff]]:
-        """Optimizer updates (after minus before) per planned layer; blame names the parameter."""
+        """Optimizer updates (after minus before) per planned layer; blame names the parameter.
+        ``stacks``: where each side's optimizer was stepped, shown for its updates."""
         assert self.plans is not None
         diffs = update_diffs(step, self.plans, before, after, self.tol, self.mode)
+        if stacks != ((), ()):
+            diffs = [
+                replace(d, base=replace(d.base, stack=stacks[0]), raw=replace(d.raw, stack=stacks[1])) for d in diffs
+            ]
         divergence, _ = blame_events(diffs, lambda d: d.tensors)
         if divergence is not None:
             divergence = name_parameter(divergence, self.plans)

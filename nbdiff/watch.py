@@ -276,7 +276,8 @@ class watch:
         if not changed:
             return None, []
         before, after = self._plan_snapshot(k), self._plan_snapshot(k + 1)
-        return self._cmp.compare_updates(k, before, after)
+        stacks = (self._optimizers.stack_at(self.bfw.name, k), self._optimizers.stack_at(self.rfw.name, k))
+        return self._cmp.compare_updates(k, before, after, stacks)
 
     def _plan_snapshot(self, k: int) -> tuple[dict[str, dict[str, np.ndarray]], dict[str, dict[str, np.ndarray]]]:
         assert self._cmp.plans is not None

@@ -62,10 +62,14 @@ def test_watch_finds_the_optimizers_the_cell_steps():
         topt = torch.optim.AdamW(tb.parameters(), lr=1e-2, weight_decay=0.01)
         popt = paddle.optimizer.Adam(learning_rate=1e-2, parameters=pb.parameters(), weight_decay=0.01)
         tb(torch.tensor(x)).pow(2).mean().backward()
-        topt.step()
+        topt.step()  # base's step
         pb(paddle.to_tensor(np.asarray(x))).pow(2).mean().backward()
-        popt.step()
-    assert w.result.first_divergence.why() == "decay style: base 'decoupled', raw 'L2'"
+        popt.step()  # raw's step
+    d = w.result.first_divergence
+    assert d.why() == "decay style: base 'decoupled', raw 'L2'"
+    # The update's stack is where each optimizer stepped, not the forward's.
+    lines = open(__file__).read().splitlines()
+    assert "base's step" in lines[d.base_stack[0].lineno - 1] and "raw's step" in lines[d.raw_stack[0].lineno - 1]
     # the hooks that found them are gone
     from nbdiff.trace.patching import active_patches
 

@@ -14,6 +14,7 @@ from contextlib import ExitStack
 from typing import Any
 
 from nbdiff.align.arguments import ArgDiff
+from nbdiff.trace.stack import Frame, tool_roots, user_stack
 
 __all__ = ["optimizer_settings", "optimizer_diffs", "OptimizerLog"]
 
@@ -100,16 +101,30 @@ class OptimizerLog:
     def __init__(self) -> None:
         self.optimizers: list[Any] = []
         self._lrs: dict[int, list[Any]] = {}
+        self._stacks: dict[int, list[tuple[Frame, ...]]] = {}
+        self._framework: dict[int, str] = {}
 
     def listen(self, stack: ExitStack, frameworks: Sequence[Any]) -> None:
         """Log every optimizer step of these frameworks until ``stack`` closes (each framework once)."""
         for fw in {id(f): f for f in frameworks}.values():
-            stack.enter_context(fw.optimizer_steps(self.seen))
+            stack.enter_context(fw.optimizer_steps(lambda opt, fw=fw: self.seen(opt, fw)))
 
-    def seen(self, opt: Any) -> None:
+    def seen(self, opt: Any, fw: Any = None) -> None:
         if all(o is not opt for o in self.optimizers):
             self.optimizers.append(opt)
         self._lrs.setdefault(id(opt), []).append(optimizer_settings(opt).get("lr"))
+        if fw is not None:
+            # The hook runs inside the user's opt.step(): the frames that show where the update happens.
+            self._framework[id(opt)] = fw.name
+            self._stacks.setdefault(id(opt), []).append(user_stack(fw.source_roots + tool_roots()))
+
+    def stack_at(self, framework: str, step: int) -> tuple[Frame, ...]:
+        """Where the first optimizer of ``framework`` was stepped in step ``step`` (``()``: not seen)."""
+        for opt in self.optimizers:
+            if self._framework.get(id(opt)) == framework:
+                stacks = self._stacks.get(id(opt), [])
+                return stacks[step] if 0 <= step < len(stacks) else ()
+        return ()
 
     def lr_at(self, opt: Any, step: int) -> Any:
         lrs = self._lrs.get(id(opt), [])

@@ -407,6 +407,18 @@ function render({ model, el }) {
         ),
       );
     }
+    if (d.settings && d.settings.length) {
+      parts.push(
+        h(
+          "table",
+          { class: "nbd-args nbd-settings", title: "what each optimizer applies to this layer's parameters at this step" },
+          h("tr", {}, h("th", {}, "optimizer setting"), h("th", {}, "base"), h("th", {}, "raw")),
+          ...d.settings.map((s) =>
+            h("tr", s.differs ? { class: "nbd-differs" } : {}, h("td", {}, s.name), h("td", {}, fmt(s.base)), h("td", {}, fmt(s.raw))),
+          ),
+        ),
+      );
+    }
     for (const t of d.tensors) {
       const m = t.metrics;
       parts.push(

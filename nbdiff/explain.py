@@ -11,7 +11,7 @@ from dataclasses import replace
 from typing import Any
 
 from nbdiff.align.arguments import ArgDiff, argument_diffs
-from nbdiff.align.optimizer_settings import OptimizerLog, optimizer_diffs
+from nbdiff.align.optimizer_settings import OptimizerLog, optimizer_diffs, optimizer_settings
 from nbdiff.compare.blame import Divergence
 from nbdiff.frameworks import Framework
 from nbdiff.result import DiffResult
@@ -61,10 +61,49 @@ def explain(
         fwd = next((d for d in result.events if d.base.phase is Phase.FORWARD and d.base.kind is Kind.LAYER
                     and (d.base.step, d.base.path, d.base.call) == key), None)  # fmt: skip
         blamed = replace(blamed, forward=fwd)
-    if not found and not warnings and blamed is result.first_divergence:
+    options = result.options
+    if frameworks and models and optimizers and optimizers.optimizers:
+        settings = _update_settings(result, frameworks, models, optimizers)
+        if settings:
+            options = {**options, "optimizer_settings": settings}
+    if not found and not warnings and blamed is result.first_divergence and options is result.options:
         return result
     divergence = replace(blamed, arguments=found) if blamed is not None and found else blamed
-    return replace(result, first_divergence=divergence, warnings=result.warnings + tuple(warnings))
+    return replace(result, first_divergence=divergence, warnings=result.warnings + tuple(warnings), options=options)
+
+
+def _update_settings(
+    result: DiffResult, fws: tuple[Framework, Framework], models: tuple[Any, Any], log: OptimizerLog
+) -> dict[str, list[list[Any]]]:
+    """Per updated layer (base path): ``[setting, base value, raw value]`` of the two optimizers for its
+    first parameter, for the view's optimizer rows."""
+    layers = [dict(fw.named_layers(m)) for fw, m in zip(fws, models)]
+    owners = [
+        log.owner({id(p) for _, lay in fw.named_layers(m) for _, p in fw.direct_params(lay)})
+        for fw, m in zip(fws, models)
+    ]
+    if None in owners:
+        return {}
+    out: dict[str, list[list[Any]]] = {}
+    for d in result.events:
+        if d.base.phase is not Phase.OPTIMIZER or d.base.path in out:
+            continue
+        params = []
+        for fw, found, path in zip(fws, layers, (d.base.path, d.raw.path)):
+            own = fw.direct_params(found[path]) if path in found else []
+            params.append(own[0][1] if own else None)
+        lrs = (log.lr_at(owners[0], d.base.step), log.lr_at(owners[1], d.base.step))
+        a, b = (optimizer_settings(o, p) for o, p in zip(owners, params))
+        for side, lr in zip((a, b), lrs):
+            side.setdefault("grad_clip", "none")  # torch clips in the loop, not in the optimizer
+            if lr is not None:
+                side["lr"] = lr
+        out[d.base.path] = [[k, _shown(a.get(k)), _shown(b.get(k))] for k in dict.fromkeys([*a, *b])]
+    return out
+
+
+def _shown(v: Any) -> Any:
+    return v if isinstance(v, (int, float, str)) or v is None else repr(v)
 
 
 def _optimizer_why(

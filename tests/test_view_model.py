@@ -100,3 +100,24 @@ def test_detail_shows_where_each_side_built_the_layer(failed):
         (built,) = detail["stacks"][f"{side}_built"]
         line = open(built["file"]).read().splitlines()[built["line"] - 1]
         assert "self.norm = " in line and built["function"].endswith(".__init__")
+
+
+def test_an_update_row_says_update_and_shows_both_optimizers_settings():
+    import paddle
+    import torch
+
+    tb, pb = BUILDERS["mlp"]("torch"), BUILDERS["mlp"]("paddle")
+    opts = [
+        torch.optim.AdamW(tb.parameters(), lr=1e-2, weight_decay=0.01),
+        paddle.optimizer.AdamW(learning_rate=1e-2, parameters=pb.parameters(), weight_decay=0.1),
+    ]
+    result = nbdiff.auto_diff(tb, pb, inputs("mlp"), optimizers=opts, steps=2)
+    tree = build_tree(result)
+    assert tree.nodes[tree.first]["phase"] == "optimizer"
+    detail = node_detail(tree, tree.first)
+    assert all(t["metrics"]["name"].startswith("update of ") for t in detail["tensors"])
+    settings = {s["name"]: s for s in detail["settings"]}
+    assert (settings["weight_decay"]["base"], settings["weight_decay"]["raw"]) == (0.01, 0.1)
+    assert settings["weight_decay"]["differs"] and not settings["lr"]["differs"]
+    assert [s["name"] for s in detail["settings"] if s["differs"]] == ["weight_decay"]
+    json.dumps(detail["settings"])

@@ -8,7 +8,7 @@ reused by the static HTML export.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -43,6 +43,8 @@ class TreeData:
     """Base and raw framework names, to read the layers' arguments."""
     roots: tuple[Any, Any] = (None, None)
     """The two root models (live results only), to find where each layer was built."""
+    optimizer_settings: dict[str, list[list[Any]]] = field(default_factory=dict)
+    """Per updated layer: ``[setting, base, raw]`` of the two optimizers (live results that trained)."""
 
 
 def summary_line(result: DiffResult) -> str:
@@ -133,7 +135,8 @@ def build_tree(result: DiffResult) -> TreeData:
                 _add_unpaired(nodes, group, result.unmatched_base, by_order, "base")
                 _add_unpaired(nodes, group, result.unmatched_raw, raw_order, "raw")
     roots = root_layers(result.events)
-    return TreeData(nodes, order, first, events, (result.base_framework, result.raw_framework), roots)
+    settings = dict(result.options.get("optimizer_settings") or {})
+    return TreeData(nodes, order, first, events, (result.base_framework, result.raw_framework), roots, settings)
 
 
 def _add_unpaired(
@@ -235,7 +238,14 @@ def node_detail(tree: TreeData, node_id: int) -> dict[str, Any]:
         dict(name=a.name, base=a.shown()[0], raw=a.shown()[1])
         for a in argument_diffs(tree.frameworks[0], fb.layer, tree.frameworks[1], fr.layer)
     ]
-    return dict(node=node, tensors=tensors, stacks=frames, arguments=arguments)
+    detail: dict[str, Any] = dict(node=node, tensors=tensors, stacks=frames, arguments=arguments)
+    if d.base.phase is Phase.OPTIMIZER:
+        # An update row: its tensors are updates (after - before), and both optimizers' settings show.
+        for t in tensors:
+            t["metrics"]["name"] = f"update of {t['metrics']['name']}"
+        rows = tree.optimizer_settings.get(d.base.path, [])
+        detail["settings"] = [dict(name=n, base=b, raw=r, differs=b != r) for n, b, r in rows]
+    return detail
 
 
 def _frame(f: Frame) -> dict[str, Any]:

@@ -199,6 +199,31 @@ def test_html_report_works_without_a_kernel(page, tmp_path):
     assert all(u.startswith(("file:", "data:")) for u in page.request_urls), page.request_urls
 
 
+def test_an_update_row_shows_both_optimizers_settings(page, tmp_path):
+    import paddle
+    import torch
+
+    import nbdiff
+    from tests.fault_suite.models import BUILDERS, inputs
+
+    tb, pb = BUILDERS["mlp"]("torch"), BUILDERS["mlp"]("paddle")
+    opts = [
+        torch.optim.AdamW(tb.parameters(), lr=1e-2, weight_decay=0.01),
+        paddle.optimizer.AdamW(learning_rate=1e-2, parameters=pb.parameters(), weight_decay=0.1),
+    ]
+    result = nbdiff.auto_diff(tb, pb, inputs("mlp"), optimizers=opts, steps=2)
+    path = tmp_path / "train.html"
+    result.to_html(str(path))
+    page.goto(path.as_uri())
+    page.locator(f"{VIEW} .nbd-row.nbd-blamed").wait_for()
+    page.locator(f"{VIEW} .nbd-row.nbd-blamed").click()
+    differs = page.locator(f"{VIEW} .nbd-settings tr.nbd-differs")
+    differs.first.wait_for()
+    assert differs.count() == 1 and differs.inner_text().split() == ["weight_decay", "0.01", "0.1"]
+    assert page.locator(f"{VIEW} .nbd-tname").first.inner_text().startswith("update of ")
+    assert not [m for m in page.console_messages if m.startswith(("error", "pageerror"))]
+
+
 AGREE = (
     "%load_ext nbdiff\n"
     "from tests.fault_suite.models import BUILDERS, inputs\n"

@@ -18,6 +18,8 @@ function h(tag, props = {}, ...children) {
   return el;
 }
 
+const PLAY_MS = 350; // between events while replay plays
+
 function fmt(x) {
   if (x === null || x === undefined) return "–";
   if (typeof x !== "number") return String(x);
@@ -129,6 +131,9 @@ function render({ model, el }) {
   const slider = h("input", { type: "range", class: "nbd-slider", min: "0", max: "0", value: "0" });
   const replayLabel = h("span", { class: "nbd-replay-label" });
   const btn = (text, title, fn) => h("button", { class: "nbd-btn", title, onclick: fn }, text);
+  let playing = null; // the timer while replay plays
+  const playBtn = btn("⏵", "play: go through the events in execution order, stopping at the next one with its own error (space)", () => togglePlay());
+  playBtn.classList.add("nbd-play");
   const toolbar = h(
     "div",
     { class: "nbd-toolbar" },
@@ -143,9 +148,12 @@ function render({ model, el }) {
       "span",
       { class: "nbd-replay" },
       btn("«", "first event", () => replay(0)),
+      btn("⇤", "start of this phase, or of the one before", () => phaseJump(-1)),
       btn("◀", "previous event", () => replay(replayAt - 1)),
+      playBtn,
       slider,
       btn("▶", "next event", () => replay(replayAt + 1)),
+      btn("⇥", "start of the next phase (forward, backward, optimizer, next step)", () => phaseJump(1)),
       btn("»", "last event", () => replay(model.get("order").length - 1)),
       replayLabel,
     ),
@@ -331,6 +339,45 @@ function render({ model, el }) {
     select(order[replayAt]);
   }
 
+  function togglePlay() {
+    if (playing !== null) {
+      clearInterval(playing);
+      playing = null;
+      playBtn.textContent = "⏵";
+      el.dataset.nbdPlaying = "0";
+      return;
+    }
+    playBtn.textContent = "⏸";
+    el.dataset.nbdPlaying = "1";
+    playing = setInterval(() => {
+      const order = model.get("order");
+      if (replayAt >= order.length - 1) return togglePlay();
+      replay(replayAt + 1);
+      if (FILTERS[1][2](nodes()[order[replayAt]])) togglePlay(); // an event with its own error: look here
+    }, PLAY_MS);
+  }
+
+  function phaseJump(dir) {
+    // Events come step by step, phase by phase: a (step, phase) change starts a new phase.
+    const order = model.get("order");
+    const all = nodes();
+    if (!order.length) return;
+    const key = (i) => `${all[order[i]].step} ${all[order[i]].phase}`;
+    let i = Math.max(0, replayAt);
+    if (dir > 0) {
+      const cur = key(i);
+      while (i < order.length - 1 && key(i) === cur) i++;
+    } else {
+      const startOf = (j) => {
+        while (j > 0 && key(j - 1) === key(j)) j--;
+        return j;
+      };
+      const start = startOf(i);
+      i = start === i && i > 0 ? startOf(i - 1) : start;
+    }
+    replay(i);
+  }
+
   // Keys once the tree has focus: arrows move and fold, Enter opens, n/p jump between divergences.
   tree.addEventListener("keydown", (ev) => {
     const all = nodes();
@@ -343,6 +390,7 @@ function render({ model, el }) {
     else if (ev.key === "ArrowLeft" && n && kids.has(n.id) && !collapsed.has(n.id)) collapsed.add(n.id), flatten();
     else if (ev.key === "ArrowLeft" && n && n.parent >= 0) select(all[n.parent].id);
     else if (ev.key === "Enter" && n) (clickedAt = performance.now()), select(n.id);
+    else if (ev.key === " ") togglePlay();
     else if (ev.key === "n") jump(1);
     else if (ev.key === "p") jump(-1);
     else if (ev.key === "Home") select(visible[0]?.id ?? -1);
@@ -531,6 +579,9 @@ function render({ model, el }) {
     requestAnimationFrame(() => reveal(first));
   }
   el.dataset.nbdRenderMs = (performance.now() - started).toFixed(0);
+  return () => {
+    if (playing !== null) clearInterval(playing); // the view is gone (cell re-run or cleared)
+  };
 }
 
 export default { render };

@@ -224,6 +224,29 @@ def test_an_update_row_shows_both_optimizers_settings(page, tmp_path):
     assert not [m for m in page.console_messages if m.startswith(("error", "pageerror"))]
 
 
+def test_replay_plays_to_the_next_own_error_and_steps_by_phase(page, tmp_path):
+    import nbdiff
+    from tests.fault_suite.models import BUILDERS, inputs
+
+    result = nbdiff.auto_diff(BUILDERS["mlp"]("torch"), BUILDERS["mlp"]("paddle", "eps"), inputs("mlp"))
+    path = tmp_path / "report.html"
+    result.to_html(str(path))
+    page.goto(path.as_uri())
+    view = page.locator(VIEW)
+    page.locator(f"{VIEW} .nbd-row.nbd-blamed").wait_for()
+    page.locator(f"{VIEW} button[title^='first event']").click()
+    page.locator(f"{VIEW} .nbd-title", has_text="<inputs>").wait_for()
+    page.locator(f"{VIEW} .nbd-play").click()
+    page.wait_for_function("() => document.querySelector('[data-nbd-playing=\"0\"]')", timeout=10000)
+    assert "norm (LayerNorm)" in page.locator(f"{VIEW} .nbd-title").inner_text()  # stopped at the blamed layer
+    page.locator(f"{VIEW} button[title^='start of the next phase']").click()
+    page.locator(f"{VIEW} .nbd-replay-label", has_text="step 0 backward").wait_for()
+    page.locator(f"{VIEW} button[title^='start of this phase']").click()
+    page.locator(f"{VIEW} .nbd-replay-label", has_text="step 0 forward").wait_for()
+    assert view.count() == 1
+    assert not [m for m in page.console_messages if m.startswith(("error", "pageerror"))]
+
+
 AGREE = (
     "%load_ext nbdiff\n"
     "from tests.fault_suite.models import BUILDERS, inputs\n"

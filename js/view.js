@@ -114,10 +114,53 @@ function labUrl(relpath) {
   return `${m[1]}/lab/tree/${encodeURI(dir ? dir + "/" + relpath : relpath)}`;
 }
 
+// Error pictures: histogram of log10 |raw - base| and the max-pooled error map, from the panel's data.
+const MAGMA = [[0, 0, 4], [59, 15, 112], [140, 41, 129], [222, 73, 104], [254, 159, 109], [252, 253, 191]];
+
+function magma(level) {
+  const t = (level / 255) * (MAGMA.length - 1);
+  const i = Math.min(MAGMA.length - 2, Math.floor(t));
+  const f = t - i;
+  return MAGMA[i].map((c, k) => Math.round(c + f * (MAGMA[i + 1][k] - c)));
+}
+
+function histogram(p) {
+  const W = 300, H = 130, L = 34, R = 6, T = 16, B = 28;
+  const top = Math.max(1, ...p.counts);
+  const bw = (W - L - R) / p.counts.length;
+  const y = (c) => H - B - (c / top) * (H - T - B);
+  const x = (e) => L + ((e - p.lo) / (p.hi - p.lo)) * (W - L - R);
+  const parts = [svg("text", { x: L, y: 11, class: "nbd-axis" }, `|raw − base|: ${p.total - p.zeros - p.nonfinite} differ, ${p.zeros} equal${p.nonfinite ? `, ${p.nonfinite} NaN/Inf` : ""}`)];
+  p.counts.forEach((c, i) => {
+    if (c) parts.push(svg("rect", { x: L + i * bw, y: y(c), width: Math.max(1, bw - 1), height: H - B - y(c), class: p.passed ? "nbd-bar nbd-bar-ok" : "nbd-bar" }, svg("title", {}, `${c} elements`)));
+  });
+  for (let e = Math.ceil(p.lo); e <= Math.floor(p.hi); e++) {
+    parts.push(svg("line", { x1: x(e), x2: x(e), y1: H - B, y2: H - B + 3, class: "nbd-grid" }));
+    parts.push(svg("text", { x: x(e), y: H - B + 13, "text-anchor": "middle", class: "nbd-axis" }, `1e${e}`));
+  }
+  parts.push(svg("line", { x1: L, x2: W - R, y1: H - B, y2: H - B, class: "nbd-grid" }));
+  parts.push(svg("text", { x: L - 4, y: T + 4, "text-anchor": "end", class: "nbd-axis" }, String(top)));
+  return svg("svg", { class: "nbd-hist", viewBox: `0 0 ${W} ${H}`, width: W, height: H }, ...parts);
+}
+
+function errorMap(p) {
+  const canvas = h("canvas", { class: "nbd-map", width: String(p.cols), height: String(p.rows), title: `error map: rows × last dimension of ${JSON.stringify(p.shape)}, max-pooled to ${p.rows}×${p.cols}; darker is smaller, cyan is NaN/Inf` });
+  const ctx = canvas.getContext("2d");
+  if (ctx) {
+    const img = ctx.createImageData(p.cols, p.rows);
+    p.cells.forEach((v, i) => {
+      const [r, g, b] = v < 0 ? [0, 0, 0] : v > 255 ? [0, 255, 255] : magma(v);
+      img.data.set([r, g, b, v < 0 ? 0 : 255], i * 4); // equal elements stay transparent: the theme shows
+    });
+    ctx.putImageData(img, 0, 0);
+  }
+  return h("div", { class: "nbd-mapbox" }, h("div", { class: "nbd-axis-html" }, `error map · 1e${p.lo.toFixed(1)} … 1e${p.hi.toFixed(1)}`), canvas);
+}
+
 function render({ model, el }) {
   const started = performance.now();
   let clickedAt = null; // for the click-to-panel time, kept in el.dataset.nbdClickMs
-  let plotWait = null; // the same click, until its plots arrive (el.dataset.nbdPlotMs)
+  let plotWait = null; // the same click, until its pictures are drawn (el.dataset.nbdPlotMs)
   const nodes = () => model.get("nodes");
   const kids = new Map();
   const collapsed = new Set();
@@ -521,18 +564,12 @@ function render({ model, el }) {
   }
 
   function drawPlots() {
-    const p = model.get("plots") || {};
-    const d = model.get("detail") || {};
-    const current = p.row !== undefined && d.node && p.row === d.node.id;
-    if (current && p.histogram && plotWait !== null) {
-      el.dataset.nbdPlotMs = (performance.now() - plotWait).toFixed(0);
+    const p = (model.get("detail") || {}).picture;
+    plotBox.replaceChildren(...(p ? [histogram(p), errorMap(p)] : []));
+    if (p && plotWait !== null) {
+      el.dataset.nbdPlotMs = (performance.now() - plotWait).toFixed(0); // drawn with the panel
       plotWait = null;
     }
-    plotBox.replaceChildren(
-      ...(current && p.histogram
-        ? [h("img", { src: p.histogram, alt: "error histogram" }), h("img", { src: p.heatmap, alt: "error heatmap" })]
-        : []),
-    );
   }
 
   function drawSource() {
@@ -559,7 +596,6 @@ function render({ model, el }) {
   model.on("change:summary", () => (summary.textContent = model.get("summary")));
   model.on("change:detail", drawDetail);
   model.on("change:source", drawSource);
-  model.on("change:plots", drawPlots);
   model.on("change:selected", () => {
     draw();
     label();

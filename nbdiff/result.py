@@ -69,6 +69,20 @@ class DiffResult:
 
         return step_chart(self.step_errors(), self.first_divergence.step if self.first_divergence else None)
 
+    def plot_divergence(self) -> Any:
+        """A matplotlib figure of the blamed tensor's error (histogram and error map), to save or share;
+        ``None`` when nothing diverged or its values were not kept."""
+        d = self.first_divergence
+        if d is None or d.event is None:
+            return None
+        from nbdiff.notebook.plots import error_figure
+        from nbdiff.notebook.view_model import tensor_pair
+
+        base, raw = tensor_pair(d.event, d.metrics.name)
+        if base is None or raw is None or base.size != raw.size:
+            return None
+        return error_figure(base, raw, d.metrics.name)
+
     def report(self) -> str:
         """Readable text: summary, first divergence, a compact tree with it marked, both stacks."""
         from nbdiff.report.text import render_text

@@ -24,7 +24,10 @@ def test_report_embeds_the_tree_details_and_view(tmp_path):
     nodes = data["state"]["nodes"]
     first = data["state"]["first"]
     assert nodes[first]["base"] == "norm" and data["state"]["selected"] == first
-    assert str(first) in data["details"] and data["plots"][str(first)]["histogram"].startswith("data:image/png")
+    # Every row with values carries its error pictures' data, not only the first divergence.
+    assert data["details"][str(first)]["picture"]["counts"]
+    fc1 = next(n["id"] for n in nodes if n["base"] == "fc1" and n["phase"] == "forward")
+    assert data["details"][str(fc1)]["picture"]["passed"]
     # The JSON parsed whole: a "</script>" in embedded source (this very file has one) did not end it early.
     assert "function render" in text
     # The source around each user frame is embedded, so the report reads the same on another machine.

@@ -1,4 +1,4 @@
-"""Error plots: PNG bytes, without pyplot, for any tensor shape."""
+"""Figures to save and share: the blamed tensor's error, without pyplot, for any tensor shape."""
 
 import sys
 
@@ -7,27 +7,32 @@ import pytest
 
 pytest.importorskip("matplotlib")
 
-from nbdiff.notebook.plots import as_matrix, error_plots  # noqa: E402
+from nbdiff.notebook.plots import error_figure  # noqa: E402
 
 
 @pytest.mark.parametrize("shape", [(), (7,), (3, 4), (2, 3, 1000), (600, 700)])
-def test_plots_are_png_for_any_shape(shape):
+def test_error_figures_are_png_for_any_shape(shape):
     base = np.asarray(np.random.RandomState(0).randn(*shape), dtype="float32")
-    raw = base + 1e-3
-    plots = error_plots(base, raw, "out")
-    assert set(plots) == {"histogram", "heatmap"}
-    assert all(p.startswith(b"\x89PNG") for p in plots.values())
+    fig = error_figure(base, base + 1e-3, "out")
+    assert fig._repr_png_().startswith(b"\x89PNG")
     assert "matplotlib.pyplot" not in sys.modules
 
 
 def test_equal_and_nan_tensors_still_plot():
     a = np.zeros((4, 4), "float32")
-    assert error_plots(a, a.copy())["histogram"].startswith(b"\x89PNG")
+    assert error_figure(a, a.copy())._repr_png_().startswith(b"\x89PNG")
     b = a.copy()
     b[0, 0] = np.nan
-    assert error_plots(a, b)["heatmap"].startswith(b"\x89PNG")
+    assert error_figure(a, b)._repr_png_().startswith(b"\x89PNG")
 
 
-def test_as_matrix_keeps_the_last_dimension_as_columns():
-    assert as_matrix(np.zeros((2, 3, 5))).shape == (6, 5)
-    assert as_matrix(np.zeros(())).shape == (1, 1)
+def test_the_blamed_tensor_of_a_result_plots():
+    pytest.importorskip("torch")
+    pytest.importorskip("paddle")
+    import nbdiff
+    from tests.fault_suite.models import BUILDERS, inputs
+
+    failed = nbdiff.auto_diff(BUILDERS["mlp"]("torch"), BUILDERS["mlp"]("paddle", "eps"), inputs("mlp"))
+    assert failed.plot_divergence()._repr_png_().startswith(b"\x89PNG")
+    agreed = nbdiff.auto_diff(BUILDERS["mlp"]("torch"), BUILDERS["mlp"]("paddle"), inputs("mlp"))
+    assert agreed.plot_divergence() is None

@@ -16,6 +16,7 @@ import numpy as np
 from nbdiff.align.arguments import argument_diffs
 from nbdiff.compare.blame import EventDiff
 from nbdiff.compare.metrics import TensorDiff
+from nbdiff.notebook.pictures import error_picture
 from nbdiff.result import DiffResult
 from nbdiff.trace.built import construction_site, root_layers
 from nbdiff.trace.events import Event, Kind, Phase, TensorRecord
@@ -226,6 +227,12 @@ def node_detail(tree: TreeData, node_id: int) -> dict[str, Any]:
             )
         )
     tensors.sort(key=lambda x: -(x["metrics"]["ratio"] or 0.0))
+    picture = None
+    if tensors:  # the worst tensor's error, drawn by the browser with the panel
+        worst = tensors[0]["metrics"]
+        base, raw = tensor_pair(d, worst["name"])
+        if base is not None and raw is not None:
+            picture = error_picture(base, raw, worst["passed"])
     frames = {
         side: [_frame(f) for f in ev.stack]
         for side, ev in (("base", _forward_of(tree, d, "base")), ("raw", _forward_of(tree, d, "raw")))
@@ -238,7 +245,7 @@ def node_detail(tree: TreeData, node_id: int) -> dict[str, Any]:
         dict(name=a.name, base=a.shown()[0], raw=a.shown()[1])
         for a in argument_diffs(tree.frameworks[0], fb.layer, tree.frameworks[1], fr.layer)
     ]
-    detail: dict[str, Any] = dict(node=node, tensors=tensors, stacks=frames, arguments=arguments)
+    detail: dict[str, Any] = dict(node=node, tensors=tensors, stacks=frames, arguments=arguments, picture=picture)
     if d.base.phase is Phase.OPTIMIZER:
         # An update row: its tensors are updates (after - before), and both optimizers' settings show.
         for t in tensors:

@@ -1,21 +1,19 @@
 """The interactive diff view: an anywidget whose front end is ``js/view.js``.
 
 Python holds the result; the browser gets the tree rows once and asks for details
-(statistics, plots, source) of the row the user clicks, so the page stays small.
+(statistics, error pictures, source) of the row the user clicks, so the page stays small.
 """
 
 from __future__ import annotations
 
-import base64
 import pathlib
 from typing import Any
 
 import anywidget
 import traitlets as T
 
-from nbdiff.notebook.plots import error_plots
 from nbdiff.notebook.sources import source_excerpt
-from nbdiff.notebook.view_model import build_tree, node_detail, step_rows, summary_line, tensor_pair
+from nbdiff.notebook.view_model import build_tree, node_detail, step_rows, summary_line
 from nbdiff.result import DiffResult
 
 __all__ = ["DiffView"]
@@ -42,8 +40,6 @@ class DiffView(anywidget.AnyWidget):
     """Row the user clicked (or the replay is at)."""
     detail = T.Dict().tag(sync=True)
     """Statistics, metrics and stacks of the selected row."""
-    plots = T.Dict().tag(sync=True)
-    """``{row, histogram, heatmap}``: error plots of the selected row's worst tensor (data URLs)."""
     frame_request = T.Dict().tag(sync=True)
     """``{side, index}`` of a clicked stack frame."""
     source = T.Dict().tag(sync=True)
@@ -80,22 +76,8 @@ class DiffView(anywidget.AnyWidget):
         node_id = change["new"]
         if not 0 <= node_id < len(self._tree.nodes):
             return
-        detail = node_detail(self._tree, node_id)
-        # The panel is sent first and answers the click; the plots (~0.2 s of matplotlib) follow.
-        self.detail = detail
-        self.plots = dict(row=node_id, **self._plots(node_id, detail))
-
-    def _plots(self, node_id: int, detail: dict[str, Any]) -> dict[str, str]:
-        """Histogram and heatmap of the worst tensor's error, as data URLs."""
-        event = self._tree.nodes[node_id]["event"]
-        if event < 0 or not detail["tensors"]:
-            return {}
-        name = detail["tensors"][0]["metrics"]["name"]
-        base, raw = tensor_pair(self._tree.events[event], name)
-        if base is None or raw is None or base.size != raw.size or base.size == 0:
-            return {}
-        pngs = error_plots(base, raw, name)
-        return {k: "data:image/png;base64," + base64.b64encode(v).decode() for k, v in pngs.items()}
+        # The panel carries the data of its error pictures: the browser draws them with it.
+        self.detail = node_detail(self._tree, node_id)
 
     def _on_frame(self, change: dict[str, Any]) -> None:
         req = change["new"] or {}

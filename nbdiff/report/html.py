@@ -1,22 +1,21 @@
 """A standalone HTML report: the notebook view without a kernel, data embedded, offline.
 
 The same ``js/view.js`` runs against a small in-page model that answers clicks from
-the embedded details (statistics, metrics and stacks of every row; error plots of
-the first divergence, and the source around every user frame, so the report reads the
-same on a machine without the code).
+the embedded details (statistics, metrics, stacks and error pictures of every row, and
+the source around every user frame, so the report reads the same on a machine without
+the code).
 """
 
 from __future__ import annotations
 
-import base64
 import html
 import json
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from nbdiff.notebook.sources import source_excerpt
-from nbdiff.notebook.view_model import build_tree, node_detail, step_rows, summary_line, tensor_pair
+from nbdiff.notebook.view_model import build_tree, node_detail, step_rows, summary_line
 
 if TYPE_CHECKING:
     from nbdiff.result import DiffResult
@@ -27,7 +26,7 @@ _STATIC = Path(__file__).resolve().parents[1] / "notebook" / "static"
 
 _MODEL = """
 const data = JSON.parse(document.getElementById("nbd-data").textContent);
-const state = { ...data.state, detail: {}, plots: {}, source: {}, frame_request: {} };
+const state = { ...data.state, detail: {}, source: {}, frame_request: {} };
 const listeners = {};
 const fire = (k) => (listeners["change:" + k] || []).forEach((f) => f());
 const model = {
@@ -39,9 +38,7 @@ const model = {
     if (k === "selected") {
       const node = state.nodes[v];
       state.detail = data.details[v] || { node, tensors: [], stacks: { base: [], raw: [] } };
-      state.plots = data.plots[v] ? { row: v, ...data.plots[v] } : {};
       fire("detail");
-      fire("plots");
     }
     if (k === "frame_request") {
       const f = (state.detail.stacks[v.side] || [])[v.index];
@@ -60,9 +57,6 @@ def render_html(result: DiffResult, title: str | None = None) -> str:
     """The report as one HTML string (no external resources)."""
     tree = build_tree(result)
     details = {n["id"]: node_detail(tree, n["id"]) for n in tree.nodes if n["event"] >= 0}
-    plots: dict[int, dict[str, str]] = {}
-    if tree.first >= 0:
-        plots[tree.first] = _plots(tree, tree.first, details[tree.first])
     start = tree.first if tree.first >= 0 else (tree.order[0] if tree.order else -1)
     state = dict(nodes=tree.nodes, order=tree.order, first=tree.first, summary=summary_line(result), selected=start,
                  steps=step_rows(result))  # fmt: skip
@@ -76,7 +70,7 @@ def render_html(result: DiffResult, title: str | None = None) -> str:
     # No "<" or "&" in the script element: "</script>" would end it and "<!--" changes how the
     # browser parses it. JSON spells them as \u escapes.
     payload = (
-        json.dumps({"state": state, "details": details, "plots": plots, "sources": sources}, allow_nan=False)
+        json.dumps({"state": state, "details": details, "sources": sources}, allow_nan=False)
         .replace("<", "\\u003c")
         .replace("&", "\\u0026")
     )
@@ -110,21 +104,6 @@ def render_static(result: DiffResult) -> str:
         "<div><i>Static copy of the nbdiff view: run the cell again for the interactive view, or save "
         "<code>result.to_html(path)</code> for a standalone one.</i></div></div>"
     )
-
-
-def _plots(tree: Any, node_id: int, detail: dict[str, Any]) -> dict[str, str]:
-    try:
-        from nbdiff.notebook.plots import error_plots
-    except ImportError:  # matplotlib is optional for reports: no plots then
-        return {}
-
-    if not detail["tensors"]:
-        return {}
-    name = detail["tensors"][0]["metrics"]["name"]
-    base, raw = tensor_pair(tree.events[tree.nodes[node_id]["event"]], name)
-    if base is None or raw is None or base.size != raw.size or base.size == 0:
-        return {}
-    return {k: "data:image/png;base64," + base64.b64encode(v).decode() for k, v in error_plots(base, raw, name).items()}
 
 
 def write_html(result: DiffResult, path: str | os.PathLike[str]) -> Path:

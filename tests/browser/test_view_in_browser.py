@@ -100,7 +100,8 @@ def test_modeldiff_view_click_stack_and_replay(page, jupyter_server, ui):
     assert "FAILED at step 0, forward" in page.locator(f"{VIEW} .nbd-summary").inner_text()
     # The panel opens on the first divergence, and its plots follow.
     page.locator(f"{VIEW} .nbd-title", has_text="norm").wait_for()
-    page.locator(f"{VIEW} .nbd-plots img").first.wait_for()
+    page.locator(f"{VIEW} .nbd-plots svg.nbd-hist").first.wait_for()
+    page.locator(f"{VIEW} .nbd-plots canvas.nbd-map").first.wait_for()
     # Where each side built the blamed layer: the constructor line, where porting bugs usually are.
     page.locator(f"{VIEW} .nbd-frame[data-side='raw_built']").click()
     page.locator(f"{VIEW} .nbd-src-here", has_text="self.norm = ").wait_for()
@@ -192,9 +193,13 @@ def test_html_report_works_without_a_kernel(page, tmp_path):
     result.to_html(str(path))
     page.goto(path.as_uri())
     page.locator(f"{VIEW} .nbd-row.nbd-blamed", has_text="norm").wait_for()
-    page.locator(f"{VIEW} .nbd-plots img").first.wait_for()
+    page.locator(f"{VIEW} .nbd-plots svg.nbd-hist").first.wait_for()
+    page.locator(f"{VIEW} .nbd-plots canvas.nbd-map").first.wait_for()
     page.locator(f"{VIEW} .nbd-row", has_text="fc2").first.click()
     page.locator(f"{VIEW} .nbd-title", has_text="fc2").wait_for()
+    # Any row's pictures, drawn in the page from the embedded data (not only the first divergence's).
+    assert page.locator(f"{VIEW} .nbd-plots svg.nbd-hist").count() == 1
+    assert page.locator(f"{VIEW} .nbd-plots canvas.nbd-map").count() == 1
     assert not [m for m in page.console_messages if m.startswith(("error", "pageerror"))]
     assert all(u.startswith(("file:", "data:")) for u in page.request_urls), page.request_urls
 

@@ -1,0 +1,40 @@
+"""The data of the panel's error pictures: small, JSON-safe, worst error kept."""
+
+import json
+
+import numpy as np
+import pytest
+
+from nbdiff.notebook.pictures import BINS, MAP_COLS, MAP_ROWS, as_matrix, error_picture, pool
+
+
+@pytest.mark.parametrize("shape", [(), (7,), (3, 4), (2, 3, 1000), (600, 700)])
+def test_any_shape_gives_a_small_json_picture(shape):
+    base = np.asarray(np.random.RandomState(0).randn(*shape), dtype="float32")
+    raw = base + np.float32(1e-3) * np.asarray(np.random.RandomState(1).randn(*shape), dtype="float32")
+    p = error_picture(base, raw, passed=False)
+    assert len(p["counts"]) == BINS and p["rows"] <= MAP_ROWS and p["cols"] <= MAP_COLS
+    assert len(p["cells"]) == p["rows"] * p["cols"] and all(-1 <= v <= 256 for v in p["cells"])
+    assert sum(p["counts"]) + p["zeros"] + p["nonfinite"] == p["total"] == base.size
+    assert len(json.dumps(p, allow_nan=False)) < 12_000
+
+
+def test_the_worst_error_survives_pooling_and_nan_is_marked():
+    base = np.zeros((500, 500), "float32")
+    raw = base.copy()
+    raw[123, 456] = 1.0
+    raw[0, 0] = 1e-6
+    p = error_picture(base, raw, passed=False)
+    assert max(p["cells"]) == 255 and p["zeros"] == base.size - 2
+    raw[1, 1] = np.nan
+    assert 256 in error_picture(base, raw, passed=False)["cells"]
+    assert error_picture(base, base.copy(), passed=True)["cells"] == [-1] * (p["rows"] * p["cols"])
+    assert error_picture(base, raw[:2], passed=False) is None
+
+
+def test_matrix_and_pool():
+    assert as_matrix(np.zeros((2, 3, 5))).shape == (6, 5)
+    assert as_matrix(np.zeros(())).shape == (1, 1)
+    m = np.arange(100.0).reshape(10, 10)
+    pooled = pool(m, 3, 4)
+    assert pooled.shape == (3, 4) and pooled.max() == 99

@@ -107,11 +107,14 @@ function stepChart(rows, first, onPick) {
 }
 
 function labUrl(relpath) {
-  // The kernel runs in the notebook's folder: the notebook's own URL gives that folder.
-  const m = location.pathname.match(/^(.*?)\/(?:lab(?:\/workspaces\/[^/]+)?\/tree|notebooks|tree)\/(.*)$/);
+  // The kernel runs in the notebook's folder: the notebook's own URL gives that folder. Notebook 7
+  // opens files in its own editor (/edit/...), JupyterLab in a tab (/lab/tree/...). Neither takes a
+  // line in the URL: the excerpt shown here marks it.
+  const m = location.pathname.match(/^(.*?)\/(lab(?:\/workspaces\/[^/]+)?\/tree|notebooks|tree)\/(.*)$/);
   if (!m) return null;
-  const dir = decodeURIComponent(m[2]).split("/").slice(0, -1).join("/");
-  return `${m[1]}/lab/tree/${encodeURI(dir ? dir + "/" + relpath : relpath)}`;
+  const dir = decodeURIComponent(m[3]).split("/").slice(0, -1).join("/");
+  const path = encodeURI(dir ? dir + "/" + relpath : relpath);
+  return m[2].startsWith("lab") ? { href: `${m[1]}/lab/tree/${path}`, label: "open in JupyterLab" } : { href: `${m[1]}/edit/${path}`, label: "open in the editor" };
 }
 
 // Error pictures: histogram of log10 |raw - base| and the max-pooled error map, from the panel's data.
@@ -578,11 +581,11 @@ function render({ model, el }) {
     const lines = s.lines.map((text, i) =>
       h("div", { class: `nbd-src-line${s.first + i === s.line ? " nbd-src-here" : ""}` }, h("span", { class: "nbd-lineno" }, String(s.first + i)), text),
     );
-    const href = s.relpath ? labUrl(s.relpath) : null;
+    const link = s.relpath ? labUrl(s.relpath) : null;
     const title = s.kind === "cell" ? s.label || `notebook cell, line ${s.line}` : `${s.file}:${s.line}`;
     const pre = h("pre", { class: "nbd-src" }, ...lines);
     source.replaceChildren(
-      h("div", { class: "nbd-src-title" }, title, " ", href ? h("a", { href, target: "_blank", class: "nbd-open" }, "open in JupyterLab") : null),
+      h("div", { class: "nbd-src-title" }, title, " ", link ? h("a", { href: link.href, target: "_blank", class: "nbd-open", title: `line ${s.line}` }, `${link.label} (line ${s.line})`) : null),
       pre,
     );
     const here = pre.querySelector(".nbd-src-here");

@@ -43,21 +43,25 @@ class PaddleNet(paddle.nn.Layer):
 """
 
 
-def test_a_file_frame_links_into_jupyterlab(page, jupyter_server):
+@pytest.mark.parametrize("ui", ["lab", "notebook7"])
+def test_a_file_frame_links_into_the_ui_it_runs_in(page, jupyter_server, ui):
     (jupyter_server["root"] / "netdef.py").write_text(NETDEF)
     write_notebook(
-        jupyter_server["root"] / "link.ipynb",
+        jupyter_server["root"] / f"link_{ui}.ipynb",
         ["%load_ext nbdiff\nimport numpy as np, netdef\nx = np.ones((2, 4), 'float32')\n"
          "tb, pb = netdef.TorchNet(), netdef.PaddleNet()\n%modeldiff tb pb x"],
     )  # fmt: skip
-    open_notebook(page, jupyter_server, "link.ipynb", "lab")
+    open_notebook(page, jupyter_server, f"link_{ui}.ipynb", ui)
     run_cell(page, 0, timeout=120_000)
     page.locator(f"{VIEW} .nbd-row", has_text="fc").first.click()  # called from netdef.py's forward
     page.locator(f"{VIEW} .nbd-title", has_text="fc").wait_for()
     page.locator(f"{VIEW} .nbd-frame[data-side='base']", has_text="netdef.py").first.click()
     link = page.locator(f"{VIEW} a.nbd-open")
     link.wait_for()
-    assert link.get_attribute("href").endswith("/lab/tree/netdef.py")
+    # JupyterLab opens the file in a tab; Notebook 7 in its own editor, staying in Notebook 7.
+    want = "/lab/tree/netdef.py" if ui == "lab" else "/edit/netdef.py"
+    assert link.get_attribute("href").endswith(want), link.get_attribute("href")
+    assert "(line " in link.inner_text()
     page.locator(f"{VIEW} .nbd-src-here", has_text="return self.fc(x)").wait_for()
     # The notebook cell's own frame shows the cell's source.
     page.locator(f"{VIEW} .nbd-frame", has_text="<module>").first.click()

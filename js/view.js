@@ -189,6 +189,7 @@ function render({ model, el }) {
     btn("↓", "next divergence (n)", () => jump(1)),
     btn("⊞", "expand all", () => setAll(false)),
     btn("⊟", "collapse all", () => setAll(true)),
+    btn("⤢", "wide: the tree takes the full width and most of the window's height, the panel goes below it", () => toggleWide()),
     h("span", { class: "nbd-legend", title: LEGEND }, "ⓘ"),
     h(
       "span",
@@ -229,7 +230,8 @@ function render({ model, el }) {
       select(group.id);
     }
   });
-  el.append(h("div", { class: "nbd", "data-lm-suppress-shortcuts": "true" }, summary, chart, toolbar, h("div", { class: "nbd-main" }, tree, side)));
+  const root = h("div", { class: "nbd", "data-lm-suppress-shortcuts": "true" }, summary, chart, toolbar, h("div", { class: "nbd-main" }, tree, side));
+  el.append(root);
 
   function index() {
     kids.clear();
@@ -383,6 +385,11 @@ function render({ model, el }) {
     replayAt = Math.max(0, Math.min(order.length - 1, i));
     slider.value = String(replayAt);
     select(order[replayAt]);
+  }
+
+  function toggleWide() {
+    root.classList.toggle("nbd-wide");
+    requestAnimationFrame(draw); // more rows fit
   }
 
   function togglePlay() {

@@ -204,6 +204,12 @@ def test_html_report_works_without_a_kernel(page, tmp_path):
     # Any row's pictures, drawn in the page from the embedded data (not only the first divergence's).
     assert page.locator(f"{VIEW} .nbd-plots svg.nbd-hist").count() == 1
     assert page.locator(f"{VIEW} .nbd-plots canvas.nbd-map").count() == 1
+    # Wide: the tree takes the full width (the panel goes below) and more height.
+    narrow = page.locator(f"{VIEW} .nbd-tree").bounding_box()
+    page.locator(f"{VIEW} button[title^='wide']").click()
+    wide = page.locator(f"{VIEW} .nbd-tree").bounding_box()
+    assert wide["width"] > 1.5 * narrow["width"] and wide["height"] > narrow["height"], (narrow, wide)
+    assert page.locator(f"{VIEW} .nbd-side").bounding_box()["y"] > wide["y"] + wide["height"] - 1
     assert not [m for m in page.console_messages if m.startswith(("error", "pageerror"))]
     assert all(u.startswith(("file:", "data:")) for u in page.request_urls), page.request_urls
 

@@ -624,6 +624,11 @@ function render({ model, el }) {
     slider.value = String(Math.max(0, replayAt));
     requestAnimationFrame(() => reveal(first));
   }
+  // The static copy (an output of its own, for when this view cannot be drawn) is hidden while it is.
+  const sid = model.get("static_id");
+  const copy = sid ? document.querySelector(`[data-nbd-static="${sid}"]`) : null;
+  const copyBox = copy ? copy.closest(".jp-OutputArea-child") || copy : null;
+  if (copyBox) copyBox.style.display = "none";
   el.dataset.nbdRenderMs = (performance.now() - started).toFixed(0);
   return () => {
     if (playing !== null) clearInterval(playing); // the view is gone (cell re-run or cleared)

@@ -71,3 +71,20 @@ def test_the_view_carries_a_static_html_copy_for_where_widgets_cannot_run():
     html = data["text/html"]
     assert "FAILED at step 0, forward" in html and "norm" in html and "<script" not in html
     assert len(html) < 20_000
+
+
+def test_displayed_the_view_is_two_outputs_a_static_copy_then_the_widget(monkeypatch):
+    # The copy is an output of its own, so a notebook reopened in JupyterLab without widget state
+    # (trusted: Lab prefers the widget and finds no model) still shows the answer.
+    import IPython.display
+
+    shown = []
+    monkeypatch.setattr(IPython.display, "display", lambda obj, **kw: shown.append((obj, kw)))
+    result = nbdiff.auto_diff(BUILDERS["mlp"]("torch"), BUILDERS["mlp"]("paddle", "eps"), inputs("mlp"))
+    view = DiffView(result)
+    view._ipython_display_()
+    (copy, kw1), (widget, kw2) = shown
+    assert kw1["raw"] and kw2["raw"]
+    assert f'data-nbd-static="{view.static_id}"' in copy["text/html"] and "FAILED" in copy["text/html"]
+    assert "application/vnd.jupyter.widget-view+json" in widget and "text/html" not in widget
+    assert view.static_id and view.static_id != DiffView(result).static_id

@@ -7,6 +7,7 @@ Python holds the result; the browser gets the tree rows once and asks for detail
 from __future__ import annotations
 
 import pathlib
+import uuid
 from typing import Any
 
 import anywidget
@@ -44,6 +45,8 @@ class DiffView(anywidget.AnyWidget):
     """``{side, index}`` of a clicked stack frame."""
     source = T.Dict().tag(sync=True)
     """Source around the requested frame."""
+    static_id = T.Unicode("").tag(sync=True)
+    """Marks this view's static copy (a separate output), which the live view hides."""
 
     def __init__(self, result: DiffResult, **kwargs: Any) -> None:
         self.result = result
@@ -54,6 +57,7 @@ class DiffView(anywidget.AnyWidget):
             first=self._tree.first,
             summary=summary_line(result),
             steps=step_rows(result),
+            static_id=uuid.uuid4().hex,
             **kwargs,
         )
         self.observe(self._on_select, "selected")
@@ -70,7 +74,25 @@ class DiffView(anywidget.AnyWidget):
         data, meta = bundle if isinstance(bundle, tuple) else (bundle, {})
         from nbdiff.report.html import render_static
 
-        return {**data, "text/html": render_static(self.result)}, meta
+        return {**data, "text/html": render_static(self.result, self.static_id)}, meta
+
+    def _ipython_display_(self) -> None:
+        """Two outputs: the static copy, then the live view, which hides the copy while it runs.
+
+        A notebook saved without widget state and reopened in JupyterLab (trusted, so Lab
+        prefers the widget and finds no model) still shows the answer: the copy is an output
+        of its own. GitHub, nbviewer and nbconvert show the copy alone.
+        """
+        from IPython.display import display
+
+        from nbdiff.report.html import render_static
+
+        bundle = super()._repr_mimebundle_()
+        if bundle is None:
+            return
+        data, meta = bundle if isinstance(bundle, tuple) else (bundle, {})
+        display({"text/html": render_static(self.result, self.static_id)}, raw=True)
+        display(data, metadata=meta, raw=True)
 
     def _on_select(self, change: dict[str, Any]) -> None:
         node_id = change["new"]

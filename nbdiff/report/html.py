@@ -92,14 +92,16 @@ if (state.selected >= 0) model.set("selected", state.selected);
 """
 
 
-def render_static(result: DiffResult) -> str:
+def render_static(result: DiffResult, static_id: str = "") -> str:
     """A small static HTML summary: what a notebook shows where the live view cannot run
-    (reopened without its kernel, GitHub, nbviewer, nbconvert). No script, no style sheet."""
+    (reopened without its kernel, GitHub, nbviewer, nbconvert). No script, no style sheet.
+    ``static_id`` lets the live view find and hide it."""
     from nbdiff.report.text import render_text
 
     colour = "#3c763d" if result else "#a94442"
+    mark = f' data-nbd-static="{html.escape(static_id)}"' if static_id else ""
     return (
-        f'<div class="nbd-static"><div style="font-weight:600;color:{colour}">{html.escape(summary_line(result))}'
+        f'<div class="nbd-static"{mark}><div style="font-weight:600;color:{colour}">{html.escape(summary_line(result))}'
         f'</div><pre style="font-size:11px;max-height:480px;overflow:auto">{html.escape(render_text(result))}</pre>'
         "<div><i>Static copy of the nbdiff view: run the cell again for the interactive view, or save "
         "<code>result.to_html(path)</code> for a standalone one.</i></div></div>"

@@ -102,6 +102,8 @@ def test_modeldiff_view_click_stack_and_replay(page, jupyter_server, ui):
     blamed.wait_for(state="visible")
     assert "norm" in blamed.inner_text()
     assert "FAILED at step 0, forward" in page.locator(f"{VIEW} .nbd-summary").inner_text()
+    # The static copy (an output of its own, for a reopened notebook) is there but hidden by the live view.
+    assert page.locator(".nbd-static").count() == 1 and not page.locator(".nbd-static").is_visible()
     # The panel opens on the first divergence, and its plots follow.
     page.locator(f"{VIEW} .nbd-title", has_text="norm").wait_for()
     page.locator(f"{VIEW} .nbd-plots svg.nbd-hist").first.wait_for()
@@ -370,3 +372,24 @@ def test_a_reopened_notebook_shows_the_static_copy(page, jupyter_server, tmp_pat
     static.wait_for()
     assert "FAILED at step 0, forward" in static.inner_text() and "norm" in static.inner_text()
     assert page.locator("text=Error displaying widget").count() == 0
+
+
+def test_a_notebook_saved_and_reopened_in_the_same_lab_shows_the_static_copy(page, jupyter_server):
+    # Trusted (Lab signed it when saving), so Lab renders the widget output and finds no model: the
+    # static copy, an output of its own, is what shows the answer.
+    write_notebook(jupyter_server["root"] / "saved.ipynb", [SETUP, "%modeldiff tb pb x"])
+    open_notebook(page, jupyter_server, "saved.ipynb", "lab")
+    run_cell(page, 0, timeout=120_000)
+    run_cell(page, 1, timeout=120_000)
+    page.locator(f"{VIEW} .nbd-row.nbd-blamed").wait_for(state="visible")
+    page.keyboard.press("Control+s")
+    page.wait_for_timeout(1500)
+    import json
+
+    saved = json.loads((jupyter_server["root"] / "saved.ipynb").read_text())
+    assert any("nbd-static" in "".join(o.get("data", {}).get("text/html", "")) for o in saved["cells"][1]["outputs"])
+    page.reload()
+    page.wait_for_selector(".jp-Notebook .jp-Cell", state="visible")
+    static = page.locator(".nbd-static")
+    static.wait_for(state="visible", timeout=30_000)
+    assert "FAILED at step 0, forward" in static.inner_text()

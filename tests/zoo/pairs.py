@@ -26,6 +26,18 @@ class Case:
     tags: tuple[str, ...] = field(default=())
 
 
+def _token_inputs(vocab: int) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The same token ids for a transformers (torch) model and a paddleformers one."""
+    import paddle
+    import torch
+
+    ids = np.random.RandomState(0).randint(0, vocab, (2, 8)).astype("int64")
+    return {"input_ids": torch.from_numpy(ids), "use_cache": False}, {
+        "input_ids": paddle.to_tensor(ids),
+        "use_cache": False,
+    }
+
+
 def _seed() -> None:
     import paddle
     import torch
@@ -43,8 +55,6 @@ LLAMA = dict(
 
 def llama(bug: str | None = None, train: str | None = None) -> Callable[[], tuple[Any, Any, Any, dict[str, Any]]]:
     def build() -> tuple[Any, Any, Any, dict[str, Any]]:
-        import paddle
-        import torch
         from transformers import LlamaConfig, LlamaForCausalLM
 
         with warnings.catch_warnings():
@@ -61,9 +71,7 @@ def llama(bug: str | None = None, train: str | None = None) -> Callable[[], tupl
         if bug == "act":
             pcfg["hidden_act"] = "gelu"
         raw = PLlama(PConfig(**pcfg))
-        ids = np.random.RandomState(0).randint(0, LLAMA["vocab_size"], (2, 8)).astype("int64")
-        inputs = ({"input_ids": torch.from_numpy(ids), "use_cache": False},
-                  {"input_ids": paddle.to_tensor(ids), "use_cache": False})  # fmt: skip
+        inputs = _token_inputs(LLAMA["vocab_size"])
         return base, raw, inputs, _training(train, base, raw)
 
     return build
@@ -100,8 +108,6 @@ def _paddleformers_qwen2() -> Any:
 
 def qwen2(bug: str | None = None, train: str | None = None) -> Callable[[], tuple[Any, Any, Any, dict[str, Any]]]:
     def build() -> tuple[Any, Any, Any, dict[str, Any]]:
-        import paddle
-        import torch
         from transformers import Qwen2Config, Qwen2ForCausalLM
 
         with warnings.catch_warnings():
@@ -115,9 +121,7 @@ def qwen2(bug: str | None = None, train: str | None = None) -> Callable[[], tupl
         if bug == "eps":
             pcfg["rms_norm_eps"] = 1e-5
         raw = PQwen2(PConfig(**pcfg))
-        ids = np.random.RandomState(0).randint(0, QWEN2["vocab_size"], (2, 8)).astype("int64")
-        inputs = ({"input_ids": torch.from_numpy(ids), "use_cache": False},
-                  {"input_ids": paddle.to_tensor(ids), "use_cache": False})  # fmt: skip
+        inputs = _token_inputs(QWEN2["vocab_size"])
         return base, raw, inputs, _training(train, base, raw)
 
     return build
@@ -140,8 +144,6 @@ def ernie(
     ``reverse``: paddleformers is the reference (base), transformers the port."""
 
     def build() -> tuple[Any, Any, Any, dict[str, Any]]:
-        import paddle
-        import torch
         from transformers import Ernie4_5Config, Ernie4_5ForCausalLM
 
         with warnings.catch_warnings():
@@ -155,9 +157,7 @@ def ernie(
         if bug in ("split", "reshape", "none"):
             attn = raw.model.layers[0].self_attn
             attn.forward = types.MethodType(_ported_attention(bug), attn)
-        ids = np.random.RandomState(0).randint(0, ERNIE["vocab_size"], (2, 8)).astype("int64")
-        inputs = ({"input_ids": torch.from_numpy(ids), "use_cache": False},
-                  {"input_ids": paddle.to_tensor(ids), "use_cache": False})  # fmt: skip
+        inputs = _token_inputs(ERNIE["vocab_size"])
         if reverse:
             base, raw, inputs = raw, base, inputs[::-1]
         return base, raw, inputs, _training(train, base, raw)

@@ -21,7 +21,7 @@ T = TypeVar("T")
 
 def progress(items: Iterable[T], desc: str, total: int | None = None) -> Iterator[T]:
     """``items``, with a progress bar while they are consumed (if it takes longer than :data:`DELAY`)."""
-    bar = _bar(desc, total)
+    bar = _bar(desc, total) if total is None or total > 1 else None  # one step: nothing to count
     if bar is None:
         yield from items
         return

@@ -90,11 +90,11 @@ def _forced(fw: Framework, t: Any, mine: TensorRecord | None, theirs: TensorReco
     return fw.from_numpy(value.astype(fw.to_numpy(t).dtype, copy=False))
 
 
-def _fits(theirs: TensorRecord, mine: TensorRecord) -> bool:
-    """Whether base's tensor can stand in for the layer's own: same rank and kind, broadcastable."""
+def _fits(theirs: TensorRecord, mine: TensorRecord, same_kind: bool = True) -> bool:
+    """Whether base's tensor can stand in for the layer's own: same rank (and kind), broadcastable."""
     if theirs.value is None or mine.value is None or len(theirs.shape) != len(mine.shape):
         return False
-    if theirs.value.dtype.kind != mine.value.dtype.kind:
+    if same_kind and theirs.value.dtype.kind != mine.value.dtype.kind:
         return False
     return all(a == b or a == 1 for a, b in zip(theirs.shape, mine.shape))
 
@@ -121,6 +121,8 @@ class Replayer:
             theirs = by_name.get(mine.name)
             if theirs is None and i < len(theirs_all) and theirs_all[i].name not in {m.name for m in mine_all}:
                 theirs = theirs_all[i] if _fits(theirs_all[i], mine) else None
+            if theirs is not None and not _fits(theirs, mine, same_kind=False):
+                theirs = None  # same name, but a shape this layer cannot take (a wrong pairing)
             if theirs is None:
                 if grad:
                     return None

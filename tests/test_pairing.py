@@ -141,3 +141,45 @@ def test_roots_always_pair_and_a_changed_stem_is_paired_not_fatal():
     bcall, rcall = split_inputs(x, bfw, rfw)
     got = pair_forward(forward_structure(bfw, t, bcall, "base"), forward_structure(rfw, p, rcall, "raw"))
     assert set(_paths(got)) == {("", ""), ("0", "0"), ("1", "1"), ("2", "2")}
+
+
+def test_a_subclass_pairs_where_it_ran_not_with_a_plain_layer_that_ran_later():
+    # Found by the fuzz: raw's first Linear is a user subclass; a plain raw Linear that ran
+    # next used to win on the exact class, so weights were copied crosswise and the wrong
+    # layer was blamed.
+    class Scaled(paddle.nn.Linear):
+        def forward(self, x):
+            return super().forward(x) * 1.01
+
+    class TNet(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.l1 = torch.nn.Linear(8, 8)  # registered first, runs second
+            self.l0 = torch.nn.Linear(8, 8)
+
+        def forward(self, x):
+            return self.l1(self.l0(x))
+
+    class PNet(paddle.nn.Layer):
+        def __init__(self):
+            super().__init__()
+            self.l0 = Scaled(8, 8)
+            self.l1 = paddle.nn.Linear(8, 8)
+
+        def forward(self, x):
+            return self.l1(self.l0(x))
+
+    assert _paths(_pairing(TNet(), PNet())) == [("", ""), ("l0", "l0"), ("l1", "l1")]
+
+
+@pytest.mark.parametrize("widths", [(8, 8), (8, 4)], ids=["same-width", "narrowing"])
+def test_a_swapped_activation_pairs_where_it_ran_not_with_the_next_of_its_class(widths):
+    # Found by the fuzz: Tanh, Tanh against Sigmoid, Tanh. The first base Tanh took raw's
+    # second (the exact class), crossing the pairs, so the swap was blamed on the wrong layer,
+    # or (widths differing) a replay crashed on the shapes.
+    def net(lib, first_act):
+        nn = lib.nn
+        return nn.Sequential(nn.Linear(8, widths[0]), first_act(), nn.Linear(widths[0], widths[1]), nn.Tanh())
+
+    pairing = _pairing(net(torch, torch.nn.Tanh), net(paddle, paddle.nn.Sigmoid))
+    assert _paths(pairing) == [("", ""), ("0", "0"), ("1", "1"), ("2", "2"), ("3", "3")]

@@ -67,3 +67,18 @@ def test_a_layer_whose_port_takes_an_extra_input_is_measured_and_blamed():
     d = nbdiff.auto_diff(Net(False), Net(True, bug=True), x).first_divergence
     assert d is not None and (d.base_path, d.where) in {("attn", "between"), ("attn", "layer")}
     assert d.local_error is not None and not d.local_error.passed
+
+
+def test_a_pair_that_cannot_take_the_same_input_is_not_replayed_and_does_not_crash():
+    # Found by the fuzz: a wrongly paired activation of another width had its input matched by
+    # name ("input"), and numpy's broadcast raised inside the comparison.
+    model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Tanh(), torch.nn.Linear(8, 2), torch.nn.Tanh())
+    fw = framework_of(model, "m")
+    call, _ = split_inputs(np.random.RandomState(0).randn(3, 4).astype("float32"), fw, fw)
+    rec = run_step(fw, model, call, None, side="base", step=0, backward=True)
+    replayer = Replayer(
+        fw, fw, plan_weights(model, model)[2].by_base_path(), lambda a, b: resolve_tolerance(None, None, a, b), "strict"
+    )
+    wide, narrow = (next(e for e in rec.forward if e.path == p and e.kind is Kind.LAYER) for p in ("1", "3"))
+    assert replayer.forward(wide, narrow) is None
+    assert replayer.forward(narrow, narrow) is not None

@@ -196,16 +196,20 @@ def _match(
     cursor = 0  # just after the last paired raw event
     for i, a in enumerate(b_seq):
         scope = _paired_ancestor(a.order, b_parent, partner)
-        best, best_score = -1, 0.0
+        best, best_score, first = -1, 0.0, -1
         for j in range(max(0, cursor - LOOKBACK), min(len(r_seq), cursor + LOOKAHEAD)):
             if used[j] or (scope is not None and not _inside(r_seq[j].order, scope, r_parent)):
                 continue
             s = _score(a, r_seq[j]) - 0.01 * abs(j - cursor)
+            if first < 0 and j >= cursor and s >= MIN_SCORE:
+                first = j
             if s > best_score:
                 best, best_score = j, s
         if best < 0 or best_score < MIN_SCORE:
             lost_b.append(a)
             continue
+        if cursor <= first < best and _keeps_order(a, b_seq[i + 1 : i + 1 + LOOKAHEAD], r_seq[first], r_seq[best]):
+            best, best_score = first, _score(a, r_seq[first])
         nxt = b_seq[i + 1] if i + 1 < len(b_seq) else None
         if best_score < STRONG and nxt is not None and _score(nxt, r_seq[best]) > best_score + 2:
             lost_b.append(a)  # e.g. an extra Identity on the base side before a swapped activation
@@ -216,6 +220,20 @@ def _match(
         pairs.append(Pair(a, r_seq[best]))
     lost_r = [e for j, e in enumerate(r_seq) if not used[j]]
     return pairs, lost_b, lost_r
+
+
+def _keeps_order(a: Event, later: list[Event], first: Event, best: Event) -> bool:
+    """Whether pairing ``a`` with ``first`` (where it ran) does as well as with ``best`` (later).
+
+    Each choice leaves the other raw call to the best of the ``later`` base calls. Two
+    activations in a row, one swapped (Tanh, Tanh against Sigmoid, Tanh): the exact class one
+    step later must not win over the swapped one where it ran, which would cross the pairs.
+    Crossing stays when it scores higher, as for independent embeddings whose names say they
+    ran in another order.
+    """
+    then_best = max((_score(b, best) for b in later), default=0.0)
+    then_first = max((_score(b, first) for b in later), default=0.0)
+    return _score(a, first) + then_best >= _score(a, best) + then_first
 
 
 def _paired_ancestor(order: int, parent: dict[int, int | None], partner: dict[int, int]) -> int | None:

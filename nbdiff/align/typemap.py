@@ -67,17 +67,18 @@ def activation_kind(names: tuple[str, ...]) -> str | None:
 def type_affinity(a: str, a_bases: tuple[str, ...], b: str, b_bases: tuple[str, ...]) -> int:
     """How surely two layer classes do the same job.
 
-    3: the same class (up to the alias table); 2: related: one derives from the other's
-    framework class (``GPTLayerNorm(paddle.nn.LayerNorm)`` ~ ``LayerNorm``), both derive from
-    the same one, one name ends with the other (``LlamaRMSNorm`` ~ ``RMSNorm``), or both are
+    3: the same class (up to the alias table), or one derives from the other's class
+    (``GPTLayerNorm(paddle.nn.LayerNorm)`` ~ torch ``LayerNorm``: a subclass is its base, so
+    it does not lose to a plain layer that ran elsewhere); 2: related: both derive from the
+    same class, one name ends with the other (``LlamaRMSNorm`` ~ ``RMSNorm``), or both are
     activations of the same kind; 1: activations of different kinds (a swapped activation
     sits where the other was); 0: unrelated.
     """
     ca, cb = canonical_type(a), canonical_type(b)
-    if ca == cb:
-        return 3
     sa = {ca} | {canonical_type(x) for x in a_bases}
     sb = {cb} | {canonical_type(x) for x in b_bases}
+    if ca == cb or ca in sb or cb in sa:
+        return 3
     ka, kb = activation_kind((a, *a_bases)), activation_kind((b, *b_bases))
     if ka and kb:
         return 2 if ka == kb else 1

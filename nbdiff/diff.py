@@ -50,7 +50,8 @@ def auto_diff(
     """Find where ``raw`` first stops agreeing with ``base``.
 
     ``inputs`` is ``(base_inputs, raw_inputs)`` (each a tensor, a tuple of positional
-    arguments or a dict of keyword arguments) or one numpy array for both. With
+    arguments or a dict of keyword arguments) or one numpy array for both. ``loss_fns``
+    (base's, raw's) default to a fixed weighted mean of the outputs. With
     ``auto_init`` the base weights are copied into raw first. ``atol``/``rtol`` left
     as ``None`` use dtype-aware defaults under which equivalent models pass.
     ``api_level`` also records the framework functions each layer's own code calls

@@ -6,6 +6,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from nbdiff.errors import InputError, ModelCallError
 from nbdiff.frameworks import Framework
 from nbdiff.trace.events import Event
@@ -13,7 +15,7 @@ from nbdiff.trace.inputs import CallArgs, call_model
 from nbdiff.trace.nest import flatten
 from nbdiff.trace.recorder import Feed, Recorder
 
-__all__ = ["StepRecord", "run_step", "run_optimizer", "loss_of"]
+__all__ = ["StepRecord", "run_step", "run_optimizer", "loss_of", "loss_weights"]
 
 
 @dataclass(frozen=True)
@@ -23,15 +25,25 @@ class StepRecord:
     warnings: list[str]
 
 
+def loss_weights(n: int) -> np.ndarray:
+    """The default loss's fixed weights for ``n`` output values: ``1 + cos(k)``, the same on both sides.
+
+    A plain mean has a zero gradient through a final LayerNorm, BatchNorm or softmax (their
+    outputs sum to a constant), so nothing before them could be compared in backward. Uneven
+    weights keep every gradient alive; their mean of about 1 keeps the plain mean's scale.
+    """
+    return (1.0 + np.cos(np.arange(n, dtype=np.float64))).astype(np.float32)
+
+
 def loss_of(fw: Framework, loss_fn: Callable[[Any], Any] | None, output: Any, side: str) -> Any:
-    """The step's loss: ``loss_fn(output)``, or the mean of every floating output."""
+    """The step's loss: ``loss_fn(output)``, or a fixed weighted mean of every floating output."""
     if loss_fn is None:
         floats = [t for _, t in flatten(output, fw.is_tensor)[0] if fw.is_floating(t)]
         if not floats:
             raise InputError(
                 f"The {side} model returned no floating tensor, so there is no default loss; pass loss_fns."
             )
-        return fw.mean_of(floats)
+        return fw.weighted_mean_of(floats, loss_weights(sum(int(np.prod(fw.shape_of(t))) for t in floats)))
     try:
         loss = loss_fn(output)
     except Exception as exc:

@@ -451,3 +451,18 @@ def test_auto_init_false_compares_what_it_can_when_a_pair_has_no_weight_rule():
     assert result, result.report()
     assert any("base `<root>` and raw `<root>` are not compared" in w for w in result.warnings), result.warnings
     assert any(e.base.path == "fc" and e.base.phase.value == "backward" for e in result.events)
+
+
+@pytest.mark.parametrize("bfw,rfw", [("torch", "paddle"), ("paddle", "torch")])
+def test_a_backward_bug_before_a_final_layernorm_is_blamed_with_the_default_loss(bfw, rfw):
+    # Found by the fuzz: the mean of a LayerNorm's output is a constant, so with the plain mean
+    # as the default loss every gradient before it was zero and the bug went unseen (SUCCESS).
+    from tests.fault_suite.random_models import build
+    from tests.fault_suite.random_models import inputs as spec_inputs
+
+    spec = {"image": False, "width": 4, "layers": [("linear", 3), ("tanh_custom",), ("norm",)], "seed": 0}
+    spec["reversed_side"] = None
+    assert nbdiff.auto_diff(build(spec, bfw), build(spec, rfw), spec_inputs(spec))
+    result = nbdiff.auto_diff(build(spec, bfw), build(spec, rfw, ("l1", "backward")), spec_inputs(spec))
+    d = result.first_divergence
+    assert d is not None and (d.phase.value, d.base_path, d.where) == ("backward", "l1", "layer"), result.report()

@@ -183,3 +183,15 @@ def test_a_swapped_activation_pairs_where_it_ran_not_with_the_next_of_its_class(
 
     pairing = _pairing(net(torch, torch.nn.Tanh), net(paddle, paddle.nn.Sigmoid))
     assert _paths(pairing) == [("", ""), ("0", "0"), ("1", "1"), ("2", "2"), ("3", "3")]
+
+
+def test_a_swapped_activation_before_one_of_the_same_kind_is_paired_not_left_out():
+    # Found by the fuzz: ReLU, GELU against GELU (swapped), GELU. The ReLU was left unpaired for
+    # the next GELU, although that one has its own counterpart; the bug was blamed on the parent.
+    def net(lib, first_act):
+        nn = lib.nn
+        return nn.Sequential(nn.Linear(8, 3), first_act(), nn.GELU())
+
+    pairing = _pairing(net(torch, torch.nn.ReLU), net(paddle, paddle.nn.GELU))
+    assert _paths(pairing) == [("", ""), ("0", "0"), ("1", "1"), ("2", "2")]
+    assert not pairing.unmatched_base and not pairing.unmatched_raw

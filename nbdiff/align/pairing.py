@@ -211,8 +211,8 @@ def _match(
         if cursor <= first < best and _keeps_order(a, b_seq[i + 1 : i + 1 + LOOKAHEAD], r_seq[first], r_seq[best]):
             best, best_score = first, _score(a, r_seq[first])
         nxt = b_seq[i + 1] if i + 1 < len(b_seq) else None
-        if best_score < STRONG and nxt is not None and _score(nxt, r_seq[best]) > best_score + 2:
-            lost_b.append(a)  # e.g. an extra Identity on the base side before a swapped activation
+        if best_score < STRONG and nxt is not None and _better_for_next(a, nxt, best, best_score, r_seq, used, cursor):
+            lost_b.append(a)  # e.g. an extra activation on the base side before a swapped one
             continue
         used[best] = True
         cursor = max(cursor, best + 1)
@@ -220,6 +220,22 @@ def _match(
         pairs.append(Pair(a, r_seq[best]))
     lost_r = [e for j, e in enumerate(r_seq) if not used[j]]
     return pairs, lost_b, lost_r
+
+
+def _better_for_next(
+    a: Event, nxt: Event, best: int, best_score: float, r_seq: list[Event], used: list[bool], cursor: int
+) -> bool:
+    """Whether ``r_seq[best]`` is better left to the next base call, ``a`` staying unpaired.
+
+    Only when the next call fits it clearly better and has no other counterpart of its own:
+    ReLU, GELU against GELU (swapped), GELU must pair both, not leave the ReLU out.
+    """
+    taken = _score(nxt, r_seq[best])
+    if taken <= best_score + 2:
+        return False
+    window = range(max(0, cursor - LOOKBACK), min(len(r_seq), cursor + LOOKAHEAD))
+    other = max((_score(nxt, r_seq[j]) for j in window if j != best and not used[j]), default=0.0)
+    return taken > best_score + other + 2
 
 
 def _keeps_order(a: Event, later: list[Event], first: Event, best: Event) -> bool:

@@ -181,9 +181,10 @@ class PaddleFramework:
     def grad(self, outputs: Sequence[Any], inputs: Sequence[Any], grad_outputs: Sequence[Any]) -> list[Any | None]:
         return list(paddle.grad(list(outputs), list(inputs), list(grad_outputs), allow_unused=True))
 
-    def mean_of(self, tensors: Sequence[Any]) -> Any:
+    def weighted_mean_of(self, tensors: Sequence[Any], weights: np.ndarray) -> Any:
         flat = [t.reshape([-1]).astype("float32") if t.dtype != paddle.float64 else t.reshape([-1]) for t in tensors]
-        return paddle.concat(flat).mean() if len(flat) > 1 else flat[0].mean()
+        values = paddle.concat(flat) if len(flat) > 1 else flat[0]
+        return (values * paddle.to_tensor(weights).astype(values.dtype)).mean()
 
     def optimizer_step(self, optimizer: Any) -> None:
         optimizer.step()

@@ -163,9 +163,10 @@ class TorchFramework:
     def grad(self, outputs: Sequence[Any], inputs: Sequence[Any], grad_outputs: Sequence[Any]) -> list[Any | None]:
         return list(torch.autograd.grad(list(outputs), list(inputs), list(grad_outputs), allow_unused=True))
 
-    def mean_of(self, tensors: Sequence[Any]) -> Any:
+    def weighted_mean_of(self, tensors: Sequence[Any], weights: np.ndarray) -> Any:
         flat = [t.reshape(-1).float() if t.dtype != torch.float64 else t.reshape(-1) for t in tensors]
-        return torch.cat(flat).mean() if len(flat) > 1 else flat[0].mean()
+        values = torch.cat(flat) if len(flat) > 1 else flat[0]
+        return (values * torch.from_numpy(weights).to(values.dtype)).mean()
 
     def optimizer_step(self, optimizer: Any) -> None:
         optimizer.step()

@@ -177,21 +177,34 @@ def test_a_swapped_activation_pairs_where_it_ran_not_with_the_next_of_its_class(
     # Found by the fuzz: Tanh, Tanh against Sigmoid, Tanh. The first base Tanh took raw's
     # second (the exact class), crossing the pairs, so the swap was blamed on the wrong layer,
     # or (widths differing) a replay crashed on the shapes.
-    def net(lib, first_act):
-        nn = lib.nn
-        return nn.Sequential(nn.Linear(8, widths[0]), first_act(), nn.Linear(widths[0], widths[1]), nn.Tanh())
+    # Raw's names differ from base's, so only the order can tell.
+    nn = paddle.nn
+    raw = _renamed(nn.Linear(8, widths[0]), nn.Sigmoid(), nn.Linear(widths[0], widths[1]), nn.Tanh())
+    tn = torch.nn
+    base = tn.Sequential(tn.Linear(8, widths[0]), tn.Tanh(), tn.Linear(widths[0], widths[1]), tn.Tanh())
+    assert _paths(_pairing(base, raw)) == [("", ""), ("0", "p0"), ("1", "p1"), ("2", "p2"), ("3", "p3")]
 
-    pairing = _pairing(net(torch, torch.nn.Tanh), net(paddle, paddle.nn.Sigmoid))
-    assert _paths(pairing) == [("", ""), ("0", "0"), ("1", "1"), ("2", "2"), ("3", "3")]
+
+def _renamed(*layers):
+    """A paddle Sequential whose children are named p0, p1... (base's are 0, 1...)."""
+    return paddle.nn.Sequential(*((f"p{i}", layer) for i, layer in enumerate(layers)))
 
 
 def test_a_swapped_activation_before_one_of_the_same_kind_is_paired_not_left_out():
     # Found by the fuzz: ReLU, GELU against GELU (swapped), GELU. The ReLU was left unpaired for
     # the next GELU, although that one has its own counterpart; the bug was blamed on the parent.
+    base = torch.nn.Sequential(torch.nn.Linear(8, 3), torch.nn.ReLU(), torch.nn.GELU())
+    pairing = _pairing(base, _renamed(paddle.nn.Linear(8, 3), paddle.nn.GELU(), paddle.nn.GELU()))
+    assert _paths(pairing) == [("", ""), ("0", "p0"), ("1", "p1"), ("2", "p2")]
+    assert not pairing.unmatched_base and not pairing.unmatched_raw
+
+
+def test_a_swapped_activation_pairs_by_its_path_among_activations_of_both_kinds():
+    # Found by the fuzz: ReLU, ReLU, GELU against GELU (swapped), ReLU, GELU. By class alone the
+    # first ReLU took raw's second, and the last GELU could take raw's first: pairs crossed.
     def net(lib, first_act):
         nn = lib.nn
-        return nn.Sequential(nn.Linear(8, 3), first_act(), nn.GELU())
+        return nn.Sequential(nn.Linear(8, 3), first_act(), nn.ReLU(), nn.GELU())
 
     pairing = _pairing(net(torch, torch.nn.ReLU), net(paddle, paddle.nn.GELU))
-    assert _paths(pairing) == [("", ""), ("0", "0"), ("1", "1"), ("2", "2")]
-    assert not pairing.unmatched_base and not pairing.unmatched_raw
+    assert _paths(pairing) == [("", ""), ("0", "0"), ("1", "1"), ("2", "2"), ("3", "3")]

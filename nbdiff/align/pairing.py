@@ -85,11 +85,17 @@ def _score(a: Event, b: Event) -> float:
         score += 3.0 if a.weights == b.weights else -3.0
     elif a.weights or b.weights:
         score -= 1.0
-    if a.path.rsplit(".", 1)[-1] == b.path.rsplit(".", 1)[-1]:
+    if a.path == b.path and a.call == b.call:
+        # The same dotted path, same call: a port that kept the names. Worth more than the
+        # exact class, so a swapped activation pairs where it is, not with the next of its class.
+        score += FULL_NAME
+    elif a.path.rsplit(".", 1)[-1] == b.path.rsplit(".", 1)[-1]:
         score += 2.0
     return max(score, 0.1)
 
 
+FULL_NAME = 10.0
+"""Bonus for the same dotted path and call index on both sides."""
 MIN_SCORE = 4.0
 """Below this a candidate is not a pair: a related class with nothing else in common."""
 STRONG = 12.0

@@ -60,6 +60,8 @@ def specs(draw) -> dict:
         "layers": layers,
         "seed": draw(st.integers(0, 2**16)),
         "reversed_side": draw(st.sampled_from(["torch", "paddle", None])),
+        # Raw's top layers named m0, m1... instead of l0, l1...: pairing by order alone.
+        "raw_prefix": draw(st.sampled_from(["l", "m"])),
     }
 
 
@@ -71,7 +73,7 @@ def _describe(spec: dict, direction, bug=None) -> str:
 @given(spec=specs(), direction=DIRECTIONS)
 def test_random_equivalent_pairs_pass_with_defaults(spec, direction):
     bfw, rfw = direction
-    result = nbdiff.auto_diff(build(spec, bfw), build(spec, rfw), inputs(spec))
+    result = nbdiff.auto_diff(build(spec, bfw), build(spec, rfw, prefix=spec["raw_prefix"]), inputs(spec))
     assert result, _describe(spec, direction) + "\n" + result.report()
 
 
@@ -80,7 +82,7 @@ def test_random_equivalent_pairs_pass_with_defaults(spec, direction):
 def test_random_bug_is_blamed_at_its_layer(spec, direction, data):
     bfw, rfw = direction
     bug = data.draw(st.sampled_from(bug_sites(spec)), label="bug")
-    result = nbdiff.auto_diff(build(spec, bfw), build(spec, rfw, bug), inputs(spec))
+    result = nbdiff.auto_diff(build(spec, bfw), build(spec, rfw, bug, spec["raw_prefix"]), inputs(spec))
     d = result.first_divergence
     about = _describe(spec, direction, bug) + "\n" + result.report()
     assert d is not None, about

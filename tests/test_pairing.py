@@ -208,3 +208,19 @@ def test_a_swapped_activation_pairs_by_its_path_among_activations_of_both_kinds(
 
     pairing = _pairing(net(torch, torch.nn.ReLU), net(paddle, paddle.nn.GELU))
     assert _paths(pairing) == [("", ""), ("0", "0"), ("1", "1"), ("2", "2"), ("3", "3")]
+
+
+def test_a_swapped_activation_among_renamed_ones_pairs_in_order():
+    # Found by the fuzz: GELU, tanh, GELU against Tanh (swapped), tanh, GELU, every raw layer
+    # renamed. A look one call ahead still crossed the pairs; a short alignment does not.
+    class CustomTanh(torch.nn.Module):
+        def forward(self, x):
+            return torch.tanh(x)
+
+    class PCustomTanh(paddle.nn.Layer):
+        def forward(self, x):
+            return paddle.tanh(x)
+
+    base = torch.nn.Sequential(torch.nn.Linear(8, 3), torch.nn.GELU(), CustomTanh(), torch.nn.GELU())
+    raw = _renamed(paddle.nn.Linear(8, 3), paddle.nn.Tanh(), PCustomTanh(), paddle.nn.GELU())
+    assert _paths(_pairing(base, raw)) == [("", ""), ("0", "p0"), ("1", "p1"), ("2", "p2"), ("3", "p3")]

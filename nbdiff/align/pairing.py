@@ -23,6 +23,8 @@ LOOKAHEAD = 24
 """How far after the last paired raw call to look for a base call's counterpart."""
 LOOKBACK = 8
 """How far before it: raw calls skipped earlier, when independent work ran in another order."""
+AHEAD = 8
+"""How many calls on each side an order check looks at (a small alignment, only when in doubt)."""
 
 
 @dataclass(frozen=True)
@@ -214,8 +216,10 @@ def _match(
         if best < 0 or best_score < MIN_SCORE:
             lost_b.append(a)
             continue
-        if cursor <= first < best and _keeps_order(a, b_seq[i + 1 : i + 1 + LOOKAHEAD], r_seq[first], r_seq[best]):
-            best, best_score = first, _score(a, r_seq[first])
+        if cursor <= first < best:
+            ahead = [r for j, r in enumerate(r_seq[first : first + AHEAD], first) if not used[j]]
+            if _keeps_order(a, b_seq[i + 1 : i + 1 + AHEAD], ahead, r_seq[first], r_seq[best]):
+                best, best_score = first, _score(a, r_seq[first])
         nxt = b_seq[i + 1] if i + 1 < len(b_seq) else None
         if best_score < STRONG and nxt is not None and _better_for_next(a, nxt, best, best_score, r_seq, used, cursor):
             lost_b.append(a)  # e.g. an extra activation on the base side before a swapped one
@@ -244,18 +248,30 @@ def _better_for_next(
     return taken > best_score + other + 2
 
 
-def _keeps_order(a: Event, later: list[Event], first: Event, best: Event) -> bool:
+def _keeps_order(a: Event, later: list[Event], ahead: list[Event], first: Event, best: Event) -> bool:
     """Whether pairing ``a`` with ``first`` (where it ran) does as well as with ``best`` (later).
 
-    Each choice leaves the other raw call to the best of the ``later`` base calls. Two
-    activations in a row, one swapped (Tanh, Tanh against Sigmoid, Tanh): the exact class one
-    step later must not win over the swapped one where it ran, which would cross the pairs.
-    Crossing stays when it scores higher, as for independent embeddings whose names say they
-    ran in another order.
+    Each choice is scored with the best in-order pairing of the ``later`` base calls to the
+    raw calls ``ahead`` that it leaves. Activations in a row, one swapped (GELU, tanh, GELU
+    against Tanh, tanh, GELU): the exact class further on must not win over the swapped one
+    where it ran, which would cross the pairs. Crossing stays when it scores higher, as for
+    independent embeddings whose names say they ran in another order.
     """
-    then_best = max((_score(b, best) for b in later), default=0.0)
-    then_first = max((_score(b, first) for b in later), default=0.0)
-    return _score(a, first) + then_best >= _score(a, best) + then_first
+    with_first = _score(a, first) + _aligned(later, [r for r in ahead if r is not first])
+    with_best = _score(a, best) + _aligned(later, [r for r in ahead if r is not best])
+    return with_first >= with_best
+
+
+def _aligned(base: list[Event], raw: list[Event]) -> float:
+    """The highest total score of an order-keeping pairing of two short sequences (dynamic programming)."""
+    row = [0.0] * (len(raw) + 1)
+    for b in base:
+        new = [0.0] * (len(raw) + 1)
+        for j, r in enumerate(raw, 1):
+            s = _score(b, r)
+            new[j] = max(row[j], new[j - 1], row[j - 1] + s if s >= MIN_SCORE else 0.0)
+        row = new
+    return row[-1]
 
 
 def _paired_ancestor(order: int, parent: dict[int, int | None], partner: dict[int, int]) -> int | None:

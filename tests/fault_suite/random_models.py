@@ -32,8 +32,8 @@ SWAPPED = {"relu": "gelu", "gelu": "tanh", "tanh": "sigmoid", "sigmoid": "relu",
 BATCH, SIDE = 4, 8
 
 
-def layer_names(spec: dict) -> list[str]:
-    return [f"l{i}" for i in range(len(spec["layers"]))]
+def layer_names(spec: dict, prefix: str = "l") -> list[str]:
+    return [f"{prefix}{i}" for i in range(len(spec["layers"]))]
 
 
 def bug_sites(spec: dict) -> list[tuple[str, str]]:
@@ -65,9 +65,13 @@ def inputs(spec: dict) -> np.ndarray:
     return rng.randn(*shape).astype("float32")
 
 
-def build(spec: dict, fw: str, bug: tuple[str, str] | None = None) -> Any:
+def build(spec: dict, fw: str, bug: tuple[str, str] | None = None, prefix: str = "l") -> Any:
+    """The network in ``fw``; its top layers are named ``{prefix}0``, ``{prefix}1``... (``bug``
+    names base's, with ``l``): a port that renamed every layer pairs by order alone."""
     kit = _Kit(fw, spec["image"])
     bug_path, bug_kind = bug if bug else (None, None)
+    if bug_path is not None:
+        bug_path = prefix + bug_path[1:]
 
     def make(path: str, layer: tuple, width: int) -> tuple[Any, int]:
         wrong = bug_kind if path == bug_path else None
@@ -92,7 +96,7 @@ def build(spec: dict, fw: str, bug: tuple[str, str] | None = None) -> Any:
     model = kit.sequence()
     width = spec["width"]
     built = []
-    for name, layer in zip(layer_names(spec), spec["layers"]):
+    for name, layer in zip(layer_names(spec, prefix), spec["layers"]):
         module, width = make(name, layer, width)
         built.append((name, module))
     # Registration order differs from call order on one side: pairing must follow execution.

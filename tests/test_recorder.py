@@ -173,3 +173,26 @@ def test_backward_events_carry_the_stack_of_the_backward_call(fw_name):
     lin = next(e for e in backward if e.path == "lin")
     assert any(f.lineno == line and f.function == "_record" for f in lin.stack), lin.stack
     assert all(f.lineno != line for f in next(e for e in forward if e.path == "lin").stack)
+
+
+def test_an_in_place_add_on_a_hooked_paddle_output_leaves_no_warning_to_the_user():
+    # Found by the fuzz: y.add_(x) on a recorded output drops paddle's hook, and removing ours
+    # afterwards printed "The backward hook ... does not exist or has been removed".
+    import warnings
+
+    import nbdiff
+
+    class Residual(paddle.nn.Layer):
+        def __init__(self):
+            super().__init__()
+            self.fc = paddle.nn.Linear(4, 4)
+
+        def forward(self, x):
+            y = self.fc(x)
+            y.add_(x)
+            return y
+
+    x = np.random.RandomState(0).randn(3, 4).astype("float32")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        assert nbdiff.auto_diff(Residual(), Residual(), x)

@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from tests.fault_suite.models import _pattern
+from tests.fault_suite.models import _ns, _pattern
 
 ACTIVATIONS = ("relu", "gelu", "tanh", "sigmoid", "silu")
 # The activation a swap bug puts in place of each one: always visibly different on N(0, 1) inputs.
@@ -115,12 +115,12 @@ class _Kit:
         if fw == "torch":
             import torch
 
-            self.lib, self.nn, self.Base = torch, torch.nn, torch.nn.Module
+            self.nn, self.Base = torch.nn, torch.nn.Module
             self.to_tensor = torch.from_numpy
         else:
             import paddle
 
-            self.lib, self.nn, self.Base = paddle, paddle.nn, paddle.nn.Layer
+            self.nn, self.Base = paddle.nn, paddle.nn.Layer
             self.to_tensor = paddle.to_tensor
 
     def weighted(self, i: int, o: int, perturbed: bool) -> Any:
@@ -159,39 +159,11 @@ class _Kit:
         return self.nn.Dropout(p)
 
     def custom_tanh(self, wrong: bool) -> Any:
-        lib, torch_side = self.lib, self.fw == "torch"
-        if torch_side:
-
-            class Fn(lib.autograd.Function):
-                @staticmethod
-                def forward(ctx, x):
-                    y = lib.tanh(x)
-                    ctx.save_for_backward(y)
-                    return y
-
-                @staticmethod
-                def backward(ctx, g):
-                    (y,) = ctx.saved_tensors
-                    return g * (1 - y * y) * (0.9 if wrong else 1.0)
-
-        else:
-            from paddle.autograd import PyLayer
-
-            class Fn(PyLayer):
-                @staticmethod
-                def forward(ctx, x):
-                    y = lib.tanh(x)
-                    ctx.save_for_backward(y)
-                    return y
-
-                @staticmethod
-                def backward(ctx, g):
-                    (y,) = ctx.saved_tensor()
-                    return g * (1 - y * y) * (0.9 if wrong else 1.0)
+        tanh_fn = _ns(self.fw)["tanh_fn"]  # the fault suite's custom autograd function / PyLayer
 
         class CustomTanh(self.Base):
             def forward(self, x):
-                return Fn.apply(x)
+                return tanh_fn(x, wrong)
 
         return CustomTanh()
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -25,6 +26,7 @@ class StepRecord:
     warnings: list[str]
 
 
+@functools.lru_cache(maxsize=1)  # both sides, every step: the same n
 def loss_weights(n: int) -> np.ndarray:
     """The default loss's fixed weights for ``n`` output values: ``1 + cos(k)``, the same on both sides.
 
@@ -32,7 +34,10 @@ def loss_weights(n: int) -> np.ndarray:
     outputs sum to a constant), so nothing before them could be compared in backward. Uneven
     weights keep every gradient alive; their mean of about 1 keeps the plain mean's scale.
     """
-    return (1.0 + np.cos(np.arange(n, dtype=np.float64))).astype(np.float32)
+    weights = np.arange(n, dtype=np.float32)  # float32 throughout: an LM's logits are 100M+ values
+    np.cos(weights, out=weights)
+    weights += 1.0
+    return weights
 
 
 def loss_of(fw: Framework, loss_fn: Callable[[Any], Any] | None, output: Any, side: str) -> Any:

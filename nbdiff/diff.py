@@ -16,12 +16,13 @@ from nbdiff.conditioning import Floor, measure_floor
 from nbdiff.constants import constant_differences
 from nbdiff.errors import WeightTransferError
 from nbdiff.explain import explain
+from nbdiff.feed import feed_for
 from nbdiff.frameworks import Framework, framework_of
 from nbdiff.options import check_comparison, check_gradients, check_run
 from nbdiff.progress import progress
 from nbdiff.result import DiffResult
 from nbdiff.step import StepRecord, run_optimizer, run_step
-from nbdiff.stepdiff import StepComparer, feed_for, live_param_grads
+from nbdiff.stepdiff import StepComparer, live_param_grads
 from nbdiff.trace.inputs import split_inputs
 from nbdiff.trace.modes import no_dropout, restore_state, save_state, save_weights, training_flags
 from nbdiff.trace.structure import forward_structure

@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from nbdiff.align.calls import api_pairs, under_paired_ancestors
 from nbdiff.align.fused import fuse_events
 from nbdiff.align.layer_map import LayerMap
 from nbdiff.align.pairing import Pairing, pair_forward
@@ -24,9 +25,7 @@ from nbdiff.errors import PairingError
 from nbdiff.frameworks import Framework
 from nbdiff.replay import Replayer, compare_param_grads, largest_shape, magnitude
 from nbdiff.step import StepRecord
-from nbdiff.trace.apis import align_calls
 from nbdiff.trace.events import Event, Kind, Phase, TensorRecord
-from nbdiff.trace.recorder import Feed
 from nbdiff.trace.stack import Frame
 from nbdiff.updates import (
     UPDATE_ATOL,
@@ -45,13 +44,11 @@ __all__ = [
     "ParamGrads",
     "live_param_grads",
     "UPDATE_ATOL",
-    "feed_for",
     "snapshot",
     "update_tolerance",
     "name_parameter",
     "forward_diffs",
     "tensor_diffs",
-    "api_pairs",
     "api_local",
 ]
 
@@ -282,7 +279,7 @@ def forward_diffs(
     pairing: Pairing, brec: StepRecord, rrec: StepRecord, tol: Callable[[str, str], Tolerance], mode: str
 ) -> list[EventDiff]:
     pairs = [(p.base, p.raw) for p in pairing.pairs] + api_pairs(pairing, brec.forward, rrec.forward)
-    pairs = _under_paired_ancestors(pairs, brec.forward)
+    pairs = under_paired_ancestors(pairs, brec.forward)
     diffs = [EventDiff(b, r, tuple(tensor_diffs(r.outputs, b.outputs, _input_tol(tol, b, r), mode))) for b, r in pairs]
     diffs = _given_diffs(diffs, tol, mode)
     ordered = _input_diffs(pairing, tol, mode) + post_order(diffs)
@@ -345,36 +342,6 @@ def _input_tol(tol: TolFn, b: Event, r: Event) -> TolFn:
     """The tolerance of an event's outputs also allows for its inputs' dtype (fp16 in, fp32 out)."""
     ins = loosest([t.dtype for t in b.inputs + r.inputs])
     return lambda x, y: tol(loosest([x, y, ins]), ins)
-
-
-def _under_paired_ancestors(pairs: list[tuple[Event, Event]], events: list[Event]) -> list[tuple[Event, Event]]:
-    """Each base event's parent becomes its nearest *paired* ancestor, so an event inside an
-    unpaired wrapper hangs under the wrapper's parent instead of becoming a root."""
-    parent = {e.order: e.parent for e in events}
-    paired = {b.order for b, _ in pairs}
-    out = []
-    for b, r in pairs:
-        p = b.parent
-        while p is not None and p not in paired:
-            p = parent.get(p)
-        out.append((replace(b, parent=p) if p != b.parent else b, r))
-    return out
-
-
-def api_pairs(pairing: Pairing, base: list[Event], raw: list[Event]) -> list[tuple[Event, Event]]:
-    """API calls paired inside each pair of layer calls (sequence alignment of their own code)."""
-    bkids: dict[int, list[Event]] = {}
-    rkids: dict[int, list[Event]] = {}
-    for events, kids in ((base, bkids), (raw, rkids)):
-        for e in events:
-            if e.kind is Kind.API and e.parent is not None:
-                kids.setdefault(e.parent, []).append(e)
-    if not bkids and not rkids:
-        return []
-    out = []
-    for p in pairing.pairs:
-        out += align_calls(bkids.get(p.base.order, []), rkids.get(p.raw.order, []))
-    return out
 
 
 def api_local(d: EventDiff, tol: TolFn, mode: str, received: str = "inputs") -> tuple[TensorDiff, ...] | None:
@@ -472,19 +439,3 @@ def _local_backward(
     if bf is None or rf is None:
         return None
     return replayer.backward(bf, rf, d.base)
-
-
-def feed_for(brec: StepRecord, pairing: Pairing, diff_phase: str) -> Feed:
-    """Base inputs (forward) and base output gradients (backward) for each paired raw call."""
-    groups = [g for g in pairing.fused if g.side == "base"]
-    bwd = {(e.path, e.call): e for e in fuse_events(brec.backward, groups, backward=True)}
-    inputs: dict[tuple[str, int], list[np.ndarray | None]] = {}
-    grads: dict[tuple[str, int], dict[str, np.ndarray]] = {}
-    for p in pairing.pairs:
-        key = (p.raw.path, p.raw.call)
-        if diff_phase != "backward" and p.base.depth > 0:  # the root keeps the user's inputs: compared first
-            inputs[key] = [t.data for t in p.base.inputs]
-        g = bwd.get((p.base.path, p.base.call))
-        if g is not None and diff_phase != "forward":
-            grads[key] = {t.name: t.data for t in g.outputs}
-    return Feed(inputs, grads)

@@ -21,12 +21,13 @@ from nbdiff.compare.blame import Divergence, EventDiff, require_compared
 from nbdiff.compare.tolerance import Tolerance, resolve_tolerance
 from nbdiff.errors import InputError, WeightTransferError
 from nbdiff.explain import explain
+from nbdiff.feed import feed_for
 from nbdiff.frameworks import Framework, framework_of
 from nbdiff.options import check_comparison
 from nbdiff.progress import counter, progress
 from nbdiff.result import DiffResult
 from nbdiff.step import StepRecord
-from nbdiff.stepdiff import StepComparer, feed_for
+from nbdiff.stepdiff import StepComparer
 from nbdiff.trace.recorder import Feed
 from nbdiff.trace.session import ModelSession
 from nbdiff.trace.structure import forward_structure

@@ -49,6 +49,10 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--rtol", type=float, help="relative tolerance (default: dtype-aware)")
     c.add_argument("--mode", choices=["strict", "mean", "abs_mean"], default="strict", help="compare mode")
     c.add_argument("--ignore-unmatched", action="store_true", help="compare common ranks/steps only")
+    c.add_argument(
+        "--keep-steps", type=int, default=4, metavar="N",
+        help="keep the events of the first N steps (and the blamed one); later steps keep their worst errors only",
+    )  # fmt: skip
     v = sub.add_parser(
         "view",
         help="open a saved result (DiffResult.save) as HTML",
@@ -85,7 +89,7 @@ def _compare(args: argparse.Namespace) -> int:
 
     result = compare(
         args.base, args.raw, atol=args.atol, rtol=args.rtol, compare_mode=args.mode,
-        ignore_unmatched=args.ignore_unmatched,
+        ignore_unmatched=args.ignore_unmatched, keep_steps=args.keep_steps,
     )  # fmt: skip
     print(result.report())
     if args.html:

@@ -20,9 +20,9 @@ import numpy as np
 from nbdiff.align.pairing import Pairing, pair_forward
 from nbdiff.compare.blame import Divergence, EventDiff, blame_events
 from nbdiff.compare.tolerance import Tolerance, resolve_tolerance
-from nbdiff.errors import DumpError
+from nbdiff.errors import DumpError, OptionError
 from nbdiff.replay import largest_shape, magnitude, param_grad_hint
-from nbdiff.result import DiffResult
+from nbdiff.result import DiffResult, StepRow, add_step_rows, step_error_rows
 from nbdiff.step import StepRecord
 from nbdiff.stepdiff import api_local, forward_diffs, name_parameter, tensor_diffs, update_tolerance
 from nbdiff.trace.events import Event, Kind, Phase, TensorRecord
@@ -42,13 +42,19 @@ def compare(
     rtol: float | None = None,
     compare_mode: str = "strict",
     ignore_unmatched: bool = False,
+    keep_steps: int = 4,
 ) -> DiffResult:
     """Compare dump ``dir_b`` (raw) against ``dir_a`` (base): every rank, every step.
 
     The first divergence is the earliest step's, then the lowest rank's. Unmatched
     ranks or steps are an error unless ``ignore_unmatched``; unpaired events are
     reported in the result either way.
+
+    Every step's worst errors are kept (``result.step_errors()``); events are kept for the first
+    ``keep_steps`` steps and for the blamed step, so memory stays bounded by a few steps.
     """
+    if isinstance(keep_steps, bool) or not isinstance(keep_steps, int) or keep_steps < 0:
+        raise OptionError(f"keep_steps={keep_steps!r}: expected a whole number >= 0 (steps whose events are kept).")
     ranks_a, ranks_b = rank_dirs(dir_a), rank_dirs(dir_b)
     if set(ranks_a) != set(ranks_b) and not ignore_unmatched:
         raise DumpError(
@@ -59,10 +65,9 @@ def compare(
     def tol(a: str, b: str) -> Tolerance:
         return resolve_tolerance(atol, rtol, a, b)
 
-    events: list[EventDiff] = []
-    found: list[Divergence] = []
+    kept = _KeptSteps(keep_steps)
     warnings: list[str] = []
-    unmatched: tuple[tuple[Event, ...], tuple[Event, ...]] = ((), ())
+    unmatched = _Unmatched()
     steps = 0
     first_a = first_b = None
     for rank in sorted(set(ranks_a) & set(ranks_b)):
@@ -85,36 +90,95 @@ def compare(
                 warnings.append(f"rank {rank}, step {k}: cut short by an exception in {', '.join(cut)}; not compared.")
                 continue
             div, diffs, pairing = _compare_step(a, b, rank, k, tol, compare_mode)
-            # A step that agrees keeps its metrics and statistics, not its tensors: memory stays
-            # bounded by one step, however many the dumps hold.
-            events += diffs if div is not None else [_settled(d) for d in diffs]
-            if div is not None:
-                found.append(div)
-            if pairing.unmatched_base or pairing.unmatched_raw:
-                unmatched = (unmatched[0] + pairing.unmatched_base, unmatched[1] + pairing.unmatched_raw)
+            kept.add(k, rank, div, diffs)
+            unmatched.add(pairing)
             steps = max(steps, k + 1)
     if first_a is None or first_b is None:
         raise DumpError(f"{dir_a} and {dir_b} have no rank in common.")
-    if not events:
+    if not kept.compared:
         # Nothing compared is never agreement (a scope that matched nothing, only cut-short steps).
         raise DumpError(
             f"{dir_a} and {dir_b}: no event was compared ({'; '.join(warnings) or 'the dumps hold no events'}). "
             "Check the recording's mode/scope, and that each dump holds a complete step."
         )
-    first = min(found, key=lambda d: (d.step, d.rank), default=None)
     return DiffResult(
         base_framework=first_a.framework,
         raw_framework=first_b.framework,
         base_model=str(first_a.meta["model"]),
         raw_model=str(first_b.meta["model"]),
-        first_divergence=first,
-        events=tuple(events),
+        first_divergence=kept.divergence,
+        events=kept.events(),
         steps=steps,
-        unmatched_base=unmatched[0],
-        unmatched_raw=unmatched[1],
+        unmatched_base=tuple(unmatched.base.values()),
+        unmatched_raw=tuple(unmatched.raw.values()),
         warnings=tuple(warnings),
-        options=dict(atol=atol, rtol=rtol, compare_mode=compare_mode, dumps=(str(dir_a), str(dir_b))),
+        notes=kept.summarised(),
+        options=dict(
+            atol=atol, rtol=rtol, compare_mode=compare_mode, keep_steps=keep_steps, dumps=(str(dir_a), str(dir_b))
+        ),
+        step_summary=tuple(kept.rows[k] for k in sorted(kept.rows)),
     )
+
+
+class _KeptSteps:
+    """What ``compare`` keeps of the steps it compared: every step's worst errors, the events of the
+    first ``keep`` steps (statistics only once settled) and all of the blamed step's. Memory is
+    bounded by a few steps, however many the dumps hold."""
+
+    def __init__(self, keep: int) -> None:
+        self.keep = keep
+        self.rows: dict[int, StepRow] = {}
+        self.compared = 0
+        self.divergence: Divergence | None = None
+        self._blamed: tuple[int, int, list[EventDiff]] | None = None
+        self._settled: dict[tuple[int, int], list[EventDiff]] = {}
+        self._dropped: set[int] = set()
+
+    def add(self, k: int, rank: int, div: Divergence | None, diffs: list[EventDiff]) -> None:
+        self.compared += len(diffs)
+        add_step_rows(self.rows, step_error_rows(diffs))
+        if div is not None and (self.divergence is None or (k, rank) < (self.divergence.step, self.divergence.rank)):
+            if self._blamed is not None:  # an earlier step (of a later rank) diverged too: it is the answer
+                self._settle(*self._blamed)
+            self.divergence, self._blamed = div, (k, rank, diffs)
+        else:
+            self._settle(k, rank, diffs)
+
+    def _settle(self, k: int, rank: int, diffs: list[EventDiff]) -> None:
+        if k < self.keep:
+            self._settled[(k, rank)] = [_settled(d) for d in diffs]
+        else:
+            self._dropped.add(k)
+
+    def events(self) -> tuple[EventDiff, ...]:
+        chunks = dict(self._settled)
+        if self._blamed is not None:
+            k, rank, diffs = self._blamed
+            chunks[(k, rank)] = diffs
+        return tuple(d for key in sorted(chunks) for d in chunks[key])
+
+    def summarised(self) -> tuple[str, ...]:
+        dropped = sorted(self._dropped - ({self._blamed[0]} if self._blamed else set()))
+        if not dropped:
+            return ()
+        return (
+            f"{len(dropped)} step(s) from step {dropped[0]} on are summarised by their worst errors "
+            f"(result.step_errors(), the step chart), not kept event by event, so that memory stays bounded; "
+            f"pass keep_steps={dropped[-1] + 1} to keep them all.",
+        )
+
+
+class _Unmatched:
+    """Events left unpaired, each layer call once, however many steps it went unpaired in."""
+
+    def __init__(self) -> None:
+        self.base: dict[tuple[int, str, str, int], Event] = {}
+        self.raw: dict[tuple[int, str, str, int], Event] = {}
+
+    def add(self, pairing: Pairing) -> None:
+        for into, events in ((self.base, pairing.unmatched_base), (self.raw, pairing.unmatched_raw)):
+            for e in events:
+                into.setdefault((e.rank, e.phase.value, e.path, e.call), e)
 
 
 def _settled(d: EventDiff) -> EventDiff:

@@ -8,7 +8,9 @@ from typing import Any
 from nbdiff.compare.blame import Divergence, EventDiff
 from nbdiff.trace.events import Event, Kind, Phase
 
-__all__ = ["DiffResult"]
+__all__ = ["DiffResult", "step_error_rows", "merge_step_rows", "add_step_rows"]
+
+StepRow = dict[str, Any]
 
 
 @dataclass(frozen=True)
@@ -33,6 +35,9 @@ class DiffResult:
     """Findings that do not fail the result: inherited blips that vanish downstream."""
     options: dict[str, Any] = field(default_factory=dict)
     """The options used, after defaults."""
+    step_summary: tuple[StepRow, ...] = ()
+    """Every compared step's worst errors (:meth:`step_errors` rows), also of steps whose events
+    were not kept: ``compare`` keeps a few steps' events so that memory stays bounded."""
 
     def __bool__(self) -> bool:
         return self.first_divergence is None
@@ -46,22 +51,10 @@ class DiffResult:
         ph = Phase(phase) if phase is not None else None
         return [e for e in self.events if (step is None or e.base.step == step) and (ph is None or e.base.phase == ph)]
 
-    def step_errors(self) -> list[dict[str, Any]]:
+    def step_errors(self) -> list[StepRow]:
         """Per step, the worst error over tolerance of the model's outputs, the loss, the gradients
         and the optimizer updates (``None`` where that step has none): how the error grows."""
-        rows: dict[int, dict[str, Any]] = {}
-        for d in self.events:
-            e = d.base
-            if e.phase is Phase.FORWARD and e.kind is Kind.LAYER and e.parent is None:
-                key = "outputs"
-            else:
-                key = {Phase.BACKWARD: "gradients", Phase.OPTIMIZER: "updates"}.get(e.phase)
-                key = "loss" if e.kind is Kind.LOSS else key
-            if key is None or not d.tensors:
-                continue
-            row = rows.setdefault(e.step, dict(step=e.step, outputs=None, loss=None, gradients=None, updates=None))
-            row[key] = max(row[key] or 0.0, d.ratio)
-        return [rows[k] for k in sorted(rows)]
+        return merge_step_rows(list(self.step_summary) + step_error_rows(self.events))
 
     def plot(self) -> Any:
         """A matplotlib figure of :meth:`step_errors`, step by step (needs matplotlib)."""
@@ -122,3 +115,36 @@ class DiffResult:
         return (
             f"<DiffResult {self.base_framework}:{self.base_model} vs {self.raw_framework}:{self.raw_model}: {status}>"
         )
+
+
+def step_error_rows(events: tuple[EventDiff, ...] | list[EventDiff]) -> list[StepRow]:
+    """:meth:`DiffResult.step_errors` of these events."""
+    rows: dict[int, StepRow] = {}
+    for d in events:
+        e = d.base
+        if e.phase is Phase.FORWARD and e.kind is Kind.LAYER and e.parent is None:
+            key = "outputs"
+        else:
+            key = {Phase.BACKWARD: "gradients", Phase.OPTIMIZER: "updates"}.get(e.phase)
+            key = "loss" if e.kind is Kind.LOSS else key
+        if key is None or not d.tensors:
+            continue
+        row = rows.setdefault(e.step, dict(step=e.step, outputs=None, loss=None, gradients=None, updates=None))
+        row[key] = max(row[key] or 0.0, d.ratio)
+    return [rows[k] for k in sorted(rows)]
+
+
+def merge_step_rows(rows: list[StepRow]) -> list[StepRow]:
+    """One row per step, each column the worst of the rows given for that step (ranks, repeats)."""
+    merged: dict[int, StepRow] = {}
+    add_step_rows(merged, rows)
+    return [merged[k] for k in sorted(merged)]
+
+
+def add_step_rows(into: dict[int, StepRow], rows: list[StepRow]) -> None:
+    """Merge ``rows`` into ``into`` (by step), keeping each column's worst."""
+    for r in rows:
+        m = into.setdefault(r["step"], dict(r))
+        for k, v in r.items():
+            if k != "step" and v is not None:
+                m[k] = v if m[k] is None else max(m[k], v)

@@ -45,7 +45,13 @@ def test_html_and_csv_outputs(dumps, tmp_path):
 
 def test_help_documents_every_option():
     out = subprocess.run([sys.executable, "-m", "nbdiff", "compare", "--help"], capture_output=True, text=True).stdout
-    for flag in ("--html", "--csv", "--atol", "--rtol", "--mode", "--ignore-unmatched"):
+    for flag in ("--html", "--csv", "--atol", "--rtol", "--mode", "--ignore-unmatched", "--keep-steps"):
         assert flag in out
     top = subprocess.run([sys.executable, "-m", "nbdiff", "--help"], capture_output=True, text=True)
     assert top.returncode == 0 and "Exit status: 0 aligned, 1 diverged, 2 error" in top.stdout
+
+
+def test_keep_steps_bounds_the_steps_kept_event_by_event(dumps, tmp_path, capsys):
+    assert main(["compare", str(dumps / "a"), str(dumps / "b"), "--keep-steps", "1", "--csv", str(tmp_path)]) == 0
+    assert "1 step(s) from step 1 on are summarised" in capsys.readouterr().out
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("mapping")) == ["mapping_0.csv"]

@@ -54,3 +54,15 @@ def test_a_damaged_saved_result_is_a_dump_error(tmp_path):
         nbdiff.load(str(path))
     with pytest.raises(DumpError, match="missing"):
         nbdiff.load(str(tmp_path / "nothing"))
+
+
+def test_a_compare_result_keeps_the_worst_errors_of_every_step(tmp_path):
+    from tests.dumps import pair, train
+
+    base, raw = pair()
+    a = train(base, tmp_path / "a", steps=5)
+    b = train(raw, tmp_path / "b", steps=5, late_bug_at=3)
+    result = nbdiff.compare(a, b, keep_steps=1)
+    loaded = nbdiff.load(result.save(str(tmp_path / "r")))
+    assert [r["step"] for r in loaded.step_errors()] == [0, 1, 2, 3, 4]
+    assert loaded.step_errors() == result.step_errors() and loaded.notes == result.notes

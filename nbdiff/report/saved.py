@@ -106,6 +106,7 @@ def save_result(result: DiffResult, path: str | os.PathLike[str]) -> Path:
         "events": pairs,
         "unmatched_base": [event(e, f"ub{i}.") for i, e in enumerate(result.unmatched_base)],
         "unmatched_raw": [event(e, f"ur{i}.") for i, e in enumerate(result.unmatched_raw)],
+        "step_summary": [_plain(r) for r in result.step_summary],
     }
     save_file(payload, str(out / _TENSORS))
     _write_atomic(out / _JSON, data)
@@ -131,6 +132,12 @@ _DIV_PLAIN = ("step", "base_path", "raw_path", "base_type", "raw_type", "inherit
 
 def _restore_args(v: Any) -> Any:
     return tuple(v) if isinstance(v, list) else v
+
+
+def _step_row(r: Any) -> dict[str, Any]:
+    if not isinstance(r, dict):
+        raise TypeError(f"a step_summary row is {type(r).__name__}, not an object")
+    return {str(k): int(v) if k == "step" else None if v is None else _read_float(v) for k, v in r.items()}
 
 
 def load_result(path: str | os.PathLike[str]) -> DiffResult:
@@ -185,6 +192,7 @@ def load_result(path: str | os.PathLike[str]) -> DiffResult:
             warnings=tuple(data["warnings"]),
             notes=tuple(data["notes"]),
             options={**data["options"], "loaded_from": str(folder)},
+            step_summary=tuple(_step_row(r) for r in data.get("step_summary", [])),
         )
     except (KeyError, TypeError, ValueError) as exc:
         raise DumpError(f"{where}: malformed saved result ({exc!r}).") from None

@@ -252,8 +252,11 @@ def _manifest(folder: Path) -> dict[str, Any]:
     return data
 
 
-def _step_entries(folder: Path, data: dict[str, Any]) -> list[tuple[dict[str, Any], Path, str]]:
-    """``(step entry, file it came from, key prefix)`` for every step, inline (version 1) or in files."""
+def _step_entries(folder: Path, data: dict[str, Any], keep: bool = True) -> list[tuple[dict[str, Any], Path, str]]:
+    """``(step entry, file it came from, key prefix)`` for every step, inline (version 1) or in files.
+
+    Every step file is read and checked; with ``keep=False`` only its ``complete`` flag is kept, so
+    that checking a long dump holds one step at a time."""
     if data["version"] == 1:
         return [(step, folder / MANIFEST, f"steps[{k}]") for k, step in enumerate(data["steps"])]
     entries = []
@@ -261,7 +264,8 @@ def _step_entries(folder: Path, data: dict[str, Any]) -> list[tuple[dict[str, An
         path = folder / f"step{len(entries)}.json"
         step = _load_json(path, "an nbdiff step")
         validate_step(step, path)
-        entries.append((step, path, "the step"))
+        entries.append((step if keep else {"complete": step.get("complete")}, path, "the step"))
+        del step
     if data["steps"] is not None and data["steps"] != len(entries):
         raise DumpError(
             f"{folder / MANIFEST}: says {data['steps']} steps, but {folder} holds {len(entries)} step files "
@@ -278,7 +282,7 @@ def read_dump(rank_dir: str | os.PathLike[str], lazy: bool = False) -> RankDump:
     """
     folder = Path(rank_dir)
     data = _manifest(folder)
-    entries = _step_entries(folder, data)
+    entries = _step_entries(folder, data, keep=not lazy)
     meta = {k: v for k, v in data.items() if k not in ("steps", "layers")}
     incomplete = frozenset(k for k, (s, _, _) in enumerate(entries) if s.get("complete") is False)
     steps: Sequence[list[Event]]

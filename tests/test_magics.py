@@ -172,6 +172,23 @@ def test_a_cell_that_raises_shows_the_users_traceback_and_cleans_up(ip, capsys):
     assert not _hooks_left(ip) and tb.training and not pb.training
 
 
+def test_the_line_magic_shows_the_models_own_traceback_not_nbdiffs(ip, capsys):
+    _models(ip)
+    ip.run_cell("def broken(x):\n    raise ValueError('shape bug in my forward')\npb.fc2.forward = broken")
+    capsys.readouterr()
+    run = ip.run_cell("%modeldiff tb pb x")
+    out = capsys.readouterr()
+    text = out.out + out.err
+    assert not run.success and type(run.error_in_exec).__name__ == "ModelCallError"
+    # The user's frame, named by its cell, with the line as written; then nbdiff's one message.
+    assert "Cell In [" in text and "raise ValueError('shape bug in my forward')" in text
+    assert "The raw model (MLP) raised ValueError" in text and "removed its hooks" in text
+    # Not nbdiff's or the frameworks' internals (about 6 KB of them before).
+    assert "nbdiff/" not in text and "site-packages" not in text and len(text) < 2000, text
+    del ip.user_ns["pb"].fc2.forward
+    assert not _hooks_left(ip)
+
+
 def test_an_interrupted_cell_fails_as_an_interrupt_and_cleans_up(ip, capsys):
     _models(ip)
     run = ip.run_cell("%%modeldiff tb pb\ntb(torch.tensor(x))\nraise KeyboardInterrupt")

@@ -16,16 +16,16 @@ from nbdiff.conditioning import Floor, measure_floor
 from nbdiff.constants import constant_differences
 from nbdiff.errors import WeightTransferError
 from nbdiff.explain import explain
-from nbdiff.feed import feed_for
+from nbdiff.feed import feed_for, guessed_feed, same_feed
 from nbdiff.frameworks import Framework, framework_of
 from nbdiff.options import check_comparison, check_gradients, check_run
 from nbdiff.progress import progress
 from nbdiff.result import DiffResult
 from nbdiff.step import StepRecord, run_optimizer, run_step
 from nbdiff.stepdiff import StepComparer, live_param_grads
+from nbdiff.trace.calls import Feed
 from nbdiff.trace.inputs import split_inputs
 from nbdiff.trace.modes import no_dropout, restore_state, save_state, save_weights, training_flags
-from nbdiff.trace.structure import forward_structure
 from nbdiff.weights.assign import WeightMap, assign_weight, execution_pairs, plan_pairing, plan_weights, write_weights
 
 __all__ = ["auto_diff"]
@@ -84,16 +84,28 @@ def auto_diff(
                 fw.zero_grad(model, opt)
                 fw.seed(step)
             brec = run_step(bfw, base, bcall, losses[0], side="base", step=step, backward=backward, api_level=api_level)
-            feed = None
-            if single_step:
-                if pairing is None:
-                    # The pairing of this step's calls is needed before raw runs: take it from a first raw run.
-                    pairing = cmp.pair(brec, StepRecord(forward_structure(rfw, raw, rcall, "raw", train=True), [], []))
-                feed = feed_for(brec, pairing, diff_phase)
-            rrec = run_step(
-                rfw, raw, rcall, losses[1], side="raw", step=step, backward=backward, feed=feed, api_level=api_level
-            )
-            return brec, rrec, cmp.pair(brec, rrec)
+
+            def run_raw(feed: Feed | None) -> tuple[StepRecord, Pairing]:
+                rrec = run_step(
+                    rfw, raw, rcall, losses[1], side="raw", step=step, backward=backward, feed=feed, api_level=api_level
+                )
+                return rrec, cmp.pair(brec, rrec)
+
+            if not single_step:
+                return brec, *run_raw(None)
+            if pairing is not None:
+                return brec, *run_raw(feed_for(brec, pairing, diff_phase))
+            # Raw's calls are paired only once it has run: feed it by a guess (same paths, or the weight
+            # copy's), then check the guess against the pairing; run raw again only where it was wrong.
+            guess = guessed_feed(brec, diff_phase, copied.pairs() if copied else (), copied.fused if copied else ())
+            rrec, pairing = run_raw(guess)
+            right = feed_for(brec, pairing, diff_phase)
+            if same_feed(guess, right, rrec):
+                return brec, rrec, pairing
+            restore_state(rfw, initial[1])
+            rfw.zero_grad(raw, opts[1] if opts else None)
+            rfw.seed(step)
+            return brec, *run_raw(right)
 
         events: list[EventDiff] = []
         warnings: list[str] = []

@@ -13,10 +13,9 @@ from typing import Any
 
 import numpy as np
 
-from nbdiff.align.fused import fuse_events
 from nbdiff.align.layer_map import LayerMap
 from nbdiff.align.optimizer_settings import OptimizerLog
-from nbdiff.align.pairing import Pair, Pairing
+from nbdiff.align.pairing import Pairing
 from nbdiff.compare.blame import Divergence, EventDiff, require_compared
 from nbdiff.compare.tolerance import Tolerance, resolve_tolerance
 from nbdiff.errors import InputError, WeightTransferError
@@ -179,14 +178,7 @@ class watch:
         """Base inputs and output gradients of step ``k``, keyed by raw's running call numbers."""
         assert self._pairing0 is not None
         fwd, bwd, _ = self._b.recorder.step_events(k, self._b.grads)  # this step only, each step
-        fused = self._pairing0.fused
-        by_key = {(e.path, e.call): e for e in fuse_events(fwd, [g for g in fused if g.side == "base"])}
-        pairs = tuple(
-            Pair(by_key[(p.base.path, p.base.call)], p.raw)
-            for p in self._pairing0.pairs
-            if (p.base.path, p.base.call) in by_key
-        )
-        feed = feed_for(StepRecord(fwd, bwd, []), Pairing(pairs, fused=fused), str(self.options["diff_phase"]))
+        feed = feed_for(StepRecord(fwd, bwd, []), self._pairing0, str(self.options["diff_phase"]))
         # Calls of this step are numbered after those of earlier steps (the recorder's root
         # hook runs after this one, so the root's current call is not counted yet either).
         shift = self._r.recorder.call_counts()

@@ -39,7 +39,7 @@ def test_a_watched_run_compares_every_step_and_keeps_the_first_divergence():
 
 def test_an_agreeing_run_stays_under_tolerance_at_every_step():
     result = _train(paddle.optimizer.AdamW)
-    assert result and result.steps == 4
+    assert result and result.steps == 4, result.report()
     assert all(v is None or v <= 1 for r in result.step_errors() for k, v in r.items() if k != "step")
     fig = result.plot()
     assert fig.axes[0].get_yscale() == "log" and len(fig.axes[0].lines) >= 3

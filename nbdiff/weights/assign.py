@@ -42,10 +42,14 @@ class WeightMap:
     def by_base_path(self) -> dict[str, LayerWeights]:
         return {lw.base_path: lw for lw in self.layers}
 
+    def pairs(self) -> list[tuple[str, str]]:
+        """``(base path, raw path)`` of every layer pair."""
+        return [(lw.base_path, lw.raw_path) for lw in self.layers]
+
     def covers(self, other: WeightMap) -> bool:
         """Whether every layer pair of ``other`` is paired the same way here."""
-        mine = {(lw.base_path, lw.raw_path) for lw in self.layers}
-        return all((lw.base_path, lw.raw_path) in mine for lw in other.layers)
+        mine = set(self.pairs())
+        return all(p in mine for p in other.pairs())
 
     def __repr__(self) -> str:
         rows = [f"  {lw.base_path or '<root>'} -> {lw.raw_path or '<root>'}  [{lw.rule}]" for lw in self.layers]

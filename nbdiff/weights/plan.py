@@ -89,7 +89,10 @@ def plan_layer(bfw: Framework, bpath: str, blayer: Any, rfw: Framework, rpath: s
         whole = False
         if bfw.is_library_layer(blayer) and rfw.is_library_layer(rlayer):
             bt, rt = layer_tensors(bfw, blayer, True), layer_tensors(rfw, rlayer, True)
-            whole = {n: bfw.shape_of(t) for n, t in bt.items()} == {n: rfw.shape_of(t) for n, t in rt.items()}
+            # (A layer without tensors, an activation, has nothing to copy: no plan of its own.)
+            whole = bool(bt) and {n: bfw.shape_of(t) for n, t in bt.items()} == {
+                n: rfw.shape_of(t) for n, t in rt.items()
+            }
         return LayerWeights(bpath, rpath, btype, rtype, "same framework, by name", whole, *rename_rule({}))
     return _by_name_and_shape(bfw, bpath, blayer, rfw, rpath, rlayer)
 

@@ -172,7 +172,9 @@ function render({ model, el }) {
 
   const summary = h("div", { class: "nbd-summary" });
   const filter = h("select", { class: "nbd-filter", title: LEGEND }, ...FILTERS.map(([v, label]) => h("option", { value: v }, label)));
-  filter.value = "all";
+  // A diverging result opens on the rows with their own error (and their ancestors): the inherited
+  // rows downstream of a bug are most of a deep model's red. An agreeing one shows every row.
+  filter.value = nodes().some(FILTERS[1][2]) ? "own" : "all";
   const search = h("input", { type: "search", class: "nbd-search", placeholder: "search layers" });
   const slider = h("input", { type: "range", class: "nbd-slider", min: "0", max: "0", value: "0" });
   const replayLabel = h("span", { class: "nbd-replay-label" });
@@ -479,7 +481,8 @@ function render({ model, el }) {
   scroller.addEventListener("scroll", () => requestAnimationFrame(draw));
   // The box can be resized (and is laid out late): draw what fits whenever its size changes.
   new ResizeObserver(() => draw()).observe(scroller);
-  filter.addEventListener("change", flatten);
+  // Another filter keeps the selected row in sight (the rows above it come and go).
+  filter.addEventListener("change", () => (model.get("selected") >= 0 ? reveal(model.get("selected")) : flatten()));
   search.addEventListener("input", flatten);
   slider.addEventListener("input", () => replay(Number(slider.value)));
 

@@ -53,6 +53,7 @@ def test_a_file_frame_links_into_the_ui_it_runs_in(page, jupyter_server, ui):
     )  # fmt: skip
     open_notebook(page, jupyter_server, f"link_{ui}.ipynb", ui)
     run_cell(page, 0, timeout=120_000)
+    _show_all(page.locator(VIEW))
     page.locator(f"{VIEW} .nbd-row", has_text="fc").first.click()  # called from netdef.py's forward
     page.locator(f"{VIEW} .nbd-title", has_text="fc").wait_for()
     page.locator(f"{VIEW} .nbd-frame[data-side='base']", has_text="netdef.py").first.click()
@@ -69,6 +70,11 @@ def test_a_file_frame_links_into_the_ui_it_runs_in(page, jupyter_server, ui):
     assert "Cell In [1], line 5" in page.locator(f"{VIEW} .nbd-stack").inner_text()
     assert "ipykernel_launcher" not in page.locator(f"{VIEW} .nbd-stack").inner_text()
     _no_widget_errors(page, jupyter_server)
+
+
+def _show_all(view):
+    """A diverging view opens on the rows with their own error: show every row, to click the others."""
+    view.locator(".nbd-filter").select_option("all")
 
 
 def _dataset(page, key):
@@ -113,6 +119,11 @@ def test_modeldiff_view_click_stack_and_replay(page, jupyter_server, ui):
     page.locator(f"{VIEW} .nbd-src-here", has_text="self.norm = ").wait_for()
     assert "eps" in page.locator(f"{VIEW} .nbd-args").inner_text()
 
+    # The view opened on the rows with their own error (the blamed one and its ancestors): fc2, which
+    # inherits norm's error, is hidden until every row is shown.
+    assert page.locator(f"{VIEW} .nbd-filter").input_value() == "own"
+    assert page.locator(f"{VIEW} .nbd-rows .nbd-row", has_text="fc2").count() == 0
+    _show_all(page.locator(VIEW))
     # Click another row: the kernel answers with its tensors.
     row = page.locator(f"{VIEW} .nbd-row", has_text="fc2").first
     t0 = time.perf_counter()
@@ -176,6 +187,7 @@ def test_ten_thousand_rows(page, jupyter_server):
     # Virtualised: a handful of rows in the DOM for 10,001 in the tree.
     assert page.locator(f"{VIEW} .nbd-rows .nbd-row").count() < 120
     assert "blocks.666.fc5" in page.locator(f"{VIEW} .nbd-row.nbd-blamed").inner_text()
+    _show_all(page.locator(VIEW))
     target = page.locator(f"{VIEW} .nbd-rows .nbd-row", has_text="blocks.666.fc3")
     t0 = time.perf_counter()
     target.click()
@@ -201,6 +213,7 @@ def test_html_report_works_without_a_kernel(page, tmp_path):
     page.locator(f"{VIEW} .nbd-row.nbd-blamed", has_text="norm").wait_for()
     page.locator(f"{VIEW} .nbd-plots svg.nbd-hist").first.wait_for()
     page.locator(f"{VIEW} .nbd-plots canvas.nbd-map").first.wait_for()
+    _show_all(page.locator(VIEW))
     page.locator(f"{VIEW} .nbd-row", has_text="fc2").first.click()
     page.locator(f"{VIEW} .nbd-title", has_text="fc2").wait_for()
     # Any row's pictures, drawn in the page from the embedded data (not only the first divergence's).
@@ -292,6 +305,8 @@ def test_navigation_by_keys_and_divergence_buttons(page, jupyter_server, ui):
     # Next divergence jumps to the blamed row; keys move the selection and stay in the view.
     failed.scroll_into_view_if_needed()
     failed.locator(".nbd-row.nbd-blamed").wait_for()
+    assert agree.locator(".nbd-filter").input_value() == "all"  # nothing has its own error: every row
+    _show_all(failed)
     failed.locator(".nbd-row", has_text="fc2").first.click()
     failed.locator(".nbd-btn[title^='next divergence']").click()
     failed.locator(".nbd-row.nbd-selected.nbd-blamed").wait_for()
@@ -337,6 +352,7 @@ def test_step_chart_dark_theme_and_cell_frames(page, jupyter_server):
     view.locator(".nbd-chart circle[data-step='3'][data-phase='forward']").dispatch_event("click")  # points overlap
     view.locator(".nbd-row.nbd-selected", has_text="step 3 · forward").wait_for()
     # Frames are named by cell, with the line of the user's loop in that cell.
+    _show_all(view)
     view.locator(".nbd-row", has_text="fc1").first.click()
     view.locator(".nbd-frame", has_text="Cell In [2], line 5").first.wait_for()
     view.locator(".nbd-frame[data-side='base']", has_text="Cell In [2]").first.click()

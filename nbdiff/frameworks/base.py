@@ -80,6 +80,9 @@ class Framework(Protocol):
 
     def hook_forward(self, layer: Any, pre: Callable[..., Any], post: Callable[..., Any]) -> list[Handle]: ...
     def hook_tensor(self, tensor: Any, fn: Callable[[Any], Any]) -> Handle: ...
+    def remove_tensor_hooks(self, handles: Sequence[Handle]) -> None:
+        """Remove gradient hooks, including ones an in-place op already dropped."""
+
     def distributed_rank(self) -> tuple[int, int] | None:
         """``(rank, world size)`` when a distributed job is initialised, else ``None``."""
         ...

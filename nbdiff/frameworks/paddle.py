@@ -148,7 +148,16 @@ class PaddleFramework:
         ]
 
     def hook_tensor(self, tensor: Any, fn: Callable[[Any], Any]) -> Any:
-        return _QuietHandle(tensor.register_hook(fn))
+        return tensor.register_hook(fn)
+
+    def remove_tensor_hooks(self, handles: Sequence[Any]) -> None:
+        # An in-place op on a hooked output (``y.add_(x)`` in a residual block) replaces the tensor's
+        # hooks; removing ours afterwards made paddle warn "does not exist or has been removed" to the
+        # user, about nbdiff's own bookkeeping. One filter for the whole batch, not one per hook.
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message="The backward hook .* does not exist", category=RuntimeWarning)
+            for h in handles:
+                h.remove()
 
     def distributed_rank(self) -> tuple[int, int] | None:
         world = int(paddle.distributed.get_world_size())
@@ -207,20 +216,3 @@ class PaddleFramework:
             yield "p"
         elif "MultiHeadAttention" in names:
             yield "dropout"
-
-
-class _QuietHandle:
-    """A tensor-hook handle whose removal is silent when paddle already dropped the hook.
-
-    An in-place op on a hooked output (``y.add_(x)`` in a residual block) replaces the
-    tensor's hooks; removing ours afterwards made paddle warn "does not exist or has been
-    removed" to the user, about nbdiff's own bookkeeping.
-    """
-
-    def __init__(self, handle: Any) -> None:
-        self.handle = handle
-
-    def remove(self) -> None:
-        with warnings.catch_warnings():
-            warnings.filterwarnings("ignore", message="The backward hook .* does not exist", category=RuntimeWarning)
-            self.handle.remove()

@@ -112,6 +112,10 @@ class TorchFramework:
     def hook_tensor(self, tensor: Any, fn: Callable[[Any], Any]) -> Any:
         return tensor.register_hook(fn)
 
+    def remove_tensor_hooks(self, handles: Sequence[Any]) -> None:
+        for h in handles:
+            h.remove()
+
     def distributed_rank(self) -> tuple[int, int] | None:
         dist = torch.distributed
         if dist.is_available() and dist.is_initialized():

@@ -107,8 +107,7 @@ class Recorder:
 
     def remove_tensor_hooks(self) -> None:
         """Remove the gradient hooks (after backward, or when it is skipped)."""
-        for h in self._tensor_handles:
-            h.remove()
+        self.fw.remove_tensor_hooks(self._tensor_handles)
         self._tensor_handles.clear()
 
     # -- hooks ---------------------------------------------------------------

@@ -80,9 +80,13 @@ def auto_diff(
         cmp = StepComparer(bfw, base, rfw, raw, tol, compare_mode, diff_phase, layer_map)
 
         def run_pair(step: int, pairing: Pairing | None) -> tuple[StepRecord, StepRecord, Pairing]:
-            for fw, model, opt in ((bfw, base, opts[0] if opts else None), (rfw, raw, opts[1] if opts else None)):
+            def fresh(fw: Framework, model: Any, opt: Any) -> None:
                 fw.zero_grad(model, opt)
                 fw.seed(step)
+
+            sides = ((bfw, base, opts[0] if opts else None), (rfw, raw, opts[1] if opts else None))
+            for side in sides:
+                fresh(*side)
             brec = run_step(bfw, base, bcall, losses[0], side="base", step=step, backward=backward, api_level=api_level)
 
             def run_raw(feed: Feed | None) -> tuple[StepRecord, Pairing]:
@@ -103,8 +107,7 @@ def auto_diff(
             if same_feed(guess, right, rrec):
                 return brec, rrec, pairing
             restore_state(rfw, initial[1])
-            rfw.zero_grad(raw, opts[1] if opts else None)
-            rfw.seed(step)
+            fresh(*sides[1])
             return brec, *run_raw(right)
 
         events: list[EventDiff] = []

@@ -8,7 +8,7 @@ from typing import Any
 from nbdiff.compare.blame import Divergence, EventDiff
 from nbdiff.trace.events import Event, Kind, Phase
 
-__all__ = ["DiffResult", "step_error_rows", "merge_step_rows", "add_step_rows"]
+__all__ = ["DiffResult", "step_error_rows", "add_step_rows"]
 
 StepRow = dict[str, Any]
 
@@ -37,7 +37,8 @@ class DiffResult:
     """The options used, after defaults."""
     step_summary: tuple[StepRow, ...] = ()
     """Every compared step's worst errors (:meth:`step_errors` rows), also of steps whose events
-    were not kept: ``compare`` keeps a few steps' events so that memory stays bounded."""
+    were not kept: ``compare`` keeps a few steps' events so that memory stays bounded. Empty
+    where every step's events are kept (``auto_diff``, ``watch``): they give the rows."""
 
     def __bool__(self) -> bool:
         return self.first_divergence is None
@@ -54,7 +55,7 @@ class DiffResult:
     def step_errors(self) -> list[StepRow]:
         """Per step, the worst error over tolerance of the model's outputs, the loss, the gradients
         and the optimizer updates (``None`` where that step has none): how the error grows."""
-        return merge_step_rows(list(self.step_summary) + step_error_rows(self.events))
+        return [dict(r) for r in self.step_summary] if self.step_summary else step_error_rows(self.events)
 
     def plot(self) -> Any:
         """A matplotlib figure of :meth:`step_errors`, step by step (needs matplotlib)."""
@@ -132,13 +133,6 @@ def step_error_rows(events: tuple[EventDiff, ...] | list[EventDiff]) -> list[Ste
         row = rows.setdefault(e.step, dict(step=e.step, outputs=None, loss=None, gradients=None, updates=None))
         row[key] = max(row[key] or 0.0, d.ratio)
     return [rows[k] for k in sorted(rows)]
-
-
-def merge_step_rows(rows: list[StepRow]) -> list[StepRow]:
-    """One row per step, each column the worst of the rows given for that step (ranks, repeats)."""
-    merged: dict[int, StepRow] = {}
-    add_step_rows(merged, rows)
-    return [merged[k] for k in sorted(merged)]
 
 
 def add_step_rows(into: dict[int, StepRow], rows: list[StepRow]) -> None:

@@ -265,7 +265,6 @@ def _step_entries(folder: Path, data: dict[str, Any], keep: bool = True) -> list
         step = _load_json(path, "an nbdiff step")
         validate_step(step, path)
         entries.append((step if keep else {"complete": step.get("complete")}, path, "the step"))
-        del step
     if data["steps"] is not None and data["steps"] != len(entries):
         raise DumpError(
             f"{folder / MANIFEST}: says {data['steps']} steps, but {folder} holds {len(entries)} step files "

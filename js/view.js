@@ -108,13 +108,46 @@ function stepChart(rows, first, onPick) {
 
 function labUrl(relpath) {
   // The kernel runs in the notebook's folder: the notebook's own URL gives that folder. Notebook 7
-  // opens files in its own editor (/edit/...), JupyterLab in a tab (/lab/tree/...). Neither takes a
-  // line in the URL: the excerpt shown here marks it.
+  // opens files in its own editor (/edit/...), JupyterLab in a tab (/lab/tree/...).
   const m = location.pathname.match(/^(.*?)\/(lab(?:\/workspaces\/[^/]+)?\/tree|notebooks|tree)\/(.*)$/);
   if (!m) return null;
   const dir = decodeURIComponent(m[3]).split("/").slice(0, -1).join("/");
-  const path = encodeURI(dir ? dir + "/" + relpath : relpath);
-  return m[2].startsWith("lab") ? { href: `${m[1]}/lab/tree/${path}`, label: "open in JupyterLab" } : { href: `${m[1]}/edit/${path}`, label: "open in the editor" };
+  const path = dir ? dir + "/" + relpath : relpath;
+  const lab = m[2].startsWith("lab");
+  return { path, lab, href: `${m[1]}/${lab ? "lab/tree" : "edit"}/${encodeURI(path)}`, label: lab ? "open in JupyterLab" : "open in the editor" };
+}
+
+function openAtLine(a, model, link, line) {
+  // Neither front end takes a line in its URL. JupyterLab's own link handler opens the file in a tab
+  // and moves the cursor to "#line=N" (0-based). Notebook 7 opens files in a new browser tab: once
+  // that tab's editor has the file, move its cursor there (same origin). Either way, without those
+  // the plain link still opens the file.
+  const handler = link.lab && model.widget_manager?.rendermime?.linkHandler;
+  if (handler) return handler.handleLink(a, link.path, `#line=${line - 1}`);
+  a.addEventListener("click", (e) => {
+    const tab = window.open(a.href, "_blank");
+    if (!tab) return;
+    e.preventDefault();
+    const started = performance.now();
+    const poll = () => {
+      const view = tab.closed ? null : editorView(tab.document);
+      if (view && view.state.doc.lines >= line) return goToLine(view, line);
+      if (!tab.closed && performance.now() - started < 20000) setTimeout(poll, 100);
+    };
+    poll();
+  });
+}
+
+function editorView(doc) {
+  // CodeMirror 6 keeps its view on the content element: cmTile since 6.39, cmView before.
+  const content = doc.querySelector(".cm-content");
+  const tile = content && (content.cmTile || content.cmView);
+  return tile ? tile.view || tile.rootView?.view || null : null;
+}
+
+function goToLine(view, line) {
+  view.dispatch({ selection: { anchor: view.state.doc.line(line).from }, scrollIntoView: true });
+  view.focus();
 }
 
 // Error pictures: histogram of log10 |raw - base| and the max-pooled error map, from the panel's data.
@@ -594,8 +627,10 @@ function render({ model, el }) {
     const link = s.relpath ? labUrl(s.relpath) : null;
     const title = s.kind === "cell" ? s.label || `notebook cell, line ${s.line}` : `${s.file}:${s.line}`;
     const pre = h("pre", { class: "nbd-src" }, ...lines);
+    const open = link ? h("a", { href: link.href, target: "_blank", class: "nbd-open", title: `line ${s.line}` }, `${link.label} at line ${s.line}`) : null;
+    if (open) openAtLine(open, model, link, s.line);
     source.replaceChildren(
-      h("div", { class: "nbd-src-title" }, title, " ", link ? h("a", { href: link.href, target: "_blank", class: "nbd-open", title: `line ${s.line}` }, `${link.label} (line ${s.line})`) : null),
+      h("div", { class: "nbd-src-title" }, title, " ", open),
       pre,
     );
     const here = pre.querySelector(".nbd-src-here");

@@ -62,7 +62,7 @@ def test_a_file_frame_links_into_the_ui_it_runs_in(page, jupyter_server, ui):
     # JupyterLab opens the file in a tab; Notebook 7 in its own editor, staying in Notebook 7.
     want = "/lab/tree/netdef.py" if ui == "lab" else "/edit/netdef.py"
     assert link.get_attribute("href").endswith(want), link.get_attribute("href")
-    assert "(line " in link.inner_text()
+    assert "at line " in link.inner_text()
     page.locator(f"{VIEW} .nbd-src-here", has_text="return self.fc(x)").wait_for()
     # The notebook cell's own frame shows the cell's source.
     page.locator(f"{VIEW} .nbd-frame", has_text="<module>").first.click()
@@ -70,6 +70,28 @@ def test_a_file_frame_links_into_the_ui_it_runs_in(page, jupyter_server, ui):
     assert "Cell In [1], line 5" in page.locator(f"{VIEW} .nbd-stack").inner_text()
     assert "ipykernel_launcher" not in page.locator(f"{VIEW} .nbd-stack").inner_text()
     _no_widget_errors(page, jupyter_server)
+    # The link opens the file with the cursor on the frame's line: in a Lab tab, or in a new
+    # Notebook 7 editor tab.
+    page.locator(f"{VIEW} .nbd-frame[data-side='base']", has_text="netdef.py").first.click()
+    if ui == "lab":
+        link.click()
+        editor = page
+    else:
+        with page.context.expect_page() as opened:
+            link.click()
+        editor = opened.value
+        assert "/edit/netdef.py" in editor.url
+    editor.wait_for_function(f"() => ({CURSOR_LINE}) === '        return self.fc(x)'", timeout=30_000)
+
+
+# The text of the line holding the cursor in the visible file editor (CodeMirror 6 keeps its view on
+# the content element: cmTile since 6.39, cmView before).
+CURSOR_LINE = """(() => {
+    const eds = [...document.querySelectorAll('.cm-content')].filter(c => !c.closest('.jp-Notebook') && c.offsetParent);
+    const t = eds.length && (eds[0].cmTile || eds[0].cmView);
+    const v = t && (t.view || (t.rootView && t.rootView.view));
+    return v ? v.state.doc.lineAt(v.state.selection.main.head).text : null;
+})()"""
 
 
 def _show_all(view):

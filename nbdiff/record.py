@@ -32,8 +32,8 @@ class record:
     """``with nbdiff.record(model, dump_dir): <your training code>``.
 
     Every call of ``model`` starts a step. Written to ``dump_dir/rank{R}/`` step by step
-    (a crash loses at most the step in progress; a step the code raised in is marked cut
-    short), one folder per distributed rank. ``dump_type``: ``tensor`` (statistics and
+    by a writer thread while the next step runs (a crash loses at most the step in progress and
+    the one being written; a step the code raised in is marked cut short), one folder per distributed rank. ``dump_type``: ``tensor`` (statistics and
     every tensor), ``statistics`` (no payload) or ``stack`` (events and stacks only). A
     folder that already holds a dump is refused unless ``overwrite=True``.
     """
@@ -91,6 +91,7 @@ class record:
             self._session.install(self._stack, self._on_step)
         except BaseException:
             self._stack.close()
+            self._writer.abandon()
             raise
         return self
 

@@ -197,7 +197,9 @@ def test_kill_9_keeps_every_completed_step(tmp_path):
     proc = subprocess.run([sys.executable, "-c", KILLED.format(repo=repo, path=str(tmp_path / "killed"))])
     assert proc.returncode == -9
     dump = read_dump(tmp_path / "killed" / "rank0")
-    assert len(dump.steps) == 2 and not dump.closed  # steps 0 and 1 were written; step 2 was running
+    # Step 2 was running; step 1 may still have been in the writer thread. Whatever was written is whole.
+    assert len(dump.steps) in (1, 2) and not dump.closed and not dump.incomplete
+    assert all(len(events) > 0 for events in dump.steps)
     torch.manual_seed(0)
     base, _ = pair()
     train(base, tmp_path / "full", steps=2)

@@ -1,6 +1,7 @@
-"""Per-tensor statistics: exact in float64, whatever the input's dtype and size."""
+"""Per-tensor statistics: accurate to far below any comparison tolerance, whatever the dtype and size."""
 
 import numpy as np
+import pytest
 
 from nbdiff.trace import stats as stats_module
 from nbdiff.trace.stats import tensor_stats
@@ -12,13 +13,26 @@ def test_a_constant_has_no_spread():
         assert tensor_stats(np.asarray(value)).std == 0.0
 
 
-def test_statistics_match_float64_numpy_across_chunks(monkeypatch):
-    monkeypatch.setattr(stats_module, "_CHUNK", 7)  # several chunks for a small tensor
-    x = (np.random.default_rng(0).standard_normal(100) * 3 + 1e4).astype(np.float32)
-    s = tensor_stats(x)
-    ref = x.astype(np.float64)
-    assert np.isclose(s.mean, ref.mean(), rtol=0, atol=1e-9) and np.isclose(s.std, ref.std(), rtol=1e-12)
+@pytest.mark.parametrize("offset", [0.0, 1.0, 1e4, -1e3])
+@pytest.mark.parametrize("spread", [1e-2, 1.0, 1e3])
+def test_statistics_match_float64_numpy_across_chunks(monkeypatch, offset, spread):
+    # Far below any comparison tolerance (those scale with max |x|), over several chunks; the
+    # spread is also kept where E[x^2] - E[x]^2 would cancel (a large offset, a small spread).
+    monkeypatch.setattr(stats_module, "_CHUNK", 777)
+    x = (np.random.default_rng(0).standard_normal(10_000) * spread + offset).astype(np.float32)
+    s, ref = tensor_stats(x), x.astype(np.float64)
+    scale = np.abs(ref).max()
+    assert abs(s.mean - ref.mean()) <= 1e-6 * scale and abs(s.abs_mean - np.abs(ref).mean()) <= 1e-6 * scale
+    assert abs(s.std - ref.std()) <= 1e-5 * ref.std()
     assert (s.min, s.max, s.nan, s.inf) == (float(x.min()), float(x.max()), 0, 0)
+
+
+def test_low_precision_and_integer_tensors_are_summed_without_rounding_away():
+    halves = np.full(100_000, 0.1, np.float16)
+    halves[0] = 0.2  # not constant
+    assert np.isclose(tensor_stats(halves).mean, halves.astype(np.float64).mean(), rtol=1e-6)
+    ints = np.arange(2**20, dtype=np.int64) * 2**20
+    assert tensor_stats(ints).mean == ints.astype(np.float64).mean()
 
 
 def test_non_finite_values_are_counted_and_left_out():

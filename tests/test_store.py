@@ -92,3 +92,40 @@ def test_a_scalar_tensor_keeps_its_shape(tmp_path):
     path = write_rank(tmp_path / "rank0", dict(framework="torch", model="M", rank=0), {}, [events], "tensor")
     (t,) = read_dump(path).steps[0][0].outputs
     assert t.shape == () and t.value.shape == () and float(t.value) == 2.5
+
+
+def test_a_failed_background_write_is_raised_by_close_naming_the_step(tmp_path):
+    from nbdiff.trace.store import DumpWriter
+
+    writer = DumpWriter(tmp_path / "rank0", {"framework": "torch", "model": "M", "rank": 0}, {}, "tensor")
+    shutil.rmtree(tmp_path / "rank0")  # the folder is gone: writing step 0 fails in the writer thread
+    writer.add_step(_events())
+    with pytest.raises(DumpError, match=r"rank0: writing step 0 failed"):
+        writer.close()
+    assert not writer._thread.is_alive()
+
+
+def test_the_writer_thread_writes_while_the_next_step_is_recorded(tmp_path):
+    # add_step returns before its step is written (the training code goes on), and waits only
+    # when the step before is still being written: at most two steps are held.
+    import threading
+
+    from nbdiff.trace import store
+
+    gate, entered = threading.Event(), threading.Event()
+    real = store.DumpWriter._write_step
+
+    def slow(self, k, events):
+        entered.set()
+        gate.wait(10)
+        real(self, k, events)
+
+    writer = store.DumpWriter(tmp_path / "rank0", {"framework": "torch", "model": "M", "rank": 0}, {}, "tensor")
+    writer._write_step = slow.__get__(writer)
+    writer.add_step(_events())  # returns at once: step 0 is being written
+    entered.wait(10)
+    writer.add_step(_events())  # queued behind it
+    assert not (tmp_path / "rank0" / "step0.json").exists()
+    gate.set()
+    writer.close()
+    assert len(read_dump(tmp_path / "rank0").steps) == 2

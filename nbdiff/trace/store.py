@@ -11,8 +11,9 @@
         step1.safetensors
 
 Every reference inside is relative, so a dump can be moved or copied anywhere. Each step
-is written, atomically, when it completes, and nothing of it stays in memory: a crash or
-``kill -9`` loses at most the step in progress, a manifest without ``"complete": true``
+is written, atomically, by a writer thread while the next step runs, and nothing of it stays
+in memory: a crash or ``kill -9`` loses at most the step in progress and the one being
+written, a manifest without ``"complete": true``
 says the recording did not close, and a step cut short by an exception is marked as such.
 (Version 1 dumps, with every step inline in the manifest, are still read.)
 Nothing is pickled, and reading never unpickles: JSON and safetensors only. A
@@ -25,8 +26,10 @@ from __future__ import annotations
 import json
 import math
 import os
+import queue
+import threading
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -79,13 +82,22 @@ def _read_float(x: Any) -> float:
     return float(x)  # float("nan"/"inf") reads the strings back
 
 
-def _tensor_json(t: TensorRecord, key: str | None) -> dict[str, Any]:
-    st = t.statistics()
+def _tensor_json(t: TensorRecord, key: str | None, seen: dict[int, Stats | None]) -> dict[str, Any]:
+    # A tensor recorded as one layer's output and the next one's input shares its values: the
+    # statistics are computed once (``seen``: id of the values -> statistics, for one step).
+    if t.stats is not None or t.value is None:
+        st = t.stats
+    else:
+        st = seen.get(id(t.value))
+        if st is None:
+            st = seen[id(t.value)] = t.statistics()
     stats = None if st is None else {k: _json_float(v) if isinstance(v, float) else v for k, v in st.as_dict().items()}
     return {"name": t.name, "shape": list(t.shape), "dtype": t.dtype, "stats": stats, "key": key}
 
 
-def _event_json(e: Event, payload: dict[str, np.ndarray], keep_values: bool, keep_stats: bool) -> dict[str, Any]:
+def _event_json(
+    e: Event, payload: dict[str, np.ndarray], keep_values: bool, keep_stats: bool, seen: dict[int, Stats | None]
+) -> dict[str, Any]:
     def tensors(group: str, items: tuple[TensorRecord, ...]) -> list[dict[str, Any]]:
         out = []
         for t in items:
@@ -93,10 +105,11 @@ def _event_json(e: Event, payload: dict[str, np.ndarray], keep_values: bool, kee
             if keep_values and t.value is not None:
                 key = f"{e.phase.value}.{e.order}.{group}.{t.name}"
                 payload[key] = np.require(t.value, requirements="C")  # ascontiguousarray makes 0-d arrays 1-d
-            item = _tensor_json(t, key)
-            if not keep_stats:
-                item["stats"] = None
-            out.append(item)
+            out.append(
+                _tensor_json(t, key, seen)
+                if keep_stats
+                else _tensor_json(replace(t, stats=None, value=None), key, seen)
+            )
         return out
 
     return {
@@ -121,7 +134,14 @@ def _event_json(e: Event, payload: dict[str, np.ndarray], keep_values: bool, kee
 
 class DumpWriter:
     """Writes one rank's dump step by step: the manifest first, each step's files as it completes,
-    the manifest again (marked complete) at the end. Memory holds the last step's entry only."""
+    the manifest again (marked complete) at the end.
+
+    With ``background`` (the default) a writer thread computes the statistics and writes each
+    step while the training code runs the next one; ``add_step`` waits only when the step before
+    is still being written, so at most two steps are held. ``close`` waits for the last one. A
+    failed write is raised, as a :class:`~nbdiff.errors.DumpError` naming the step, by the next
+    ``add_step`` or by ``close``.
+    """
 
     def __init__(
         self,
@@ -130,6 +150,7 @@ class DumpWriter:
         layers: dict[str, list[str]],
         dump_type: str,
         overwrite: bool = False,
+        background: bool = True,
     ) -> None:
         if dump_type not in DUMP_TYPES:
             raise DumpError(f"dump_type={dump_type!r} is not one of {DUMP_TYPES}.")
@@ -150,23 +171,60 @@ class DumpWriter:
         self.steps = 0
         self._last: dict[str, Any] | None = None
         self._write_manifest(complete=False)
+        self._failure: tuple[int, BaseException] | None = None
+        self._queue: queue.Queue[tuple[int, list[Event]] | None] | None = None
+        if background:
+            self._queue = queue.Queue(maxsize=1)
+            self._thread = threading.Thread(target=self._drain, name="nbdiff-dump-writer", daemon=True)
+            self._thread.start()
 
     def add_step(self, events: list[Event]) -> None:
+        self._raise_failure()
+        k, self.steps = self.steps, self.steps + 1
+        if self._queue is None:
+            self._write_step(k, events)
+        else:
+            self._queue.put((k, events))
+
+    def abandon(self) -> None:
+        """Wait for the steps queued, and end the writer thread (the manifest stays as it is)."""
+        if self._queue is not None:
+            self._queue.put(None)
+            self._thread.join()
+            self._queue = None
+
+    def _drain(self) -> None:
+        while (item := self._queue.get()) is not None:  # type: ignore[union-attr]
+            if self._failure is None:
+                try:
+                    self._write_step(*item)
+                except BaseException as exc:  # raised in the user's thread, by add_step or close
+                    self._failure = (item[0], exc)
+
+    def _raise_failure(self) -> None:
+        if self._failure is not None:
+            k, exc = self._failure
+            detail = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
+            raise DumpError(f"{self.path}: writing step {k} failed ({detail}).") from exc
+
+    def _write_step(self, k: int, events: list[Event]) -> None:
         from safetensors.numpy import save_file
 
-        k = self.steps
         payload: dict[str, np.ndarray] = {}
-        ev_json = [_event_json(e, payload, self.dump_type == "tensor", self.dump_type != "stack") for e in events]
+        seen: dict[int, Stats | None] = {}
+        ev_json = [_event_json(e, payload, self.dump_type == "tensor", self.dump_type != "stack", seen) for e in events]
         file = None
         if payload:
             file = f"step{k}.safetensors"
             save_file(payload, str(self.path / file))
         self._last = {"step": k, "payload": file, "events": ev_json, "complete": True}
         _write_atomic(self.path / f"step{k}.json", self._last)  # after its payload: never a dangling name
-        self.steps += 1
 
     def close(self, interrupted: bool = False) -> Path:
-        """The final manifest. ``interrupted``: an exception cut the last step short."""
+        """The final manifest, once every step is written. ``interrupted``: an exception cut the
+        last step short."""
+        self.abandon()
+        self._raise_failure()
         if interrupted and self._last is not None:
             self._last["complete"] = False
             _write_atomic(self.path / f"step{self._last['step']}.json", self._last)

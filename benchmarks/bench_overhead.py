@@ -33,14 +33,14 @@ from tests.fault_suite.models import BUILDERS  # noqa: E402
 warnings.filterwarnings("ignore")
 
 
-def transformer_stack(fw: str):
+def transformer_stack(fw: str, layers: int = 4, width: int = 256):
     ns_base = torch.nn.Module if fw == "torch" else paddle.nn.Layer
-    layers = [BUILDERS["transformer"](fw, d=256, heads=4) for _ in range(4)]
+    blocks = [BUILDERS["transformer"](fw, d=width, heads=4) for _ in range(layers)]
 
     class Stack(ns_base):
         def __init__(self):
             super().__init__()
-            self.blocks = (torch.nn.ModuleList if fw == "torch" else paddle.nn.LayerList)(layers)
+            self.blocks = (torch.nn.ModuleList if fw == "torch" else paddle.nn.LayerList)(blocks)
 
         def forward(self, x):
             for b in self.blocks:

@@ -18,6 +18,7 @@ from nbdiff.errors import WeightTransferError
 from nbdiff.explain import explain
 from nbdiff.feed import feed_for, guessed_feed, same_feed
 from nbdiff.frameworks import Framework, framework_of
+from nbdiff.gc_pause import gc_paused
 from nbdiff.options import check_comparison, check_gradients, check_run
 from nbdiff.progress import progress
 from nbdiff.result import DiffResult
@@ -60,6 +61,29 @@ def auto_diff(
     records the calls inside framework-provided layers (``nn.Linear``'s own ``linear``).
     Returns a :class:`DiffResult`, truthy when the models agree.
     """
+    with gc_paused():
+        return _auto_diff(
+            base, raw, inputs, loss_fns, optimizers, atol, rtol, compare_mode, auto_init, diff_phase, single_step,
+            steps, layer_map, api_level,
+        )  # fmt: skip
+
+
+def _auto_diff(
+    base: Any,
+    raw: Any,
+    inputs: Any,
+    loss_fns: Sequence[Callable[[Any], Any] | None] | None,
+    optimizers: Sequence[Any] | None,
+    atol: float | None,
+    rtol: float | None,
+    compare_mode: str,
+    auto_init: bool,
+    diff_phase: str,
+    single_step: bool,
+    steps: int,
+    layer_map: LayerMap | None,
+    api_level: bool | str,
+) -> DiffResult:
     check_comparison(base, raw, atol, rtol, compare_mode, diff_phase, layer_map)
     check_run(loss_fns, optimizers, diff_phase, steps)
     bfw, rfw = framework_of(base, "base"), framework_of(raw, "raw")

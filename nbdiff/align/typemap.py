@@ -6,6 +6,8 @@ names that differ in more than case are listed here.
 
 from __future__ import annotations
 
+import functools
+
 __all__ = ["TYPE_ALIASES", "ACTIVATION_KINDS", "canonical_type", "equivalent_types", "type_affinity", "activation_kind"]
 
 TYPE_ALIASES: tuple[tuple[str, str], ...] = (
@@ -64,6 +66,7 @@ def activation_kind(names: tuple[str, ...]) -> str | None:
     return None
 
 
+@functools.lru_cache(maxsize=4096)  # pairing scores every nearby pair: a deep model asks the same few again and again
 def type_affinity(a: str, a_bases: tuple[str, ...], b: str, b_bases: tuple[str, ...]) -> int:
     """How surely two layer classes do the same job.
 

@@ -158,15 +158,16 @@ def post_order(diffs: Sequence[EventDiff]) -> list[EventDiff]:
         parent = d.base.parent if d.base.parent in known else None  # parents are paired ancestors
         kids.setdefault(parent, []).append(d)
     out: list[EventDiff] = []
-
-    def visit(d: EventDiff) -> None:
-        for c in kids.get(d.base.order, ()):
-            visit(c)
-        out.append(d)
-
     for root in kids.get(None, ()):
-        visit(root)
+        _visit(root, kids, out)
     return out
+
+
+def _visit(d: EventDiff, kids: dict[int | None, list[EventDiff]], out: list[EventDiff]) -> None:
+    # Not a recursive closure: that is a reference cycle, left for the cyclic collector.
+    for c in kids.get(d.base.order, ()):
+        _visit(c, kids, out)
+    out.append(d)
 
 
 def blame_events(

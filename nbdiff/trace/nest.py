@@ -23,24 +23,30 @@ class Leaf:
 def flatten(obj: Any, is_tensor: Callable[[Any], bool], prefix: str = "") -> tuple[list[tuple[str, Any]], Any]:
     """Return ``(leaves, template)``: named tensors in order, and the structure with placeholders."""
     leaves: list[tuple[str, Any]] = []
+    return leaves, _flatten(obj, prefix, is_tensor, leaves)
 
-    def walk(x: Any, key: str) -> Any:
-        if is_tensor(x):
-            leaves.append((key, x))
-            return Leaf(len(leaves) - 1)
-        if isinstance(x, dict):
-            return {_TYPE: type(x), **{k: walk(v, f"{key}.{k}") for k, v in x.items()}}
-        if isinstance(x, (tuple, list)):
-            items = [walk(v, f"{key}[{i}]") for i, v in enumerate(x)]
-            if isinstance(x, tuple) and hasattr(x, "_fields"):
-                return type(x)(*items)
-            return type(x)(items) if type(x) in (tuple, list) else list(items)
-        if dataclasses.is_dataclass(x) and not isinstance(x, type):
-            return {_PROTO: x, **{f.name: walk(getattr(x, f.name), f"{key}.{f.name}") for f in dataclasses.fields(x)}}
-        return x
 
-    template = walk(obj, prefix)
-    return leaves, template
+# The walks are module functions, not recursive closures: a closure that calls itself is a
+# reference cycle, and its cell kept the leaves (a layer's output tensors, with their autograd
+# graphs) alive until the cyclic collector ran.
+def _flatten(x: Any, key: str, is_tensor: Callable[[Any], bool], leaves: list[tuple[str, Any]]) -> Any:
+    if is_tensor(x):
+        leaves.append((key, x))
+        return Leaf(len(leaves) - 1)
+    if isinstance(x, dict):
+        return {_TYPE: type(x), **{k: _flatten(v, f"{key}.{k}", is_tensor, leaves) for k, v in x.items()}}
+    if isinstance(x, (tuple, list)):
+        items = [_flatten(v, f"{key}[{i}]", is_tensor, leaves) for i, v in enumerate(x)]
+        if isinstance(x, tuple) and hasattr(x, "_fields"):
+            return type(x)(*items)
+        return type(x)(items) if type(x) in (tuple, list) else list(items)
+    if dataclasses.is_dataclass(x) and not isinstance(x, type):
+        fields = dataclasses.fields(x)
+        return {
+            _PROTO: x,
+            **{f.name: _flatten(getattr(x, f.name), f"{key}.{f.name}", is_tensor, leaves) for f in fields},
+        }
+    return x
 
 
 _TYPE = "__nbdiff_type__"
@@ -49,43 +55,43 @@ _PROTO = "__nbdiff_dataclass__"
 
 def unflatten(template: Any, values: list[Any]) -> Any:
     """Rebuild a structure from :func:`flatten`'s template with new tensor ``values``."""
+    return _build(template, values)
 
-    def build(x: Any) -> Any:
-        if isinstance(x, Leaf):
-            return values[x.index]
-        if isinstance(x, dict):
-            items = {k: build(v) for k, v in x.items() if k not in (_TYPE, _PROTO)}
-            if _PROTO in x:
-                return dataclasses.replace(x[_PROTO], **items)
-            kind = x.get(_TYPE, dict)
-            return items if kind is dict else kind(**items)
-        if isinstance(x, tuple) and hasattr(x, "_fields"):
-            return type(x)(*[build(v) for v in x])
-        if isinstance(x, (tuple, list)):
-            return type(x)(build(v) for v in x)
-        return x
 
-    return build(template)
+def _build(x: Any, values: list[Any]) -> Any:
+    if isinstance(x, Leaf):
+        return values[x.index]
+    if isinstance(x, dict):
+        items = {k: _build(v, values) for k, v in x.items() if k not in (_TYPE, _PROTO)}
+        if _PROTO in x:
+            return dataclasses.replace(x[_PROTO], **items)
+        kind = x.get(_TYPE, dict)
+        return items if kind is dict else kind(**items)
+    if isinstance(x, tuple) and hasattr(x, "_fields"):
+        return type(x)(*[_build(v, values) for v in x])
+    if isinstance(x, (tuple, list)):
+        return type(x)(_build(v, values) for v in x)
+    return x
 
 
 def describe_non_tensors(template: Any, limit: int = 80) -> tuple[str, ...]:
     """Short reprs of the non-tensor values inside a template, for the record."""
     out: list[str] = []
-
-    def walk(x: Any, key: str) -> None:
-        if isinstance(x, Leaf):
-            return
-        if isinstance(x, dict):
-            for k, v in x.items():
-                if k not in (_TYPE, _PROTO):
-                    walk(v, f"{key}.{k}" if key else str(k))
-            return
-        if isinstance(x, (tuple, list)):
-            for i, v in enumerate(x):
-                walk(v, f"{key}[{i}]")
-            return
-        text = repr(x)
-        out.append(f"{key}={text if len(text) <= limit else text[: limit - 3] + '...'}")
-
-    walk(template, "")
+    _describe(template, "", limit, out)
     return tuple(out)
+
+
+def _describe(x: Any, key: str, limit: int, out: list[str]) -> None:
+    if isinstance(x, Leaf):
+        return
+    if isinstance(x, dict):
+        for k, v in x.items():
+            if k not in (_TYPE, _PROTO):
+                _describe(v, f"{key}.{k}" if key else str(k), limit, out)
+        return
+    if isinstance(x, (tuple, list)):
+        for i, v in enumerate(x):
+            _describe(v, f"{key}[{i}]", limit, out)
+        return
+    text = repr(x)
+    out.append(f"{key}={text if len(text) <= limit else text[: limit - 3] + '...'}")

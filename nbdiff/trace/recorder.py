@@ -106,9 +106,13 @@ class Recorder:
         return dict(self._counts)
 
     def remove_tensor_hooks(self) -> None:
-        """Remove the gradient hooks (after backward, or when it is skipped)."""
+        """Remove the gradient hooks and let go of the recorded tensors (after backward, or when
+        it is skipped): their copies are what is kept. Released here, not when the recorder is
+        collected: its hooks and closures form reference cycles, freed only by the cyclic
+        collector, and a forward's tensors are a model's activations."""
         self.fw.remove_tensor_hooks(self._tensor_handles)
         self._tensor_handles.clear()
+        self._copies.clear()
 
     # -- hooks ---------------------------------------------------------------
     def _pre(self, path: str) -> Callable[..., Any]:
@@ -291,7 +295,6 @@ class Recorder:
         out = self.events_by_root_call(grads, groups=done)
         dropped = {id(rec) for group in done for rec in group}
         self.calls = [rec for rec in self.calls if id(rec) not in dropped]
-        self._copies.clear()
         # The steps' backward has run: their gradient hooks hold activations (paddle keeps what a
         # hooked tensor's graph needs), so a long recording grew by every step's tensors.
         self.remove_tensor_hooks()

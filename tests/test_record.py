@@ -202,7 +202,7 @@ def test_kill_9_keeps_every_completed_step(tmp_path):
     assert all(len(events) > 0 for events in dump.steps)
     torch.manual_seed(0)
     base, _ = pair()
-    train(base, tmp_path / "full", steps=2)
+    train(base, tmp_path / "full", steps=len(dump.steps))
     result = compare(tmp_path / "full", tmp_path / "killed")
     assert result and any("did not end cleanly" in w for w in result.warnings)
 

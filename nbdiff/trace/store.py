@@ -96,8 +96,13 @@ def _tensor_json(t: TensorRecord, key: str | None, seen: dict[int, Stats | None]
 
 
 def _event_json(
-    e: Event, payload: dict[str, np.ndarray], keep_values: bool, keep_stats: bool, seen: dict[int, Stats | None]
+    e: Event,
+    payload: dict[str, np.ndarray],
+    keep_values: bool,
+    keep_stats: bool,
+    seen: dict[int, Stats | None] | None = None,
 ) -> dict[str, Any]:
+    seen = {} if seen is None else seen
     def tensors(group: str, items: tuple[TensorRecord, ...]) -> list[dict[str, Any]]:
         out = []
         for t in items:

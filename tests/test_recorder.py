@@ -196,3 +196,17 @@ def test_an_in_place_add_on_a_hooked_paddle_output_leaves_no_warning_to_the_user
     with warnings.catch_warnings():
         warnings.simplefilter("error", RuntimeWarning)
         assert nbdiff.auto_diff(Residual(), Residual(), x)
+
+
+@pytest.mark.parametrize("fw_name", ["torch", "paddle"])
+def test_a_container_passes_its_input_on_without_a_second_copy(fw_name):
+    # The container's own input gradient needs a fresh view of its input; the sublayer it hands
+    # that view to reads the same values, so it shares the copy instead of making another.
+    nn = torch.nn if fw_name == "torch" else paddle.nn
+    model = nn.Sequential(nn.Sequential(nn.Linear(4, 4)), nn.Tanh())
+    x = np.ones((2, 4), "float32")
+    tensor = torch.tensor(x, requires_grad=True) if fw_name == "torch" else paddle.to_tensor(x, stop_gradient=False)
+    forward, _, _ = _record(model, tensor)
+    inputs = [e.inputs[0].value for e in forward if e.kind.value == "layer"][:3]  # root, inner, Linear
+    assert inputs[0] is inputs[1] is inputs[2]
+    np.testing.assert_array_equal(inputs[2], x)

@@ -164,6 +164,7 @@ class Recorder:
                 if self.backward and fw.requires_grad(t):
                     # A fresh autograd node per layer input gives this layer's own input gradient.
                     t = fw.identity(t, copy=inplace)
+                    self._alias(t, rec.inputs[-1])
                     self._tensor_handles.append(fw.hook_tensor(t, self._grad_hook(rec, rec.grad_in, name)))
                     changed = True
                 new_values.append(t)
@@ -263,6 +264,11 @@ class Recorder:
             hit = self._copies[key] = (t, TensorRecord(name, fw.shape_of(t), fw.dtype_name(t), value))
         record = hit[1]
         return record if record.name == name else replace(record, name=name)
+
+    def _alias(self, t: Any, record: TensorRecord) -> None:
+        """``t`` holds the values ``record`` copied (a view made here): the sublayers it is
+        passed to find the copy instead of making another one."""
+        self._copies[(id(t), self.fw.tensor_version(t))] = (t, record)
 
     # -- results -------------------------------------------------------------
     def events(self, loss: Any | None = None) -> tuple[list[Event], list[Event], list[str]]:

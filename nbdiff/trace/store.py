@@ -103,6 +103,7 @@ def _event_json(
     seen: dict[int, Stats | None] | None = None,
 ) -> dict[str, Any]:
     seen = {} if seen is None else seen
+
     def tensors(group: str, items: tuple[TensorRecord, ...]) -> list[dict[str, Any]]:
         out = []
         for t in items:

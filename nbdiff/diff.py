@@ -22,6 +22,7 @@ from nbdiff.gc_pause import gc_paused
 from nbdiff.options import check_comparison, check_gradients, check_run
 from nbdiff.progress import progress
 from nbdiff.result import DiffResult
+from nbdiff.spill import SPILL_ABOVE_MIB, check_spill, spilled
 from nbdiff.step import StepRecord, run_optimizer, run_step
 from nbdiff.stepdiff import StepComparer, live_param_grads
 from nbdiff.trace.calls import Feed
@@ -48,6 +49,7 @@ def auto_diff(
     steps: int = 1,
     layer_map: LayerMap | None = None,
     api_level: bool | str = False,
+    spill_above_mib: float | None = SPILL_ABOVE_MIB,
 ) -> DiffResult:
     """Find where ``raw`` first stops agreeing with ``base``.
 
@@ -59,13 +61,18 @@ def auto_diff(
     ``api_level`` also records the framework functions each layer's own code calls
     (``F.gelu``, ``x @ w``), so blame can name the call inside a layer; ``"all"`` also
     records the calls inside framework-provided layers (``nn.Linear``'s own ``linear``).
+    The result keeps every compared tensor for the view; once they take more than
+    ``spill_above_mib`` MiB they are kept in a temporary file instead, read back when shown
+    (``None``: always in memory).
     Returns a :class:`DiffResult`, truthy when the models agree.
     """
+    check_spill(spill_above_mib)
     with gc_paused():
-        return _auto_diff(
+        result = _auto_diff(
             base, raw, inputs, loss_fns, optimizers, atol, rtol, compare_mode, auto_init, diff_phase, single_step,
             steps, layer_map, api_level,
         )  # fmt: skip
+    return spilled(result, spill_above_mib)
 
 
 def _auto_diff(

@@ -25,6 +25,7 @@ from nbdiff.frameworks import Framework, framework_of
 from nbdiff.options import check_comparison
 from nbdiff.progress import counter, progress
 from nbdiff.result import DiffResult
+from nbdiff.spill import SPILL_ABOVE_MIB, spilled
 from nbdiff.step import StepRecord
 from nbdiff.stepdiff import StepComparer
 from nbdiff.trace.recorder import Feed
@@ -230,7 +231,7 @@ class watch:
             self._b.load(final[0])
             self._r.load(final[1])
         require_compared(events, type(self.base).__name__)
-        return explain(
+        result = explain(
             DiffResult(
                 base_framework=self.bfw.name,
                 raw_framework=self.rfw.name,
@@ -248,6 +249,7 @@ class watch:
             (self.base, self.raw),
             self._optimizers,
         )
+        return spilled(result, SPILL_ABOVE_MIB)
 
     def _grads_of(self, k: int) -> Any:
         base_layers = {id(lay) for lay in self._cmp.blayers.values()}

@@ -1,0 +1,123 @@
+"""A result's recorded tensors moved from memory to a file once they are large.
+
+A result keeps every tensor it compared, so that the view can show any of them: about
+what both models' activations and gradients take (+200 MiB for the benchmark
+transformer), held for as long as the result lives, and a notebook keeps every result
+in ``Out``. Above a size, the tensors go to one safetensors file and each value becomes
+a read-only ``numpy.memmap`` into it: the same array to every reader (view, plots,
+``save``), read from disk only when looked at, its pages the operating system's to drop.
+The file is unlinked as soon as it is mapped: the maps keep it readable, and the disk
+space comes back when the result is gone, however the process ends.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import struct
+import tempfile
+from collections.abc import Iterable, Iterator
+from dataclasses import replace
+from typing import Any
+
+import numpy as np
+
+from nbdiff.compare.blame import EventDiff
+from nbdiff.errors import OptionError
+from nbdiff.result import DiffResult
+from nbdiff.trace.events import Event, TensorRecord
+
+__all__ = ["SPILL_ABOVE_MIB", "spilled", "spill_tensors", "event_tensors", "check_spill"]
+
+SPILL_ABOVE_MIB = 64.0
+"""Default: a result whose tensors take more than this many MiB keeps them on disk."""
+_SMALL = 1 << 16  # bytes: arrays below this stay in memory (a map costs a page and a file offset)
+
+
+def check_spill(above_mib: Any) -> None:
+    if above_mib is not None and (
+        isinstance(above_mib, bool) or not isinstance(above_mib, (int, float)) or above_mib < 0
+    ):
+        raise OptionError(
+            f"spill_above_mib={above_mib!r} must be a number of MiB >= 0, or None to keep tensors in memory."
+        )
+
+
+def spilled(result: DiffResult, above_mib: float | None) -> DiffResult:
+    """``result``, its tensors moved to disk when they take more than ``above_mib`` MiB."""
+    why = spill_tensors(event_tensors(result.events, result.unmatched_base + result.unmatched_raw), above_mib)
+    return result if why is None else replace(result, warnings=result.warnings + (why,))
+
+
+def event_tensors(events: Iterable[EventDiff], extra: Iterable[Event] = ()) -> Iterator[TensorRecord]:
+    """Every tensor record a result holds, both sides, with its values."""
+    for d in events:
+        yield from _records(d.base)
+        yield from _records(d.raw)
+    for e in extra:
+        yield from _records(e)
+
+
+def _records(e: Event) -> Iterator[TensorRecord]:
+    for t in (*e.inputs, *e.outputs, *e.params, *e.given):
+        if t.value is not None:
+            yield t
+
+
+def spill_tensors(records: Iterable[TensorRecord], above_mib: float | None, folder: str | None = None) -> str | None:
+    """Move the values of ``records`` to a file when they take more than ``above_mib`` MiB.
+
+    Records sharing an array share its map. Returns why nothing was moved when a write
+    failed (the values stay in memory), else ``None``.
+    """
+    if above_mib is None:
+        return None
+    arrays: dict[int, np.ndarray] = {}
+    holders: dict[int, list[TensorRecord]] = {}
+    for t in records:
+        a = t.value
+        if isinstance(a, np.memmap) or a.nbytes < _SMALL or a.dtype.kind not in "biuf" or not a.flags.c_contiguous:
+            continue
+        arrays.setdefault(id(a), a)
+        holders.setdefault(id(a), []).append(t)
+    if sum(a.nbytes for a in arrays.values()) <= above_mib * 2**20:
+        return None
+    try:
+        maps = _write_and_map(arrays, folder)
+    except OSError as exc:
+        return f"the result's tensors stay in memory: writing them to disk failed ({exc.strerror or exc})"
+    for key, records_ in holders.items():
+        for t in records_:
+            object.__setattr__(t, "value", maps[key])  # frozen: every holder of the record sees the map
+    arrays.clear()
+    _return_freed_memory()
+    return None
+
+
+def _return_freed_memory() -> None:
+    """glibc keeps freed heap memory for reuse, so the process would still look as large."""
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):  # not glibc: nothing to do
+        pass
+
+
+def _write_and_map(arrays: dict[int, np.ndarray], folder: str | None) -> dict[int, np.memmap]:
+    from safetensors.numpy import save_file
+
+    fd, path = tempfile.mkstemp(prefix="nbdiff-tensors-", suffix=".safetensors", dir=folder)
+    os.close(fd)
+    try:
+        save_file({str(k): a for k, a in arrays.items()}, path)
+        with open(path, "rb") as f:
+            (size,) = struct.unpack("<Q", f.read(8))
+            header: dict[str, Any] = json.loads(f.read(size))
+        start = 8 + size
+        maps = {}
+        for key, a in arrays.items():
+            begin = header[str(key)]["data_offsets"][0]
+            maps[key] = np.memmap(path, dtype=a.dtype, mode="r", offset=start + begin, shape=a.shape)
+        return maps
+    finally:
+        os.unlink(path)  # the maps keep the data; the name goes now

@@ -1,0 +1,92 @@
+"""A large result keeps its tensors in a file, mapped back when read: same verdict, same view."""
+
+import glob
+import os
+import tempfile
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import nbdiff  # noqa: E402
+from nbdiff import spill  # noqa: E402
+from nbdiff.errors import OptionError  # noqa: E402
+from nbdiff.spill import event_tensors, spill_tensors  # noqa: E402
+
+
+def _pair(scale=1.0):
+    torch.manual_seed(0)
+    base = torch.nn.Sequential(torch.nn.Linear(256, 256), torch.nn.Tanh(), torch.nn.Linear(256, 256))
+    raw = torch.nn.Sequential(torch.nn.Linear(256, 256), torch.nn.Tanh(), torch.nn.Linear(256, 256))
+
+    class Scaled(torch.nn.Module):  # raw's last layer is off by `scale`
+        def __init__(self, inner):
+            super().__init__()
+            self.inner = inner
+
+        def forward(self, x):
+            return self.inner(x) * scale
+
+    raw[2] = Scaled(raw[2]) if scale != 1.0 else raw[2]
+    return base, raw
+
+
+def _in_memory(result):
+    return sum(t.value.nbytes for t in event_tensors(result.events) if not isinstance(t.value, np.memmap))
+
+
+X = np.random.default_rng(0).standard_normal((128, 256)).astype("float32")
+
+
+def test_a_result_above_the_limit_keeps_its_tensors_on_disk_with_the_same_verdict():
+    kept = nbdiff.auto_diff(*_pair(1.01), X, spill_above_mib=None)
+    moved = nbdiff.auto_diff(*_pair(1.01), X, spill_above_mib=0.5)
+    assert _in_memory(kept) > 1_000_000 and _in_memory(moved) < _in_memory(kept) / 10
+    assert not kept and not moved
+    assert (moved.first_divergence.base_path, moved.first_divergence.phase) == (
+        kept.first_divergence.base_path,
+        kept.first_divergence.phase,
+    )
+    a = [t.value for t in event_tensors(kept.events)]
+    b = [t.value for t in event_tensors(moved.events)]
+    assert all(np.array_equal(x, y) for x, y in zip(a, b))
+    # The file's name is gone already: nothing to clean up, whatever happens to the process.
+    assert not glob.glob(os.path.join(tempfile.gettempdir(), "nbdiff-tensors-*"))
+
+
+def test_the_view_and_a_saved_copy_read_the_mapped_tensors(tmp_path):
+    from nbdiff.notebook.view_model import build_tree, node_detail
+
+    result = nbdiff.auto_diff(*_pair(1.01), X, spill_above_mib=0)
+    assert any(isinstance(t.value, np.memmap) for t in event_tensors(result.events))
+    tree = build_tree(result)
+    details = [node_detail(tree, i) for i in range(len(tree.nodes))]
+    assert any(d.get("picture") for d in details)  # histograms drawn from the mapped values
+    result.save(tmp_path / "r")
+    again = nbdiff.load(tmp_path / "r")
+    assert again.first_divergence.base_path == result.first_divergence.base_path
+
+
+def test_below_the_limit_nothing_moves():
+    result = nbdiff.auto_diff(*_pair(), X)  # about 2 MiB of tensors, under the 64 MiB default
+    assert result and not any(isinstance(t.value, np.memmap) for t in event_tensors(result.events))
+
+
+def test_a_failed_write_keeps_the_tensors_in_memory_and_says_so(tmp_path):
+    result = nbdiff.auto_diff(*_pair(), X, spill_above_mib=None)
+    before = _in_memory(result)
+    why = spill_tensors(event_tensors(result.events), 0, folder=str(tmp_path / "missing"))
+    assert "stay in memory" in why and _in_memory(result) == before
+
+
+@pytest.mark.parametrize("bad", [-1, "64", True])
+def test_a_bad_limit_is_refused(bad):
+    with pytest.raises(OptionError, match="spill_above_mib"):
+        nbdiff.auto_diff(*_pair(), X, spill_above_mib=bad)
+
+
+def test_small_arrays_stay_in_memory(monkeypatch):
+    monkeypatch.setattr(spill, "_SMALL", 1 << 30)
+    result = nbdiff.auto_diff(*_pair(), X, spill_above_mib=0)
+    assert not any(isinstance(t.value, np.memmap) for t in event_tensors(result.events))

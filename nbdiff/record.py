@@ -31,11 +31,12 @@ MODES = ("all", "list", "range", "api_list")
 class record:
     """``with nbdiff.record(model, dump_dir): <your training code>``.
 
-    Every call of ``model`` starts a step. Written to ``dump_dir/rank{R}/`` step by step
-    by a writer thread while the next step runs (a crash loses at most the step in progress and
-    the one being written; a step the code raised in is marked cut short), one folder per distributed rank. ``dump_type``: ``tensor`` (statistics and
-    every tensor), ``statistics`` (no payload) or ``stack`` (events and stacks only). A
-    folder that already holds a dump is refused unless ``overwrite=True``.
+    Every call of ``model`` starts a step. Written to ``dump_dir/rank{R}/`` step by step, by a
+    writer thread while the next step runs (a crash loses at most the step in progress and the
+    one being written; a step the code raised in is marked cut short), one folder per
+    distributed rank. ``dump_type``: ``tensor`` (statistics and every tensor), ``statistics``
+    (no payload) or ``stack`` (events and stacks only). A folder that already holds a dump is
+    refused unless ``overwrite=True``.
     """
 
     def __init__(

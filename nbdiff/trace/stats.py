@@ -44,10 +44,9 @@ def tensor_stats(a: np.ndarray) -> Stats:
     when one is there), then per chunk of ``_CHUNK`` elements a sum, ``|x|`` and ``x - mean``
     into one reused scratch buffer, their sums and a dot product. A sum adds rows of ``_ROW``
     elements in the tensor's float type (one BLAS matrix-vector product: faster than numpy's
-    pairwise sum, and as exact) and the row sums in float64; the variance is two-pass, around
-    the mean, so it does
-    not cancel, and a constant tensor has a std of exactly 0 (a scalar loss got 7e-6 from
-    ``E[x^2] - E[x]^2``).
+    pairwise sum, and as exact) and the row sums in float64. The variance is two-pass, around
+    the mean, so it does not cancel, and a constant tensor has a std of exactly 0 (a scalar
+    loss got 7e-6 from ``E[x^2] - E[x]^2``).
     """
     x = np.asarray(a).ravel()
     if x.size == 0 or x.dtype.kind not in "biuf":

@@ -7,18 +7,19 @@ in ``Out``. Above a size, the tensors go to one safetensors file and each value 
 a read-only ``numpy.memmap`` into it: the same array to every reader (view, plots,
 ``save``), read from disk only when looked at, its pages the operating system's to drop.
 The file is unlinked as soon as it is mapped: the maps keep it readable, and the disk
-space comes back when the result is gone, however the process ends.
+space comes back when the result is gone, however the process ends. A thread does the
+move, so the check returns without waiting for the disk.
 """
 
 from __future__ import annotations
 
-import ctypes
 import json
 import os
 import struct
 import tempfile
+import threading
+import warnings
 from collections.abc import Iterable, Iterator
-from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -28,7 +29,7 @@ from nbdiff.errors import OptionError
 from nbdiff.result import DiffResult
 from nbdiff.trace.events import Event, TensorRecord
 
-__all__ = ["SPILL_ABOVE_MIB", "spilled", "spill_tensors", "event_tensors", "check_spill"]
+__all__ = ["SPILL_ABOVE_MIB", "spilled", "spill_tensors", "event_tensors", "check_spill", "wait_for_spills"]
 
 SPILL_ABOVE_MIB = 64.0
 """Default: a result whose tensors take more than this many MiB keeps them on disk."""
@@ -45,9 +46,31 @@ def check_spill(above_mib: Any) -> None:
 
 
 def spilled(result: DiffResult, above_mib: float | None) -> DiffResult:
-    """``result``, its tensors moved to disk when they take more than ``above_mib`` MiB."""
-    why = spill_tensors(event_tensors(result.events, result.unmatched_base + result.unmatched_raw), above_mib)
-    return result if why is None else replace(result, warnings=result.warnings + (why,))
+    """``result``, its tensors moved to disk when they take more than ``above_mib`` MiB.
+
+    The move runs in a thread, so the result is back at once; each value is either the array
+    or its map, equal, whenever it is read. A failed write leaves the values in memory and warns.
+    """
+    records = list(event_tensors(result.events, result.unmatched_base + result.unmatched_raw))
+    thread = threading.Thread(target=_spill_or_warn, args=(records, above_mib), name="nbdiff-spill", daemon=True)
+    _pending.append(thread)
+    thread.start()
+    return result
+
+
+def wait_for_spills() -> None:
+    """Wait until every move started so far has finished."""
+    while _pending:
+        _pending.pop().join()
+
+
+def _spill_or_warn(records: list[TensorRecord], above_mib: float | None) -> None:
+    why = spill_tensors(records, above_mib)
+    if why is not None:
+        warnings.warn(f"nbdiff: {why}.", RuntimeWarning, stacklevel=1)
+
+
+_pending: list[threading.Thread] = []
 
 
 def event_tensors(events: Iterable[EventDiff], extra: Iterable[Event] = ()) -> Iterator[TensorRecord]:
@@ -90,17 +113,7 @@ def spill_tensors(records: Iterable[TensorRecord], above_mib: float | None, fold
     for key, records_ in holders.items():
         for t in records_:
             object.__setattr__(t, "value", maps[key])  # frozen: every holder of the record sees the map
-    arrays.clear()
-    _return_freed_memory()
     return None
-
-
-def _return_freed_memory() -> None:
-    """glibc keeps freed heap memory for reuse, so the process would still look as large."""
-    try:
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
-    except (OSError, AttributeError):  # not glibc: nothing to do
-        pass
 
 
 def _write_and_map(arrays: dict[int, np.ndarray], folder: str | None) -> dict[int, np.memmap]:

@@ -12,7 +12,7 @@ torch = pytest.importorskip("torch")
 import nbdiff  # noqa: E402
 from nbdiff import spill  # noqa: E402
 from nbdiff.errors import OptionError  # noqa: E402
-from nbdiff.spill import event_tensors, spill_tensors  # noqa: E402
+from nbdiff.spill import event_tensors, spill_tensors, spilled, wait_for_spills  # noqa: E402
 
 
 def _pair(scale=1.0):
@@ -42,6 +42,7 @@ X = np.random.default_rng(0).standard_normal((128, 256)).astype("float32")
 def test_a_result_above_the_limit_keeps_its_tensors_on_disk_with_the_same_verdict():
     kept = nbdiff.auto_diff(*_pair(1.01), X, spill_above_mib=None)
     moved = nbdiff.auto_diff(*_pair(1.01), X, spill_above_mib=0.5)
+    wait_for_spills()  # the move runs in a thread: the result came back before it
     assert _in_memory(kept) > 1_000_000 and _in_memory(moved) < _in_memory(kept) / 10
     assert not kept and not moved
     assert (moved.first_divergence.base_path, moved.first_divergence.phase) == (
@@ -59,6 +60,7 @@ def test_the_view_and_a_saved_copy_read_the_mapped_tensors(tmp_path):
     from nbdiff.notebook.view_model import build_tree, node_detail
 
     result = nbdiff.auto_diff(*_pair(1.01), X, spill_above_mib=0)
+    wait_for_spills()
     assert any(isinstance(t.value, np.memmap) for t in event_tensors(result.events))
     tree = build_tree(result)
     details = [node_detail(tree, i) for i in range(len(tree.nodes))]
@@ -70,6 +72,7 @@ def test_the_view_and_a_saved_copy_read_the_mapped_tensors(tmp_path):
 
 def test_below_the_limit_nothing_moves():
     result = nbdiff.auto_diff(*_pair(), X)  # about 2 MiB of tensors, under the 64 MiB default
+    wait_for_spills()
     assert result and not any(isinstance(t.value, np.memmap) for t in event_tensors(result.events))
 
 
@@ -89,4 +92,15 @@ def test_a_bad_limit_is_refused(bad):
 def test_small_arrays_stay_in_memory(monkeypatch):
     monkeypatch.setattr(spill, "_SMALL", 1 << 30)
     result = nbdiff.auto_diff(*_pair(), X, spill_above_mib=0)
+    wait_for_spills()
     assert not any(isinstance(t.value, np.memmap) for t in event_tensors(result.events))
+
+
+def test_a_failed_move_in_the_thread_warns_and_keeps_the_tensors(monkeypatch, tmp_path):
+    result = nbdiff.auto_diff(*_pair(), X, spill_above_mib=None)
+    before = _in_memory(result)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "missing"))
+    with pytest.warns(RuntimeWarning, match="stay in memory"):
+        spilled(result, 0)
+        wait_for_spills()
+    assert _in_memory(result) == before

@@ -52,7 +52,9 @@ def spilled(result: DiffResult, above_mib: float | None) -> DiffResult:
     or its map, equal, whenever it is read. A failed write leaves the values in memory and warns.
     """
     records = list(event_tensors(result.events, result.unmatched_base + result.unmatched_raw))
-    thread = threading.Thread(target=_spill_or_warn, args=(records, above_mib), name="nbdiff-spill", daemon=True)
+    # Not a daemon: a script that ends right after the check waits for the move (a daemon thread
+    # stopped inside the write at exit aborted the process: "FATAL: exception not rethrown").
+    thread = threading.Thread(target=_spill_or_warn, args=(records, above_mib), name="nbdiff-spill", daemon=False)
     _pending.append(thread)
     thread.start()
     return result

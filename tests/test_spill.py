@@ -104,3 +104,17 @@ def test_a_failed_move_in_the_thread_warns_and_keeps_the_tensors(monkeypatch, tm
         spilled(result, 0)
         wait_for_spills()
     assert _in_memory(result) == before
+
+
+def test_a_script_that_ends_right_after_the_check_exits_cleanly():
+    # The move was a daemon thread: stopped inside the write at exit, it aborted the process.
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[1]
+    for _ in range(3):
+        out = subprocess.run(
+            [sys.executable, str(repo / "tests" / "spill_exit_child.py")], capture_output=True, text=True
+        )
+        assert out.returncode == 0 and out.stdout.strip() == "True", out.stderr[-2000:]

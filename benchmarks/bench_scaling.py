@@ -58,6 +58,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--deep", action="store_true", help="the 500 to 2,000 Linear+Tanh model instead")
+    ap.add_argument("--configs", help="transformer blocks x width to run, e.g. 2x512,8x128 (default: the grid)")
     ap.add_argument("--child", nargs=3, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
@@ -66,8 +67,10 @@ def main() -> None:
     env = dict(os.environ, OMP_NUM_THREADS=str(args.threads))
     print(f"load average {' '.join(f'{v:.2f}' for v in os.getloadavg())}, threads {args.threads}, rounds {args.rounds}")
     grid = [("deep", n, 0) for n in DEPTHS] if args.deep else [("transformer", n, w) for n in LAYERS for w in WIDTHS]
+    if args.configs:
+        grid = [("transformer", *map(int, c.split("x"))) for c in args.configs.split(",")]
     print(
-        "| model | bare | auto_diff min/min (median) | extra peak RSS | per layer | aligned |\n|---|---|---|---|---|---|"
+        "| model | bare | auto_diff min/min (median) | extra peak RSS | per block or layer | aligned |\n|---|---|---|---|---|---|"
     )
     for kind, a, b in grid:
         cmd = [sys.executable, __file__, "--rounds", str(args.rounds), "--child", kind, str(a), str(b)]

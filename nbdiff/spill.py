@@ -7,8 +7,9 @@ in ``Out``. Above a size, the tensors go to one safetensors file and each value 
 a read-only ``numpy.memmap`` into it: the same array to every reader (view, plots,
 ``save``), read from disk only when looked at, its pages the operating system's to drop.
 The file is unlinked as soon as it is mapped: the maps keep it readable, and the disk
-space comes back when the result is gone, however the process ends. A thread does the
-move, so the check returns without waiting for the disk.
+space comes back when the result is gone, however the process ends (only a process
+killed during the write itself, a tenth of a second, leaves its file in the temporary
+folder). A thread does the move, so the check returns without waiting for the disk.
 """
 
 from __future__ import annotations

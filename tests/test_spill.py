@@ -39,7 +39,8 @@ def _in_memory(result):
 X = np.random.default_rng(0).standard_normal((128, 256)).astype("float32")
 
 
-def test_a_result_above_the_limit_keeps_its_tensors_on_disk_with_the_same_verdict():
+def test_a_result_above_the_limit_keeps_its_tensors_on_disk_with_the_same_verdict(monkeypatch, tmp_path):
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     kept = nbdiff.auto_diff(*_pair(1.01), X, spill_above_mib=None)
     moved = nbdiff.auto_diff(*_pair(1.01), X, spill_above_mib=0.5)
     wait_for_spills()  # the move runs in a thread: the result came back before it
@@ -53,7 +54,7 @@ def test_a_result_above_the_limit_keeps_its_tensors_on_disk_with_the_same_verdic
     b = [t.value for t in event_tensors(moved.events)]
     assert all(np.array_equal(x, y) for x, y in zip(a, b))
     # The file's name is gone already: nothing to clean up, whatever happens to the process.
-    assert not glob.glob(os.path.join(tempfile.gettempdir(), "nbdiff-tensors-*"))
+    assert not glob.glob(os.path.join(tmp_path, "*"))
 
 
 def test_the_view_and_a_saved_copy_read_the_mapped_tensors(tmp_path):

@@ -168,7 +168,8 @@ def _auto_diff(
                     if copied is not None and not copied.covers(wmap):
                         restore_state(bfw, initial[0])
                         restore_state(rfw, initial[1])
-                        wmap = replace(wmap, warnings=wmap.warnings + tuple(write_weights(bfw, base, rfw, raw, wmap)))
+                        tied = write_weights(bfw, base, rfw, raw, wmap, restore_on_failure=False)
+                        wmap = replace(wmap, warnings=wmap.warnings + tuple(tied))
                         initial[1] = save_state(rfw, raw)
                         brec, rrec, pairing = run_pair(step, pairing)
                     elif copied is not None:
@@ -257,7 +258,7 @@ def _first_copy(
     if layer_map is None or not layer_map.map:
         try:
             wmap = plan_weights(base, raw)[2]
-            tied = write_weights(bfw, base, rfw, raw, wmap)
+            tied = write_weights(bfw, base, rfw, raw, wmap, restore_on_failure=False)  # auto_diff restores raw
             return replace(wmap, warnings=wmap.warnings + tuple(tied))
         except WeightTransferError:
             pass

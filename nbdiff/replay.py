@@ -71,9 +71,10 @@ def compare_param_grads(
         b = converted.get(name)
         if b is not None:
             hint = param_grad_hint(scale_hint, tuple(r.shape), grad_out_shape)
-            # Own contiguous copies: live gradients are zeroed in place later (paddle), and a transposed
+            # Own contiguous arrays: live gradients are zeroed in place later (paddle), and a transposed
             # view (Linear across frameworks) is read 3x slower by every pass than one copy costs.
-            r, b = np.array(r, order="C"), np.array(b, order="C")
+            # Recorded gradients are such arrays already: they are not copied again.
+            r, b = np.require(r, requirements="CO"), np.require(b, requirements="CO")
             out.append(compare_tensors(name, r, b, tol(str(b.dtype), str(r.dtype)), mode, hint, lazy=True))
     return out
 

@@ -112,7 +112,7 @@ class PaddleFramework:
         if dtype == "bfloat16":  # numpy has no bfloat16: values arrive as float32 and are cast by paddle
             tensor.set_value(paddle.to_tensor(np.asarray(array, dtype="float32", order="C")).astype(dtype))
             return
-        tensor.set_value(np.array(array, order="C").astype(dtype, copy=False))
+        tensor.set_value(np.ascontiguousarray(array).astype(dtype, copy=False))  # paddle copies it
 
     def grad_of(self, param: Any) -> Any | None:
         return param.grad

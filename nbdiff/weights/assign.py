@@ -236,8 +236,11 @@ def assign_weight(base: Any, raw: Any, layer_map: LayerMap | None = None, inputs
     return replace(wmap, warnings=wmap.warnings + tuple(tied)) if tied else wmap
 
 
-def write_weights(bfw: Framework, base: Any, rfw: Framework, raw: Any, wmap: WeightMap) -> list[str]:
-    """Convert every planned tensor, then write them all; on failure raw is restored.
+def write_weights(
+    bfw: Framework, base: Any, rfw: Framework, raw: Any, wmap: WeightMap, restore_on_failure: bool = True
+) -> list[str]:
+    """Convert every planned tensor, then write them all; on failure raw is restored (unless the
+    caller, holding raw's weights already, restores them itself: ``restore_on_failure=False``).
 
     Returns warnings: a raw tensor that two different base tensors are written into is
     tied on the raw side only (``tie_word_embeddings``), and the last copy wins.
@@ -264,7 +267,7 @@ def write_weights(bfw: Framework, base: Any, rfw: Framework, raw: Any, wmap: Wei
             ) from None
         writes += [(rtensors[n], a) for n, a in out.items()]
         names.update({id(rtensors[n]): f"{plan.raw_path}.{n}".lstrip(".") for n in out})
-    backup = [(t, rfw.to_numpy(t).copy()) for t, _ in writes]
+    backup = [(t, rfw.to_numpy(t).copy()) for t, _ in writes] if restore_on_failure else []
     try:
         for t, a in writes:
             if a is not None:

@@ -307,10 +307,10 @@ def _given_diffs(diffs: list[EventDiff], tol: TolFn, mode: str) -> list[EventDif
         found = tensor_diffs(
             d.raw.given, [t for t in d.base.inputs if t.name in names], _input_tol(tol, d.base, d.raw), mode
         )
-        extra.setdefault(i, []).extend(replace(t, name=f"given:{t.name}") for t in found)
+        extra.setdefault(i, []).extend(t.renamed(f"given:{t.name}") for t in found)
         if d.base.parent in at:
             name = d.base.path + (f"#{d.base.call}" if d.base.call else "")
-            extra.setdefault(at[d.base.parent], []).extend(replace(t, name=f"{name}:{t.name}") for t in found)
+            extra.setdefault(at[d.base.parent], []).extend(t.renamed(f"{name}:{t.name}") for t in found)
     return [replace(d, tensors=d.tensors + tuple(extra[i])) if i in extra else d for i, d in enumerate(diffs)]
 
 

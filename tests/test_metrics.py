@@ -72,3 +72,19 @@ def test_lazy_comparison_decides_at_once_and_gives_the_same_metrics_when_read():
         assert (object.__getattribute__(lazy, "detail") is not None) == eager.passed  # only passing ones wait
         for name in ("ratio", "max_rel", "mean_abs", "cosine", "max_abs"):
             assert getattr(lazy, name) == pytest.approx(getattr(eager, name), rel=1e-5, abs=1e-12), name
+
+
+def test_renaming_a_lazy_comparison_keeps_its_metrics_deferred():
+    # single_step renamed every given-input comparison with dataclasses.replace, which reads every
+    # field: the full metrics of ~250 passing tensors per step were computed for nothing.
+    from nbdiff.compare.metrics import _Detail
+    from nbdiff.compare.tolerance import resolve_tolerance
+
+    b = np.random.RandomState(0).randn(64, 32).astype("float32")
+    a = b + np.float32(1e-7) * np.random.RandomState(1).randn(64, 32).astype("float32")
+    lazy = compare_tensors("x", a, b, resolve_tolerance(None, None, "float32"), lazy=True)
+    detail = object.__getattribute__(lazy, "detail")
+    renamed = lazy.renamed("given:x")
+    assert renamed.name == "given:x" and object.__getattribute__(renamed, "detail") is detail
+    assert isinstance(detail, _Detail) and detail._arrays is not None  # nothing computed yet
+    assert renamed.ratio == lazy.ratio < 1.0 and renamed.passed

@@ -6,7 +6,7 @@ Nothing here loops over elements in Python.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 import numpy as np
@@ -118,6 +118,12 @@ class TensorDiff:
     @property
     def passed(self) -> bool:
         return object.__getattribute__(self, "detail") is not None or self.ratio <= 1.0
+
+    def renamed(self, name: str) -> TensorDiff:
+        """This comparison under another name, its deferred metrics still deferred
+        (``dataclasses.replace`` reads every field, and so computed them)."""
+        values = {f.name: object.__getattribute__(self, f.name) for f in fields(self)}
+        return TensorDiff(**{**values, "name": name})
 
 
 _DEFERRED = frozenset({"ratio", "max_rel", "mean_abs", "cosine"})

@@ -52,12 +52,14 @@ def spilled(result: DiffResult, above_mib: float | None) -> DiffResult:
     The move runs in a thread, so the result is back at once; each value is either the array
     or its map, equal, whenever it is read. A failed write leaves the values in memory and warns.
     """
-    records = list(event_tensors(result.events, result.unmatched_base + result.unmatched_raw))
-    # Not a daemon: a script that ends right after the check waits for the move (a daemon thread
-    # stopped inside the write at exit aborted the process: "FATAL: exception not rethrown").
-    thread = threading.Thread(target=_spill_or_warn, args=(records, above_mib), name="nbdiff-spill", daemon=False)
-    _pending.append(thread)
-    thread.start()
+    chosen = _choose(event_tensors(result.events, result.unmatched_base + result.unmatched_raw), above_mib)
+    if chosen is not None:
+        _pending[:] = [t for t in _pending if t.is_alive()]
+        # Not a daemon: a script that ends right after the check waits for the move (a daemon thread
+        # stopped inside the write at exit aborted the process: "FATAL: exception not rethrown").
+        thread = threading.Thread(target=_move_or_warn, args=chosen, name="nbdiff-spill", daemon=False)
+        _pending.append(thread)
+        thread.start()
     return result
 
 
@@ -67,8 +69,8 @@ def wait_for_spills() -> None:
         _pending.pop().join()
 
 
-def _spill_or_warn(records: list[TensorRecord], above_mib: float | None) -> None:
-    why = spill_tensors(records, above_mib)
+def _move_or_warn(arrays: dict[int, np.ndarray], holders: dict[int, list[TensorRecord]]) -> None:
+    why = _move(arrays, holders, None)
     if why is not None:
         warnings.warn(f"nbdiff: {why}.", RuntimeWarning, stacklevel=1)
 
@@ -92,11 +94,19 @@ def _records(e: Event) -> Iterator[TensorRecord]:
 
 
 def spill_tensors(records: Iterable[TensorRecord], above_mib: float | None, folder: str | None = None) -> str | None:
-    """Move the values of ``records`` to a file when they take more than ``above_mib`` MiB.
+    """Move the values of ``records`` to a file when they take more than ``above_mib`` MiB, now.
 
     Records sharing an array share its map. Returns why nothing was moved when a write
     failed (the values stay in memory), else ``None``.
     """
+    chosen = _choose(records, above_mib)
+    return None if chosen is None else _move(*chosen, folder)
+
+
+def _choose(
+    records: Iterable[TensorRecord], above_mib: float | None
+) -> tuple[dict[int, np.ndarray], dict[int, list[TensorRecord]]] | None:
+    """The arrays to move and the records holding each, or ``None`` when they stay."""
     if above_mib is None:
         return None
     arrays: dict[int, np.ndarray] = {}
@@ -107,14 +117,16 @@ def spill_tensors(records: Iterable[TensorRecord], above_mib: float | None, fold
             continue
         arrays.setdefault(id(a), a)
         holders.setdefault(id(a), []).append(t)
-    if sum(a.nbytes for a in arrays.values()) <= above_mib * 2**20:
-        return None
+    return (arrays, holders) if sum(a.nbytes for a in arrays.values()) > above_mib * 2**20 else None
+
+
+def _move(arrays: dict[int, np.ndarray], holders: dict[int, list[TensorRecord]], folder: str | None) -> str | None:
     try:
         maps = _write_and_map(arrays, folder)
     except OSError as exc:
         return f"the result's tensors stay in memory: writing them to disk failed ({exc.strerror or exc})"
-    for key, records_ in holders.items():
-        for t in records_:
+    for key, records in holders.items():
+        for t in records:
             object.__setattr__(t, "value", maps[key])  # frozen: every holder of the record sees the map
     return None
 

@@ -22,7 +22,7 @@ from nbdiff.gc_pause import gc_paused
 from nbdiff.options import check_comparison, check_gradients, check_run
 from nbdiff.progress import progress
 from nbdiff.result import DiffResult
-from nbdiff.spill import SPILL_ABOVE_MIB, check_spill, spilled
+from nbdiff.spill import SPILL_ABOVE_MIB, spilled
 from nbdiff.step import StepRecord, run_optimizer, run_step
 from nbdiff.stepdiff import StepComparer, live_param_grads
 from nbdiff.trace.calls import Feed
@@ -33,6 +33,7 @@ from nbdiff.weights.assign import WeightMap, assign_weight, execution_pairs, pla
 __all__ = ["auto_diff"]
 
 
+@gc_paused()
 def auto_diff(
     base: Any,
     raw: Any,
@@ -66,33 +67,8 @@ def auto_diff(
     (``None``: always in memory).
     Returns a :class:`DiffResult`, truthy when the models agree.
     """
-    check_spill(spill_above_mib)
-    with gc_paused():
-        result = _auto_diff(
-            base, raw, inputs, loss_fns, optimizers, atol, rtol, compare_mode, auto_init, diff_phase, single_step,
-            steps, layer_map, api_level,
-        )  # fmt: skip
-    return spilled(result, spill_above_mib)
-
-
-def _auto_diff(
-    base: Any,
-    raw: Any,
-    inputs: Any,
-    loss_fns: Sequence[Callable[[Any], Any] | None] | None,
-    optimizers: Sequence[Any] | None,
-    atol: float | None,
-    rtol: float | None,
-    compare_mode: str,
-    auto_init: bool,
-    diff_phase: str,
-    single_step: bool,
-    steps: int,
-    layer_map: LayerMap | None,
-    api_level: bool | str,
-) -> DiffResult:
     check_comparison(base, raw, atol, rtol, compare_mode, diff_phase, layer_map)
-    check_run(loss_fns, optimizers, diff_phase, steps)
+    check_run(loss_fns, optimizers, diff_phase, steps, spill_above_mib)
     bfw, rfw = framework_of(base, "base"), framework_of(raw, "raw")
     check_gradients((bfw, rfw), (base, raw), diff_phase)
     bcall, rcall = split_inputs(inputs, bfw, rfw)
@@ -199,7 +175,7 @@ def _auto_diff(
                 if divergence is not None:
                     break
         require_compared(events, type(base).__name__)
-        return explain(
+        result = explain(
             DiffResult(
                 base_framework=bfw.name,
                 raw_framework=rfw.name,
@@ -228,11 +204,11 @@ def _auto_diff(
             (base, raw),
             log,
         )
-
     except BaseException:
         restore_state(bfw, originals[0])
         restore_state(rfw, originals[1])
         raise
+    return spilled(result, spill_above_mib)
 
 
 def _floor_of(

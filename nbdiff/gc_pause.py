@@ -5,6 +5,7 @@ until it ends, so the collector's full passes found nothing to free and cost a f
 ``auto_diff`` on a 2,000-layer model (``benchmarks/bench_scaling.py --deep``). Reference
 counting still frees everything else; the collector runs again, as it was, when the check
 ends, however it ends. Only bounded work is wrapped (a few steps), never a user's loop.
+``@gc_paused()`` wraps a whole function.
 """
 
 from __future__ import annotations

@@ -22,7 +22,7 @@ from nbdiff.compare.blame import Divergence, EventDiff, blame_events
 from nbdiff.compare.tolerance import Tolerance, resolve_tolerance
 from nbdiff.errors import DumpError, OptionError
 from nbdiff.replay import largest_shape, magnitude, param_grad_hint
-from nbdiff.result import DiffResult, StepRow, add_step_rows, step_error_rows
+from nbdiff.result import DiffResult, StepRow, step_error_rows
 from nbdiff.step import StepRecord
 from nbdiff.stepdiff import api_local, forward_diffs, name_parameter, tensor_diffs, update_tolerance
 from nbdiff.trace.events import Event, Kind, Phase, TensorRecord
@@ -136,7 +136,7 @@ class _KeptSteps:
 
     def add(self, k: int, rank: int, div: Divergence | None, diffs: list[EventDiff]) -> None:
         self.compared += len(diffs)
-        add_step_rows(self.rows, step_error_rows(diffs))
+        step_error_rows(diffs, into=self.rows)
         if div is not None and (self.divergence is None or (k, rank) < (self.divergence.step, self.divergence.rank)):
             if self._blamed is not None:  # an earlier step (of a later rank) diverged too: it is the answer
                 self._settle(*self._blamed)

@@ -56,10 +56,16 @@ def check_gradients(fws: Any, models: Any, diff_phase: str) -> None:
             )
 
 
-def check_run(loss_fns: Any, optimizers: Any, diff_phase: str, steps: Any) -> None:
-    """What only ``auto_diff`` takes: losses, optimizers and a step count."""
+def check_run(loss_fns: Any, optimizers: Any, diff_phase: str, steps: Any, spill_above_mib: Any = None) -> None:
+    """What only ``auto_diff`` takes: losses, optimizers, a step count and where large results go."""
     if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
         raise OptionError(f"steps={steps!r} must be a positive integer.")
+    if spill_above_mib is not None and (
+        isinstance(spill_above_mib, bool) or not isinstance(spill_above_mib, (int, float)) or spill_above_mib < 0
+    ):
+        raise OptionError(
+            f"spill_above_mib={spill_above_mib!r} must be a number of MiB >= 0, or None to keep tensors in memory."
+        )
     for name, value in (("loss_fns", loss_fns), ("optimizers", optimizers)):
         if value is not None and (not isinstance(value, (list, tuple)) or len(value) != 2):
             raise InputError(f"{name} must be a pair [for base, for raw]; got {value!r}.")

@@ -8,7 +8,7 @@ from typing import Any
 from nbdiff.compare.blame import Divergence, EventDiff
 from nbdiff.trace.events import Event, Kind, Phase
 
-__all__ = ["DiffResult", "step_error_rows", "add_step_rows"]
+__all__ = ["DiffResult", "step_error_rows"]
 
 StepRow = dict[str, Any]
 
@@ -118,9 +118,12 @@ class DiffResult:
         )
 
 
-def step_error_rows(events: tuple[EventDiff, ...] | list[EventDiff]) -> list[StepRow]:
-    """:meth:`DiffResult.step_errors` of these events."""
-    rows: dict[int, StepRow] = {}
+def step_error_rows(
+    events: tuple[EventDiff, ...] | list[EventDiff], into: dict[int, StepRow] | None = None
+) -> list[StepRow]:
+    """:meth:`DiffResult.step_errors` of these events, merged into ``into`` (by step, each
+    column's worst) when given: ``compare`` adds each step's as it goes."""
+    rows: dict[int, StepRow] = {} if into is None else into
     for d in events:
         e = d.base
         if e.phase is Phase.FORWARD and e.kind is Kind.LAYER and e.parent is None:
@@ -133,12 +136,3 @@ def step_error_rows(events: tuple[EventDiff, ...] | list[EventDiff]) -> list[Ste
         row = rows.setdefault(e.step, dict(step=e.step, outputs=None, loss=None, gradients=None, updates=None))
         row[key] = max(row[key] or 0.0, d.ratio)
     return [rows[k] for k in sorted(rows)]
-
-
-def add_step_rows(into: dict[int, StepRow], rows: list[StepRow]) -> None:
-    """Merge ``rows`` into ``into`` (by step), keeping each column's worst."""
-    for r in rows:
-        m = into.setdefault(r["step"], dict(r))
-        for k, v in r.items():
-            if k != "step" and v is not None:
-                m[k] = v if m[k] is None else max(m[k], v)

@@ -26,24 +26,14 @@ from typing import Any
 import numpy as np
 
 from nbdiff.compare.blame import EventDiff
-from nbdiff.errors import OptionError
 from nbdiff.result import DiffResult
 from nbdiff.trace.events import Event, TensorRecord
 
-__all__ = ["SPILL_ABOVE_MIB", "spilled", "spill_tensors", "event_tensors", "check_spill", "wait_for_spills"]
+__all__ = ["SPILL_ABOVE_MIB", "spilled", "spill_tensors", "event_tensors", "wait_for_spills"]
 
 SPILL_ABOVE_MIB = 64.0
 """Default: a result whose tensors take more than this many MiB keeps them on disk."""
 _SMALL = 1 << 16  # bytes: arrays below this stay in memory (a map costs a page and a file offset)
-
-
-def check_spill(above_mib: Any) -> None:
-    if above_mib is not None and (
-        isinstance(above_mib, bool) or not isinstance(above_mib, (int, float)) or above_mib < 0
-    ):
-        raise OptionError(
-            f"spill_above_mib={above_mib!r} must be a number of MiB >= 0, or None to keep tensors in memory."
-        )
 
 
 def spilled(result: DiffResult, above_mib: float | None) -> DiffResult:

@@ -29,7 +29,7 @@ import os
 import queue
 import threading
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -82,10 +82,12 @@ def _read_float(x: Any) -> float:
     return float(x)  # float("nan"/"inf") reads the strings back
 
 
-def _tensor_json(t: TensorRecord, key: str | None, seen: dict[int, Stats | None]) -> dict[str, Any]:
+def _tensor_json(t: TensorRecord, key: str | None, seen: dict[int, Stats | None], keep_stats: bool) -> dict[str, Any]:
     # A tensor recorded as one layer's output and the next one's input shares its values: the
     # statistics are computed once (``seen``: id of the values -> statistics, for one step).
-    if t.stats is not None or t.value is None:
+    if not keep_stats:
+        st = None
+    elif t.stats is not None or t.value is None:
         st = t.stats
     else:
         st = seen.get(id(t.value))
@@ -111,11 +113,7 @@ def _event_json(
             if keep_values and t.value is not None:
                 key = f"{e.phase.value}.{e.order}.{group}.{t.name}"
                 payload[key] = np.require(t.value, requirements="C")  # ascontiguousarray makes 0-d arrays 1-d
-            out.append(
-                _tensor_json(t, key, seen)
-                if keep_stats
-                else _tensor_json(replace(t, stats=None, value=None), key, seen)
-            )
+            out.append(_tensor_json(t, key, seen, keep_stats))
         return out
 
     return {

@@ -107,7 +107,7 @@ def test_a_failed_background_write_is_raised_by_close_naming_the_step(tmp_path):
 
 def test_the_writer_thread_writes_while_the_next_step_is_recorded(tmp_path):
     # add_step returns before its step is written (the training code goes on), and waits only
-    # when the step before is still being written: at most two steps are held.
+    # when the step before is still being written: at most two steps are held, one unwritten.
     import threading
 
     from nbdiff.trace import store
@@ -124,8 +124,12 @@ def test_the_writer_thread_writes_while_the_next_step_is_recorded(tmp_path):
     writer._write_step = slow.__get__(writer)
     writer.add_step(_events())  # returns at once: step 0 is being written
     entered.wait(10)
-    writer.add_step(_events())  # queued behind it
+    second = threading.Thread(target=writer.add_step, args=(_events(),))
+    second.start()  # waits for step 0 to be on disk before it hands over step 1
+    second.join(0.5)
+    assert second.is_alive()
     assert not (tmp_path / "rank0" / "step0.json").exists()
     gate.set()
+    second.join(10)
     writer.close()
     assert len(read_dump(tmp_path / "rank0").steps) == 2

@@ -142,7 +142,7 @@ class DumpWriter:
 
     With ``background`` (the default) a writer thread computes the statistics and writes each
     step while the training code runs the next one; ``add_step`` waits only when the step before
-    is still being written, so at most two steps are held. ``close`` waits for the last one. A
+    is still being written, so at most two steps are held and one is unwritten. ``close`` waits for the last one. A
     failed write is raised, as a :class:`~nbdiff.errors.DumpError` naming the step, by the next
     ``add_step`` or by ``close``.
     """
@@ -183,6 +183,10 @@ class DumpWriter:
             self._thread.start()
 
     def add_step(self, events: list[Event]) -> None:
+        if self._queue is not None:
+            # The step before must be on disk first: a queue alone let one step wait behind the one
+            # being written, and a kill then lost three steps (under load, every step written so far).
+            self._queue.join()
         self._raise_failure()
         k, self.steps = self.steps, self.steps + 1
         if self._queue is None:
@@ -204,6 +208,7 @@ class DumpWriter:
                     self._write_step(*item)
                 except BaseException as exc:  # raised in the user's thread, by add_step or close
                     self._failure = (item[0], exc)
+            self._queue.task_done()  # type: ignore[union-attr]
 
     def _raise_failure(self) -> None:
         if self._failure is not None:

@@ -28,6 +28,7 @@ from nbdiff.stepdiff import StepComparer, live_param_grads
 from nbdiff.trace.calls import Feed
 from nbdiff.trace.inputs import split_inputs
 from nbdiff.trace.modes import no_dropout, restore_state, save_state, save_weights, training_flags
+from nbdiff.trace.spool import MEMORY_MIB, Spool
 from nbdiff.weights.assign import WeightMap, assign_weight, execution_pairs, plan_pairing, plan_weights, write_weights
 
 __all__ = ["auto_diff"]
@@ -51,6 +52,7 @@ def auto_diff(
     layer_map: LayerMap | None = None,
     api_level: bool | str = False,
     spill_above_mib: float | None = SPILL_ABOVE_MIB,
+    memory_mib: float | None = MEMORY_MIB,
 ) -> DiffResult:
     """Find where ``raw`` first stops agreeing with ``base``.
 
@@ -64,11 +66,13 @@ def auto_diff(
     records the calls inside framework-provided layers (``nn.Linear``'s own ``linear``).
     The result keeps every compared tensor for the view; once they take more than
     ``spill_above_mib`` MiB they are kept in a temporary file instead, read back when shown
-    (``None``: always in memory).
+    (``None``: always in memory). While it runs, a check holds at most ``memory_mib`` MiB
+    of what it records in memory: the rest goes to a temporary file as it is recorded, so
+    the peak stays that close to the models' own (``0``: bounded mode; ``None``: no limit).
     Returns a :class:`DiffResult`, truthy when the models agree.
     """
     check_comparison(base, raw, atol, rtol, compare_mode, diff_phase, layer_map)
-    check_run(loss_fns, optimizers, diff_phase, steps, spill_above_mib)
+    check_run(loss_fns, optimizers, diff_phase, steps, spill_above_mib, memory_mib)
     bfw, rfw = framework_of(base, "base"), framework_of(raw, "raw")
     check_gradients((bfw, rfw), (base, raw), diff_phase)
     bcall, rcall = split_inputs(inputs, bfw, rfw)
@@ -84,7 +88,8 @@ def auto_diff(
         def tol(a: str, b: str) -> Tolerance:
             return resolve_tolerance(atol, rtol, a, b)
 
-        cmp = StepComparer(bfw, base, rfw, raw, tol, compare_mode, diff_phase, layer_map)
+        spool = Spool(None if memory_mib is None else int(memory_mib * 2**20))
+        cmp = StepComparer(bfw, base, rfw, raw, tol, compare_mode, diff_phase, layer_map, spool=spool)
 
         def run_pair(step: int, pairing: Pairing | None) -> tuple[StepRecord, StepRecord, Pairing]:
             def fresh(fw: Framework, model: Any, opt: Any) -> None:
@@ -94,12 +99,15 @@ def auto_diff(
             sides = ((bfw, base, opts[0] if opts else None), (rfw, raw, opts[1] if opts else None))
             for side in sides:
                 fresh(*side)
-            brec = run_step(bfw, base, bcall, losses[0], side="base", step=step, backward=backward, api_level=api_level)
+            brec = run_step(
+                bfw, base, bcall, losses[0], side="base", step=step, backward=backward, api_level=api_level, spool=spool
+            )
 
             def run_raw(feed: Feed | None) -> tuple[StepRecord, Pairing]:
                 rrec = run_step(
-                    rfw, raw, rcall, losses[1], side="raw", step=step, backward=backward, feed=feed, api_level=api_level
-                )
+                    rfw, raw, rcall, losses[1], side="raw", step=step, backward=backward, feed=feed,
+                    api_level=api_level, spool=spool,
+                )  # fmt: skip
                 return rrec, cmp.pair(brec, rrec)
 
             if not single_step:
@@ -125,6 +133,7 @@ def auto_diff(
         done = 0
         log = OptimizerLog()  # the optimizers that step, and their learning rates, to say why an update differs
         with ExitStack() as stack:
+            stack.callback(spool.close)
             log.listen(stack, (bfw, rfw))
             for fw, model in ((bfw, base), (rfw, raw)):
                 stack.enter_context(training_flags(fw, model))
@@ -175,6 +184,8 @@ def auto_diff(
                 if divergence is not None:
                     break
         require_compared(events, type(base).__name__)
+        if spool.failure:
+            warnings.append(f"{spool.failure}: the rest of the recording was held in memory")
         result = explain(
             DiffResult(
                 base_framework=bfw.name,

@@ -10,7 +10,7 @@ from nbdiff.align.layer_map import LayerMap
 from nbdiff.compare.metrics import COMPARE_MODES
 from nbdiff.errors import InputError, OptionError
 
-__all__ = ["PHASES", "check_comparison", "check_gradients", "check_run"]
+__all__ = ["PHASES", "check_comparison", "check_gradients", "check_mib", "check_run"]
 
 PHASES = ("both", "forward", "backward")
 
@@ -56,16 +56,20 @@ def check_gradients(fws: Any, models: Any, diff_phase: str) -> None:
             )
 
 
-def check_run(loss_fns: Any, optimizers: Any, diff_phase: str, steps: Any, spill_above_mib: Any = None) -> None:
-    """What only ``auto_diff`` takes: losses, optimizers, a step count and where large results go."""
+def check_mib(**limits: Any) -> None:
+    """Each of ``limits`` is a number of MiB >= 0, or ``None`` (no limit: tensors stay in memory)."""
+    for name, value in limits.items():
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0):
+            raise OptionError(f"{name}={value!r} must be a number of MiB >= 0, or None to keep tensors in memory.")
+
+
+def check_run(
+    loss_fns: Any, optimizers: Any, diff_phase: str, steps: Any, spill_above_mib: Any = None, memory_mib: Any = None
+) -> None:
+    """What only ``auto_diff`` takes: losses, optimizers, a step count and where tensors are held."""
     if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
         raise OptionError(f"steps={steps!r} must be a positive integer.")
-    if spill_above_mib is not None and (
-        isinstance(spill_above_mib, bool) or not isinstance(spill_above_mib, (int, float)) or spill_above_mib < 0
-    ):
-        raise OptionError(
-            f"spill_above_mib={spill_above_mib!r} must be a number of MiB >= 0, or None to keep tensors in memory."
-        )
+    check_mib(spill_above_mib=spill_above_mib, memory_mib=memory_mib)
     for name, value in (("loss_fns", loss_fns), ("optimizers", optimizers)):
         if value is not None and (not isinstance(value, (list, tuple)) or len(value) != 2):
             raise InputError(f"{name} must be a pair [for base, for raw]; got {value!r}.")

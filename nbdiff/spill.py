@@ -28,6 +28,7 @@ import numpy as np
 from nbdiff.compare.blame import EventDiff
 from nbdiff.result import DiffResult
 from nbdiff.trace.events import Event, TensorRecord
+from nbdiff.trace.spool import in_file
 
 __all__ = ["SPILL_ABOVE_MIB", "spilled", "spill_tensors", "event_tensors", "wait_for_spills"]
 
@@ -103,7 +104,7 @@ def _choose(
     holders: dict[int, list[TensorRecord]] = {}
     for t in records:
         a = t.value
-        if isinstance(a, np.memmap) or a.nbytes < _SMALL or a.dtype.kind not in "biuf" or not a.flags.c_contiguous:
+        if in_file(a) or a.nbytes < _SMALL or a.dtype.kind not in "biuf" or not a.flags.c_contiguous:
             continue
         arrays.setdefault(id(a), a)
         holders.setdefault(id(a), []).append(t)

@@ -15,6 +15,7 @@ from nbdiff.trace.events import Event
 from nbdiff.trace.inputs import CallArgs, call_model
 from nbdiff.trace.nest import flatten
 from nbdiff.trace.recorder import Feed, Recorder
+from nbdiff.trace.spool import Spool, give_back_heap
 
 __all__ = ["StepRecord", "run_step", "run_optimizer", "loss_of", "loss_weights"]
 
@@ -69,9 +70,10 @@ def run_step(
     backward: bool,
     feed: Feed | None = None,
     api_level: bool | str = False,
+    spool: Spool | None = None,
 ) -> StepRecord:
     """Run and record one step. Hooks are gone when this returns or raises."""
-    rec = Recorder(fw, model, step=step, backward=backward, feed=feed, api_level=api_level)
+    rec = Recorder(fw, model, step=step, backward=backward, feed=feed, api_level=api_level, spool=spool)
     loss = None
     try:
         with rec:
@@ -86,6 +88,11 @@ def run_step(
     finally:
         rec.remove_tensor_hooks()
     fwd, bwd, warnings = rec.events(loss)
+    if spool is not None and spool.spooling:
+        # The step's memory is back, but not the process's: hand both kinds to the system
+        # before the other model runs, so its peak does not come on top of them.
+        spool.trim()
+        give_back_heap()
     return StepRecord(fwd, bwd, warnings)
 
 

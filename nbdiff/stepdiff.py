@@ -26,6 +26,7 @@ from nbdiff.frameworks import Framework
 from nbdiff.replay import Replayer, compare_param_grads, largest_shape, magnitude
 from nbdiff.step import StepRecord
 from nbdiff.trace.events import Event, Kind, Phase, TensorRecord
+from nbdiff.trace.spool import Spool
 from nbdiff.trace.stack import Frame
 from nbdiff.updates import (
     UPDATE_ATOL,
@@ -81,6 +82,8 @@ class StepComparer:
     diff_phase: str = "both"
     layer_map: LayerMap | None = None
     plans: dict[str, LayerWeights] | None = None
+    spool: Spool | None = None
+    """Where the recordings are held: told what each comparison read, so their pages can go."""
 
     def __post_init__(self) -> None:
         self.notes: list[str] = []
@@ -116,7 +119,8 @@ class StepComparer:
         divergence = None
         noise = Noise(floor) if floor is not None else None
 
-        fwd = forward_diffs(pairing, brec, rrec, self.tol, self.mode)
+        read = _reader(self.spool)
+        fwd = forward_diffs(pairing, brec, rrec, self.tol, self.mode, read)
         bwd = []
         if self.diff_phase != "forward":
             bwd = _backward_diffs(pairing, brec, rrec, self.plans, self, grads)
@@ -127,11 +131,13 @@ class StepComparer:
             divergence, fwd = blame_events(
                 fwd, lambda d: _local_forward(self.replayer, d, kids, outputs_agree), _final_forward, noise
             )
-            divergence = divergence if divergence is not None else first_nonfinite(fwd)
+            divergence = divergence if divergence is not None else first_nonfinite(fwd, read)
         if divergence is None and bwd:
             divergence, bwd = blame_events(
                 bwd, lambda d: _local_backward(self.replayer, brec, rrec, d), _final_backward, noise
             )
+        if self.spool is not None:
+            self.spool.trim()
         if noise is not None and noise.dismissed:
             self.notes += [_conditioning_note(e, err, limit) for e, err, limit in noise.dismissed[:3]]
         return divergence, fwd + bwd
@@ -276,11 +282,20 @@ def tensor_diffs(
 
 
 def forward_diffs(
-    pairing: Pairing, brec: StepRecord, rrec: StepRecord, tol: Callable[[str, str], Tolerance], mode: str
+    pairing: Pairing,
+    brec: StepRecord,
+    rrec: StepRecord,
+    tol: Callable[[str, str], Tolerance],
+    mode: str,
+    read: Callable[[Event, Event], None] = lambda b, r: None,
 ) -> list[EventDiff]:
+    """``read(base, raw)`` is told each pair of events once its outputs were compared."""
     pairs = [(p.base, p.raw) for p in pairing.pairs] + api_pairs(pairing, brec.forward, rrec.forward)
     pairs = under_paired_ancestors(pairs, brec.forward)
-    diffs = [EventDiff(b, r, tuple(tensor_diffs(r.outputs, b.outputs, _input_tol(tol, b, r), mode))) for b, r in pairs]
+    diffs = []
+    for b, r in pairs:
+        diffs.append(EventDiff(b, r, tuple(tensor_diffs(r.outputs, b.outputs, _input_tol(tol, b, r), mode))))
+        read(b, r)
     diffs = _given_diffs(diffs, tol, mode)
     ordered = _input_diffs(pairing, tol, mode) + post_order(diffs)
     bl = [e for e in brec.forward if e.kind is Kind.LOSS]
@@ -366,6 +381,7 @@ def _backward_diffs(
     bb = {(e.path, e.call): e for e in fuse_events(brec.backward, base_groups, backward=True)}
     rb = {(e.path, e.call): e for e in fuse_events(rrec.backward, raw_groups, backward=True)}
     bfw, rfw, blayers, rlayers, tol, mode = sides.bfw, sides.rfw, sides.blayers, sides.rlayers, sides.tol, sides.mode
+    read = _reader(sides.spool)
     diffs = []
     arriving = 0.0  # largest gradient arriving at any layer so far, in backward order
     for p in sorted(pairing.pairs, key=lambda p: -p.base.order):
@@ -392,7 +408,15 @@ def _backward_diffs(
                 largest_shape(b.outputs),
             )
         diffs.append(EventDiff(b, r, tuple(tensors)))
+        read(b, r)
     return sorted(diffs, key=lambda d: d.base.order)
+
+
+def _reader(spool: Spool | None) -> Callable[[Event, Event], None]:
+    """Tells ``spool`` what comparing a pair of events read (nothing to tell without one)."""
+    if spool is None:
+        return lambda b, r: None
+    return lambda b, r: spool.read(*(t.value for e in (b, r) for t in (*e.inputs, *e.outputs, *e.params, *e.given)))
 
 
 def _final_forward(d: EventDiff) -> bool:

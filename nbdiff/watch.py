@@ -22,7 +22,7 @@ from nbdiff.errors import InputError, WeightTransferError
 from nbdiff.explain import explain
 from nbdiff.feed import feed_for
 from nbdiff.frameworks import Framework, framework_of
-from nbdiff.options import check_comparison
+from nbdiff.options import check_comparison, check_mib
 from nbdiff.progress import counter, progress
 from nbdiff.result import DiffResult
 from nbdiff.spill import SPILL_ABOVE_MIB, spilled
@@ -30,6 +30,7 @@ from nbdiff.step import StepRecord
 from nbdiff.stepdiff import StepComparer
 from nbdiff.trace.recorder import Feed
 from nbdiff.trace.session import ModelSession
+from nbdiff.trace.spool import MEMORY_MIB, Spool
 from nbdiff.trace.structure import forward_structure
 from nbdiff.weights.assign import WeightMap, plan_pairing, plan_weights, write_weights
 from nbdiff.weights.plan import layer_tensors
@@ -61,8 +62,10 @@ class watch:
         single_step: bool = False,
         layer_map: LayerMap | None = None,
         api_level: bool | str = False,
+        memory_mib: float | None = MEMORY_MIB,
     ) -> None:
         check_comparison(base, raw, atol, rtol, compare_mode, diff_phase, layer_map)
+        check_mib(memory_mib=memory_mib)
         self.bfw, self.rfw = framework_of(base, "base"), framework_of(raw, "raw")
         self.base, self.raw = base, raw
         self.options = dict(
@@ -72,9 +75,13 @@ class watch:
         self.layer_map = layer_map
         self.result: DiffResult | None = None
         backward = diff_phase != "forward"
-        self._b = ModelSession(self.bfw, base, "base", backward, api_level=api_level)
-        self._r = ModelSession(self.rfw, raw, "raw", backward, api_level=api_level)
-        self._cmp = StepComparer(self.bfw, base, self.rfw, raw, self._tol, compare_mode, diff_phase, layer_map)
+        # Both models' recordings share one limit: beyond it, what the cell's steps record goes to a file.
+        self._spool = Spool(None if memory_mib is None else int(memory_mib * 2**20))
+        self._b = ModelSession(self.bfw, base, "base", backward, api_level=api_level, spool=self._spool)
+        self._r = ModelSession(self.rfw, raw, "raw", backward, api_level=api_level, spool=self._spool)
+        self._cmp = StepComparer(
+            self.bfw, base, self.rfw, raw, self._tol, compare_mode, diff_phase, layer_map, spool=self._spool
+        )
         self._stack = ExitStack()
         self._optimizers = OptimizerLog()
         self._copied: WeightMap | None = None
@@ -114,8 +121,11 @@ class watch:
                 side.end()
         finally:
             self._stack.close()
-        if compare:
-            self.result = self._compare()
+        try:
+            if compare:
+                self.result = self._compare()
+        finally:
+            self._spool.close()
         return self.result
 
     def _copy_by_structure(self) -> None:
@@ -231,6 +241,8 @@ class watch:
             self._b.load(final[0])
             self._r.load(final[1])
         require_compared(events, type(self.base).__name__)
+        if self._spool.failure:
+            self._warnings.append(f"{self._spool.failure}: the rest of the recording was held in memory")
         result = explain(
             DiffResult(
                 base_framework=self.bfw.name,

@@ -230,15 +230,20 @@ def require_compared(diffs: Sequence[EventDiff], base_model: str) -> None:
         )
 
 
-def first_nonfinite(diffs: Sequence[EventDiff]) -> Divergence | None:
+def first_nonfinite(
+    diffs: Sequence[EventDiff], read: Callable[[Event, Event], None] = lambda b, r: None
+) -> Divergence | None:
     """The first event (in completion order) whose outputs hold NaN/Inf on either side while its
-    inputs are finite: where non-finite values are produced, even when both sides agree."""
+    inputs are finite: where non-finite values are produced, even when both sides agree.
+    ``read(base, raw)`` is told each pair of events once its values were read."""
     for d in diffs:
         if not d.tensors:
             continue
         outs = [t.value for e in (d.base, d.raw) for t in e.outputs if t.value is not None]
         ins = [t.value for e in (d.base, d.raw) for t in e.inputs if t.value is not None]
-        if any(not _finite(a) for a in outs) and all(_finite(a) for a in ins):
+        produced = any(not _finite(a) for a in outs) and all(_finite(a) for a in ins)
+        read(d.base, d.raw)
+        if produced:
             worst = max(d.tensors, key=lambda t: (t.nan_base + t.nan_raw + t.inf_base + t.inf_raw, t.ratio))
             return replace(divergence_of(d, "nonfinite"), metrics=worst)
     return None

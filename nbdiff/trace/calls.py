@@ -10,17 +10,7 @@ import numpy as np
 from nbdiff.trace.events import Event, TensorRecord
 from nbdiff.trace.stack import Frame
 
-__all__ = ["Call", "Feed", "hold_grad", "input_name", "replace_parent", "link_backward_parents"]
-
-
-def hold_grad(fw: Any, grad: Any) -> np.ndarray:
-    """A gradient seen by a hook, as an array no later accumulation can change.
-
-    Both frameworks reuse the buffer a hook was handed: paddle adds the next contributions
-    into it in place, and torch's AccumulateGrad adopts it as ``param.grad`` and adds the next
-    backward into it. A numpy copy is the cheapest safe hold (a tenth of ``Tensor.clone()``).
-    """
-    return np.array(fw.to_numpy(grad), copy=True)
+__all__ = ["Call", "Feed", "input_name", "replace_parent", "link_backward_parents"]
 
 
 @dataclass

@@ -16,9 +16,10 @@ import numpy as np
 
 from nbdiff.frameworks import Framework, Handle
 from nbdiff.trace.apis import SKIPPED_OPS, canonical_op
-from nbdiff.trace.calls import Call, Feed, hold_grad, input_name, link_backward_parents, replace_parent
+from nbdiff.trace.calls import Call, Feed, input_name, link_backward_parents, replace_parent
 from nbdiff.trace.events import Event, Kind, Phase, TensorRecord
 from nbdiff.trace.nest import describe_non_tensors, flatten, unflatten
+from nbdiff.trace.spool import Spool
 from nbdiff.trace.stack import Frame, tool_roots, user_stack
 
 __all__ = ["Recorder", "Feed"]
@@ -42,8 +43,11 @@ class Recorder:
         stacks: bool = True,
         api_level: bool | str = False,
         api_in_library: bool = False,
+        spool: Spool | None = None,
     ) -> None:
         self.fw = fw
+        self.spool = spool if spool is not None else Spool(None)
+        """Holds the copies: in memory, or in a file once a check has recorded enough."""
         self.model = model
         self.step = step
         self.backward = backward
@@ -158,6 +162,7 @@ class Recorder:
                     if fw.is_floating(t):
                         rec.given.append(self._keep(name, t))
                     base_t = fw.from_numpy(value)
+                    self.spool.read(value)
                     t = fw.with_value(t, base_t) if fw.requires_grad(t) else base_t
                     changed = True
                 rec.inputs.append(self._keep(name, t))
@@ -247,9 +252,11 @@ class Recorder:
                 return fw.from_numpy(fed)
             # paddle calls a tensor's hook once per incoming contribution, torch once with the
             # sum: adding up gives the full gradient in both.
-            g = hold_grad(fw, grad)
             prev = into.get(name)
-            into[name] = TensorRecord(name, fw.shape_of(grad), fw.dtype_name(grad), prev.value + g if prev else g)
+            # A copy: both frameworks reuse the buffer a hook was handed (paddle adds the next
+            # contribution into it, torch's AccumulateGrad adopts it as ``param.grad``).
+            g = self.spool.adopt(prev.value + fw.to_numpy(grad)) if prev else self.spool.keep(fw.to_numpy(grad))
+            into[name] = TensorRecord(name, fw.shape_of(grad), fw.dtype_name(grad), g)
             return None
 
         return hook
@@ -260,7 +267,7 @@ class Recorder:
         key = (id(t), fw.tensor_version(t))
         hit = self._copies.get(key)
         if hit is None:
-            value = np.array(fw.to_numpy(t), copy=True)
+            value = self.spool.keep(fw.to_numpy(t))
             hit = self._copies[key] = (t, TensorRecord(name, fw.shape_of(t), fw.dtype_name(t), value))
         record = hit[1]
         return record if record.name == name else replace(record, name=name)
@@ -337,7 +344,7 @@ class Recorder:
     def _live_grad(self, param: Any) -> np.ndarray | None:
         g = self.fw.grad_of(param)
         # A copy: clearing gradients zeroes paddle's in place.
-        return None if g is None else self.fw.to_numpy(g).copy()
+        return None if g is None else self.spool.keep(self.fw.to_numpy(g))
 
     def _build(
         self, calls: list[Call], step: int, loss: Any | None, grad_of: Callable[[Any], np.ndarray | None]

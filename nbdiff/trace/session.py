@@ -9,7 +9,6 @@ from typing import Any
 import numpy as np
 
 from nbdiff.frameworks import Framework, Handle
-from nbdiff.trace.calls import hold_grad
 from nbdiff.trace.modes import no_dropout, training_flags
 from nbdiff.trace.recorder import Recorder
 
@@ -61,14 +60,15 @@ class ModelSession:
         self.weights.append(self.weights_now())
 
     def weights_now(self) -> Weights:
-        return {id(p): self.fw.to_numpy(p).copy() for p in self.params}
+        return {id(p): self.recorder.spool.keep(self.fw.to_numpy(p)) for p in self.params}
 
     def grad_hook(self, param: Any) -> Any:
         def hook(grad: Any) -> None:
             if self.steps:
-                g = hold_grad(self.fw, grad)
-                into = self.grads[self.steps - 1]
-                into[id(param)] = into[id(param)] + g if id(param) in into else g
+                into, spool, g = self.grads[self.steps - 1], self.recorder.spool, self.fw.to_numpy(grad)
+                # A copy: the framework reuses the buffer a hook was handed (see Recorder._grad_hook).
+                prev = into.get(id(param))
+                into[id(param)] = spool.adopt(prev + g) if prev is not None else spool.keep(g)
 
         return hook
 

@@ -13,6 +13,7 @@ import nbdiff  # noqa: E402
 from nbdiff import spill  # noqa: E402
 from nbdiff.errors import OptionError  # noqa: E402
 from nbdiff.spill import event_tensors, spill_tensors, spilled, wait_for_spills  # noqa: E402
+from nbdiff.trace.spool import in_file  # noqa: E402
 
 
 def _pair(scale=1.0):
@@ -33,7 +34,7 @@ def _pair(scale=1.0):
 
 
 def _in_memory(result):
-    return sum(t.value.nbytes for t in event_tensors(result.events) if not isinstance(t.value, np.memmap))
+    return sum(t.value.nbytes for t in event_tensors(result.events) if not in_file(t.value))
 
 
 X = np.random.default_rng(0).standard_normal((128, 256)).astype("float32")

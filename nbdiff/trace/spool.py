@@ -42,7 +42,7 @@ class Spool:
     """
 
     def __init__(
-        self, above: int | None, folder: str | None = None, *, chunk: int = 64 << 20, budget: int = 16 << 20
+        self, above: int | None, folder: str | None = None, *, chunk: int = 64 << 20, budget: int = 8 << 20
     ) -> None:
         self.above = above
         self.folder = folder

@@ -8,6 +8,7 @@ paddle = pytest.importorskip("paddle")
 pytest.importorskip("anywidget")
 from IPython.core.interactiveshell import InteractiveShell  # noqa: E402
 
+from nbdiff.errors import OptionError  # noqa: E402
 from nbdiff.notebook.magics import parse_flags  # noqa: E402
 from nbdiff.notebook.sources import source_excerpt  # noqa: E402
 from tests.fault_suite.models import BUILDERS, inputs  # noqa: E402
@@ -236,3 +237,18 @@ def test_models_passed_to_opt_are_refused_before_anything_runs(ip, capsys):
     assert not run.success
     assert "optimizers[0] (base) is a model" in text and "torch.optim.AdamW(model.parameters())" in text
     assert torch.equal(tb.fc1.weight, before) and not _hooks_left(ip)
+
+
+def test_memory_flag_reaches_the_check_and_bad_values_are_refused(ip):
+    assert parse_flags("tb pb x --memory-mib 0", False).memory_mib == 0
+    assert parse_flags("tb pb --memory-mib none", True).memory_mib is None
+    assert parse_flags("tb pb x", False).memory_mib == 256
+    _models(ip, "eps")
+    ip.run_line_magic("modeldiff", "tb pb x --memory-mib 0")
+    assert ip.user_ns["_modeldiff"].first_divergence.base_path == "norm"
+    with pytest.raises(OptionError, match="memory_mib=-1.0 must be"):
+        ip.run_line_magic("modeldiff", "tb pb x --memory-mib -1")  # checked by auto_diff itself
+    with pytest.raises(OptionError, match="--memory-mib"):
+        ip.run_line_magic("modeldiff", "tb pb x --memory-mib lots")
+    with pytest.raises(OptionError, match="memory_mib=-1.0 must be"):
+        ip.run_cell_magic("modeldiff", "tb pb --memory-mib -1", TRAIN)  # and by watch

@@ -17,6 +17,7 @@ from typing import Any, NoReturn
 from IPython.core.magic import Magics, line_cell_magic, magics_class
 
 from nbdiff.errors import NbdiffError, OptionError
+from nbdiff.trace.spool import MEMORY_MIB
 
 __all__ = ["ModelDiffMagics", "USAGE", "parse_flags", "CellFailed", "CellInterrupted"]
 
@@ -24,7 +25,7 @@ USAGE = (
     "usage: %modeldiff BASE RAW [INPUTS] --check   (pre-flight: arguments that differ, no training)\n"
     "       %modeldiff BASE RAW INPUTS [--single-step] [--steps N] [--atol X] [--rtol X] "
     "[--mode strict|mean|abs_mean] [--phase both|forward|backward] [--loss A B] [--opt A B] "
-    "[--no-init] [--api] [--out NAME]\n"
+    "[--no-init] [--api] [--memory-mib N|none] [--out NAME]\n"
     "       %%modeldiff BASE RAW [same flags, without INPUTS]"
 )
 
@@ -63,6 +64,11 @@ class _Parser(argparse.ArgumentParser):
         raise OptionError(f"%modeldiff: {message}\n{USAGE}")
 
 
+def _mib(text: str) -> float | None:
+    """``--memory-mib``: a number of MiB, or ``none`` (no limit)."""
+    return None if text.lower() == "none" else float(text)
+
+
 def _parser(cell: bool) -> argparse.ArgumentParser:
     p = _Parser(prog="%%modeldiff" if cell else "%modeldiff", add_help=False)
     p.add_argument("base")
@@ -80,6 +86,7 @@ def _parser(cell: bool) -> argparse.ArgumentParser:
     p.add_argument("--opt", nargs=2, metavar=("A", "B"))
     p.add_argument("--no-init", action="store_true")
     p.add_argument("--api", action="store_true", help="also trace framework API calls inside layers")
+    p.add_argument("--memory-mib", type=_mib, default=MEMORY_MIB, help="recording held in memory (0: bounded)")
     p.add_argument("--out", default="_modeldiff")
     return p
 
@@ -161,6 +168,7 @@ class ModelDiffMagics(Magics):
             single_step=args.single_step,
             steps=args.steps,
             api_level=args.api,
+            memory_mib=args.memory_mib,
         )
         if cell is None:
             from nbdiff.diff import auto_diff

@@ -68,21 +68,19 @@ class Spool:
 
     def keep(self, a: np.ndarray) -> np.ndarray:
         """A copy of ``a`` that no later write to ``a`` changes (read-only when in the file)."""
-        if a.nbytes >= SMALL_BYTES and a.dtype.kind in "biufc" and self.spooling:
-            view = self._write(np.ascontiguousarray(a))
-            if view is not None:
-                return view
-        self.held += a.nbytes
-        return np.array(a, copy=True)
+        return self._hold(a, copy=True)
 
     def adopt(self, a: np.ndarray) -> np.ndarray:
         """``a`` itself, an array only the caller holds (a sum just made), or its spooled copy."""
+        return self._hold(a, copy=False)
+
+    def _hold(self, a: np.ndarray, copy: bool) -> np.ndarray:
         if a.nbytes >= SMALL_BYTES and a.dtype.kind in "biufc" and self.spooling:
             view = self._write(np.ascontiguousarray(a))
             if view is not None:
                 return view
         self.held += a.nbytes
-        return a
+        return np.array(a, copy=True) if copy else a
 
     def read(self, *arrays: np.ndarray | None) -> None:
         """Count ``arrays`` as read: past the budget, every page read so far is handed back."""

@@ -148,7 +148,8 @@ def test_a_bad_memory_limit_is_refused_naming_the_option(bad):
 
 
 _PEAK = """
-import json, resource, sys
+import json, sys
+from pathlib import Path
 import numpy as np, torch
 import nbdiff
 torch.set_num_threads(1)
@@ -157,30 +158,37 @@ def model():
     torch.manual_seed(0)
     return torch.nn.Sequential(*[m for _ in range(8) for m in (torch.nn.Linear(256, 256), torch.nn.Tanh())])
 
+def status(key):
+    line = next(l for l in Path("/proc/self/status").read_text().splitlines() if l.startswith(key))
+    return int(line.split()[1]) / 1024
+
 base, raw = model(), model()
 x = np.random.default_rng(0).standard_normal((2048, 256)).astype("float32")
-for m in (base, raw):  # the bare cost: both models' forward and backward
+for m in (base, raw):  # warm up: both models' forward and backward
     m(torch.from_numpy(x)).sum().backward()
     m.zero_grad()
-before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-limit = json.loads(sys.argv[1])
-assert nbdiff.auto_diff(base, raw, x, memory_mib=limit, spill_above_mib=None)
-print((resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024)
+Path("/proc/self/clear_refs").write_text("5")  # the peak (VmHWM) restarts from what is resident now
+before = status("VmRSS:")
+assert nbdiff.auto_diff(base, raw, x, memory_mib=json.loads(sys.argv[1]), spill_above_mib=None)
+print(status("VmHWM:") - before)
 """
 
 
-@pytest.mark.skipif(sys.platform != "linux", reason="the heap is given back with glibc's malloc_trim")
-def test_a_bounded_check_peaks_near_the_models_own_memory(tmp_path):
-    """The check records about 400 MiB: 2 MiB activations and gradients, 16 layers, two models."""
+@pytest.mark.skipif(not Path("/proc/self/clear_refs").exists(), reason="restarts the peak with /proc/self/clear_refs")
+def test_a_bounded_check_grows_the_process_far_less_than_its_recording(tmp_path):
+    """The check records about 400 MiB: 2 MiB activations and gradients, 16 layers, two models.
+    Measured from the check's start (the models' own activations come and go within it)."""
 
-    def extra_peak_mib(limit):
-        env = dict(os.environ, OMP_NUM_THREADS="1", TMPDIR=str(tmp_path))
+    def peak_growth_mib(limit):
+        # Only what the child needs: a small, fixed environment.
+        env = {k: os.environ[k] for k in ("PATH", "HOME", "LANG") if k in os.environ}
+        env.update(OMP_NUM_THREADS="1", TMPDIR=str(tmp_path), PYTHONPATH=str(Path(__file__).resolve().parents[1]))
         out = subprocess.run(
             [sys.executable, "-c", _PEAK, json.dumps(limit)], capture_output=True, text=True, env=env, timeout=300
         )
         assert out.returncode == 0, out.stderr[-2000:]
         return float(out.stdout.split()[-1])
 
-    held, bounded = extra_peak_mib(None), extra_peak_mib(0)
-    assert held > 200, held  # the recording, held in memory (about 400 MiB)
-    assert bounded < 50, bounded  # about 30 MiB: pages being compared, scratch buffers
+    held, bounded = peak_growth_mib(None), peak_growth_mib(0)
+    assert held > 300, held  # the recording, held in memory
+    assert bounded < 60, bounded  # the models' activations, pages being compared, scratch buffers

@@ -21,10 +21,11 @@ from nbdiff.align.pairing import Pairing, pair_forward
 from nbdiff.compare.blame import Divergence, EventDiff, blame_events
 from nbdiff.compare.tolerance import Tolerance, resolve_tolerance
 from nbdiff.errors import DumpError, OptionError
+from nbdiff.forwarddiff import api_local, forward_diffs, tensor_diffs
 from nbdiff.replay import largest_shape, magnitude, param_grad_hint
 from nbdiff.result import DiffResult, StepRow, step_error_rows
 from nbdiff.step import StepRecord
-from nbdiff.stepdiff import api_local, forward_diffs, name_parameter, tensor_diffs, update_tolerance
+from nbdiff.stepdiff import name_parameter, update_tolerance
 from nbdiff.trace.events import Event, Kind, Phase, TensorRecord
 from nbdiff.trace.store import RankDump, rank_dirs, read_dump
 from nbdiff.weights.rules import find_rule

@@ -7,25 +7,24 @@ from a function, so each caller reads them where it has them.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
 
-from nbdiff.align.calls import api_pairs, under_paired_ancestors
 from nbdiff.align.fused import fuse_events
 from nbdiff.align.layer_map import LayerMap
 from nbdiff.align.pairing import Pairing, pair_forward
-from nbdiff.compare.blame import Divergence, EventDiff, blame_events, first_nonfinite, post_order
-from nbdiff.compare.metrics import TensorDiff, compare_statistics, compare_tensors
-from nbdiff.compare.tolerance import Tolerance, loosest
+from nbdiff.compare.blame import Divergence, EventDiff, blame_events, first_nonfinite
+from nbdiff.compare.metrics import TensorDiff, compare_tensors
 from nbdiff.conditioning import MARGIN, Floor, Noise
 from nbdiff.errors import PairingError
+from nbdiff.forwarddiff import TolFn, api_local, forward_diffs, tensor_diffs
 from nbdiff.frameworks import Framework
 from nbdiff.replay import Replayer, compare_param_grads, largest_shape, magnitude
 from nbdiff.step import StepRecord
-from nbdiff.trace.events import Event, Kind, Phase, TensorRecord
+from nbdiff.trace.events import Event, Kind, Phase
 from nbdiff.trace.spool import Spool
 from nbdiff.trace.stack import Frame
 from nbdiff.updates import (
@@ -48,15 +47,11 @@ __all__ = [
     "snapshot",
     "update_tolerance",
     "name_parameter",
-    "forward_diffs",
-    "tensor_diffs",
-    "api_local",
 ]
 
 
 ParamGrads = Callable[[Framework, Any, bool], dict[str, np.ndarray]]
 """``(framework, layer, recursive) -> {name: gradient}`` of a layer's parameters."""
-TolFn = Callable[[str, str], Tolerance]
 
 
 def live_param_grads(fw: Framework, layer: Any, recursive: bool) -> dict[str, np.ndarray]:
@@ -258,116 +253,6 @@ def _pair(
     return pairing
 
 
-def tensor_diffs(
-    raw: Sequence[TensorRecord],
-    base: Sequence[TensorRecord],
-    tol: Callable[[str, str], Tolerance],
-    mode: str,
-    scale_hint: float = 0.0,
-) -> list[TensorDiff]:
-    by_name = {t.name: t for t in base}
-    out = []
-    for i, r in enumerate(raw):
-        b = by_name.get(r.name) or (base[i] if i < len(base) else None)
-        if b is None:
-            continue
-        if r.value is not None and b.value is not None:
-            # Recorded values are copies nothing writes again: passing ones get their metrics lazily.
-            out.append(compare_tensors(r.name, r.value, b.value, tol(b.dtype, r.dtype), mode, scale_hint, lazy=True))
-        elif r.stats is not None and b.stats is not None:  # statistics-only dumps
-            out.append(
-                compare_statistics(r.name, r.stats, b.stats, tol(b.dtype, r.dtype), mode, b.shape, r.shape, scale_hint)
-            )
-    return out
-
-
-def forward_diffs(
-    pairing: Pairing,
-    brec: StepRecord,
-    rrec: StepRecord,
-    tol: Callable[[str, str], Tolerance],
-    mode: str,
-    read: Callable[[Event, Event], None] = lambda b, r: None,
-) -> list[EventDiff]:
-    """``read(base, raw)`` is told each pair of events once its outputs were compared."""
-    pairs = [(p.base, p.raw) for p in pairing.pairs] + api_pairs(pairing, brec.forward, rrec.forward)
-    pairs = under_paired_ancestors(pairs, brec.forward)
-    diffs = []
-    for b, r in pairs:
-        diffs.append(EventDiff(b, r, tuple(tensor_diffs(r.outputs, b.outputs, _input_tol(tol, b, r), mode))))
-        read(b, r)
-    diffs = _given_diffs(diffs, tol, mode)
-    ordered = _input_diffs(pairing, tol, mode) + post_order(diffs)
-    bl = [e for e in brec.forward if e.kind is Kind.LOSS]
-    rl = [e for e in rrec.forward if e.kind is Kind.LOSS]
-    if bl and rl:
-        # A loss is a reduction of the outputs: its rounding is relative to them, not to its own
-        # value (the mean of LayerNorm outputs is about 0).
-        roots = [e for e in brec.forward if e.kind is Kind.LAYER and e.parent is None]
-        hint = _reduction_scale([t.value for e in roots for t in e.outputs if t.value is not None], tol)
-        ordered.append(EventDiff(bl[0], rl[0], tuple(tensor_diffs(rl[0].outputs, bl[0].outputs, tol, mode, hint))))
-    return ordered
-
-
-def _given_diffs(diffs: list[EventDiff], tol: TolFn, mode: str) -> list[EventDiff]:
-    """Single-step: each raw layer ran on base's inputs, so its output agrees even when the code
-    before it is wrong. What raw's own code had computed for it is compared with base's input,
-    on the layer (``given:in[0]``) and on its parent (``fc2:in[0]``), whose code produced it."""
-    at = {d.base.order: i for i, d in enumerate(diffs)}
-    extra: dict[int, list[TensorDiff]] = {}
-    for i, d in enumerate(diffs):
-        if not d.raw.given:
-            continue
-        names = {g.name for g in d.raw.given}
-        found = tensor_diffs(
-            d.raw.given, [t for t in d.base.inputs if t.name in names], _input_tol(tol, d.base, d.raw), mode
-        )
-        extra.setdefault(i, []).extend(t.renamed(f"given:{t.name}") for t in found)
-        if d.base.parent in at:
-            name = d.base.path + (f"#{d.base.call}" if d.base.call else "")
-            extra.setdefault(at[d.base.parent], []).extend(t.renamed(f"{name}:{t.name}") for t in found)
-    return [replace(d, tensors=d.tensors + tuple(extra[i])) if i in extra else d for i, d in enumerate(diffs)]
-
-
-def _input_diffs(pairing: Pairing, tol: TolFn, mode: str) -> list[EventDiff]:
-    """The root calls' inputs, compared before any layer: different inputs are a finding of their
-    own, not a divergence of the first layer or the loss."""
-    roots = [p for p in pairing.pairs if p.base.parent is None and p.base.depth == 0 and p.raw.depth == 0]
-    if not roots:
-        return []
-    b, r = roots[0].base, roots[0].raw
-    as_input = lambda e: replace(  # noqa: E731
-        e, kind=Kind.INPUT, order=-1, path="<inputs>", type_name="Inputs", parent=None, inputs=(), outputs=e.inputs
-    )
-    return [EventDiff(as_input(b), as_input(r), tuple(tensor_diffs(r.inputs, b.inputs, tol, mode)))]
-
-
-def _reduction_scale(outputs: list[np.ndarray], tol: TolFn) -> float:
-    """The magnitude a mean of ``outputs`` is judged against: its error is at most the mean of the
-    outputs' allowed errors, ``atol * max|x| + rtol * mean|x|``, written as a scale for ``atol``."""
-    floats = [a for a in outputs if a.size and a.dtype.kind == "f"]
-    if not floats:
-        return 0.0
-    t = tol(str(floats[0].dtype), str(floats[0].dtype))
-    mean_abs = max(float(np.mean(np.abs(a))) for a in floats)
-    return magnitude(floats) + (t.rtol / t.atol * mean_abs if t.scaled and t.atol > 0 else 0.0)
-
-
-def _input_tol(tol: TolFn, b: Event, r: Event) -> TolFn:
-    """The tolerance of an event's outputs also allows for its inputs' dtype (fp16 in, fp32 out)."""
-    ins = loosest([t.dtype for t in b.inputs + r.inputs])
-    return lambda x, y: tol(loosest([x, y, ins]), ins)
-
-
-def api_local(d: EventDiff, tol: TolFn, mode: str, received: str = "inputs") -> tuple[TensorDiff, ...] | None:
-    """Local error without replay: the event's own results' error when what it received agrees
-    (``received``: its inputs in forward, the gradients at its outputs in backward), else none."""
-    got = tensor_diffs(getattr(d.raw, received), getattr(d.base, received), tol, mode)
-    if not got:
-        return None  # nothing to judge by
-    return d.tensors if all(t.passed for t in got) else ()
-
-
 def _backward_diffs(
     pairing: Pairing,
     brec: StepRecord,
@@ -416,7 +301,12 @@ def _reader(spool: Spool | None) -> Callable[[Event, Event], None]:
     """Tells ``spool`` what comparing a pair of events read (nothing to tell without one)."""
     if spool is None:
         return lambda b, r: None
-    return lambda b, r: spool.read(*(t.value for e in (b, r) for t in (*e.inputs, *e.outputs, *e.params, *e.given)))
+
+    def read(b: Event, r: Event) -> None:
+        if spool.written:  # nothing in the file: no pages to count (a check under the limit)
+            spool.read(*(t.value for e in (b, r) for t in (*e.inputs, *e.outputs, *e.params, *e.given)))
+
+    return read
 
 
 def _final_forward(d: EventDiff) -> bool:

@@ -16,8 +16,9 @@ import numpy as np
 
 from nbdiff.frameworks import Framework, Handle
 from nbdiff.trace.apis import SKIPPED_OPS, canonical_op
-from nbdiff.trace.calls import Call, Feed, input_name, link_backward_parents, replace_parent
-from nbdiff.trace.events import Event, Kind, Phase, TensorRecord
+from nbdiff.trace.build import build_events
+from nbdiff.trace.calls import Call, Feed, input_name
+from nbdiff.trace.events import Event, TensorRecord
 from nbdiff.trace.nest import describe_non_tensors, flatten, unflatten
 from nbdiff.trace.spool import Spool
 from nbdiff.trace.stack import Frame, tool_roots, user_stack
@@ -279,12 +280,8 @@ class Recorder:
 
     # -- results -------------------------------------------------------------
     def events(self, loss: Any | None = None) -> tuple[list[Event], list[Event], list[str]]:
-        """Forward and backward events of the step, plus warnings.
-
-        Backward events come in backward order: the reverse of the forward call
-        starts, which puts every layer after its sublayers, as autograd runs them.
-        """
-        return self._build(self.calls, self.step, loss, self._live_grad)
+        """Forward and backward events of the step, plus warnings (:func:`build_events`)."""
+        return build_events(self.fw, self.calls, self.step, loss, self._live_grad, self.backward)
 
     def _new_order(self) -> int:
         self._next_order += 1
@@ -339,118 +336,9 @@ class Recorder:
         for new, old in zip(renumbered, group):
             new.parent = new_order.get(old.parent) if old.parent is not None else None
         step_grads: dict[int, np.ndarray] = grads[k] if k < len(grads) else {}
-        return self._build(renumbered, k, None, lambda p, g=step_grads: g.get(id(p)))  # type: ignore[misc]
+        return build_events(self.fw, renumbered, k, None, lambda p, g=step_grads: g.get(id(p)), self.backward)  # type: ignore[misc]
 
     def _live_grad(self, param: Any) -> np.ndarray | None:
         g = self.fw.grad_of(param)
         # A copy: clearing gradients zeroes paddle's in place.
         return None if g is None else self.spool.keep(self.fw.to_numpy(g))
-
-    def _build(
-        self, calls: list[Call], step: int, loss: Any | None, grad_of: Callable[[Any], np.ndarray | None]
-    ) -> tuple[list[Event], list[Event], list[str]]:
-        fw = self.fw
-        warnings: list[str] = []
-        forward: list[Event] = []
-        by_order: dict[int, Event] = {}
-        for rec in calls:
-            if not rec.done:
-                continue
-            ins, outs = tuple(rec.inputs), tuple(rec.outputs)
-            ev = Event(
-                step=step,
-                phase=Phase.FORWARD,
-                kind=Kind.API if rec.api else Kind.LAYER,
-                order=len(forward),
-                path=rec.path,
-                type_name=rec.api or type(rec.layer).__name__,
-                call=rec.call,
-                depth=rec.depth,
-                parent=rec.parent,
-                library=False if rec.api else fw.is_library_layer(rec.layer),
-                inputs=ins,
-                outputs=outs,
-                given=tuple(rec.given),
-                args=rec.args,
-                stack=rec.stack,
-                template=rec.template,
-                layer=rec.layer,
-                bases=() if rec.api else _bases(fw, rec.layer),
-                weights=() if rec.api else _weight_shapes(fw, rec.layer),
-            )
-            by_order[rec.order] = ev
-            forward.append(ev)
-        # Parent pointers refer to call order; renumber to event order.
-        renumber = {rec_order: ev.order for rec_order, ev in by_order.items()}
-        forward = [replace_parent(e, renumber) for e in forward]
-        if loss is not None:
-            forward.append(
-                Event(
-                    step,
-                    Phase.FORWARD,
-                    Kind.LOSS,
-                    len(forward),
-                    "<loss>",
-                    "Loss",
-                    0,
-                    0,
-                    None,
-                    False,
-                    (),
-                    (self._tensor("loss", loss),),
-                )
-            )
-        backward: list[Event] = []
-        if self.backward:
-            seen_params: set[int] = set()
-            fwd_by_key = {(e.path, e.call): e for e in forward if e.kind is Kind.LAYER}
-            for rec in reversed(calls):
-                f = fwd_by_key.get((rec.path, rec.call))
-                if f is None or rec.api:
-                    continue
-                params = []
-                for pname, p in fw.direct_params(rec.layer):
-                    if id(p) in seen_params or not fw.is_trainable(p):
-                        continue
-                    g = grad_of(p)
-                    if g is not None:
-                        seen_params.add(id(p))
-                        params.append(TensorRecord(pname, fw.shape_of(p), fw.dtype_name(p), g))
-                grad_in = tuple(rec.grad_in.values())
-                grad_out = tuple(rec.grad_out.values())
-                if not (grad_in or grad_out or params):
-                    continue
-                backward.append(
-                    Event(
-                        step,
-                        Phase.BACKWARD,
-                        Kind.LAYER,
-                        len(backward),
-                        rec.path,
-                        f.type_name,
-                        rec.call,
-                        rec.depth,
-                        f.parent,
-                        f.library,
-                        grad_in,
-                        grad_out,
-                        tuple(params),
-                        (),
-                        rec.backward_stack or rec.stack,
-                    )
-                )
-        return forward, link_backward_parents(backward), warnings
-
-    def _tensor(self, name: str, t: Any) -> TensorRecord:
-        return TensorRecord(name, self.fw.shape_of(t), self.fw.dtype_name(t), self.fw.to_numpy(t))
-
-
-_GENERIC = {"Module", "Layer", "object"}
-
-
-def _bases(fw: Framework, layer: Any) -> tuple[str, ...]:
-    return tuple(n for n in fw.class_names(layer) if n not in _GENERIC)
-
-
-def _weight_shapes(fw: Framework, layer: Any) -> tuple[tuple[int, ...], ...]:
-    return tuple(sorted(tuple(sorted(fw.shape_of(p))) for _, p in fw.direct_params(layer)))

@@ -1,0 +1,131 @@
+"""The events of a recorded step, built from its layer calls once the step has run."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from nbdiff.frameworks import Framework
+from nbdiff.trace.calls import Call, link_backward_parents, replace_parent
+from nbdiff.trace.events import Event, Kind, Phase, TensorRecord
+
+__all__ = ["build_events"]
+
+
+def build_events(
+    fw: Framework,
+    calls: list[Call],
+    step: int,
+    loss: Any | None,
+    grad_of: Callable[[Any], np.ndarray | None],
+    backward: bool,
+) -> tuple[list[Event], list[Event], list[str]]:
+    """Forward and backward events of ``calls`` (one step), plus warnings.
+
+    Backward events come in backward order: the reverse of the forward call starts, which
+    puts every layer after its sublayers, as autograd runs them. ``grad_of(param)`` gives a
+    parameter's gradient for the step.
+    """
+    warnings: list[str] = []
+    forward: list[Event] = []
+    by_order: dict[int, Event] = {}
+    for rec in calls:
+        if not rec.done:
+            continue
+        ins, outs = tuple(rec.inputs), tuple(rec.outputs)
+        ev = Event(
+            step=step,
+            phase=Phase.FORWARD,
+            kind=Kind.API if rec.api else Kind.LAYER,
+            order=len(forward),
+            path=rec.path,
+            type_name=rec.api or type(rec.layer).__name__,
+            call=rec.call,
+            depth=rec.depth,
+            parent=rec.parent,
+            library=False if rec.api else fw.is_library_layer(rec.layer),
+            inputs=ins,
+            outputs=outs,
+            given=tuple(rec.given),
+            args=rec.args,
+            stack=rec.stack,
+            template=rec.template,
+            layer=rec.layer,
+            bases=() if rec.api else _bases(fw, rec.layer),
+            weights=() if rec.api else _weight_shapes(fw, rec.layer),
+        )
+        by_order[rec.order] = ev
+        forward.append(ev)
+    # Parent pointers refer to call order; renumber to event order.
+    renumber = {rec_order: ev.order for rec_order, ev in by_order.items()}
+    forward = [replace_parent(e, renumber) for e in forward]
+    if loss is not None:
+        forward.append(
+            Event(
+                step,
+                Phase.FORWARD,
+                Kind.LOSS,
+                len(forward),
+                "<loss>",
+                "Loss",
+                0,
+                0,
+                None,
+                False,
+                (),
+                (TensorRecord("loss", fw.shape_of(loss), fw.dtype_name(loss), fw.to_numpy(loss)),),
+            )
+        )
+    grads: list[Event] = []
+    if backward:
+        seen_params: set[int] = set()
+        fwd_by_key = {(e.path, e.call): e for e in forward if e.kind is Kind.LAYER}
+        for rec in reversed(calls):
+            f = fwd_by_key.get((rec.path, rec.call))
+            if f is None or rec.api:
+                continue
+            params = []
+            for pname, p in fw.direct_params(rec.layer):
+                if id(p) in seen_params or not fw.is_trainable(p):
+                    continue
+                g = grad_of(p)
+                if g is not None:
+                    seen_params.add(id(p))
+                    params.append(TensorRecord(pname, fw.shape_of(p), fw.dtype_name(p), g))
+            grad_in = tuple(rec.grad_in.values())
+            grad_out = tuple(rec.grad_out.values())
+            if not (grad_in or grad_out or params):
+                continue
+            grads.append(
+                Event(
+                    step,
+                    Phase.BACKWARD,
+                    Kind.LAYER,
+                    len(grads),
+                    rec.path,
+                    f.type_name,
+                    rec.call,
+                    rec.depth,
+                    f.parent,
+                    f.library,
+                    grad_in,
+                    grad_out,
+                    tuple(params),
+                    (),
+                    rec.backward_stack or rec.stack,
+                )
+            )
+    return forward, link_backward_parents(grads), warnings
+
+
+_GENERIC = {"Module", "Layer", "object"}
+
+
+def _bases(fw: Framework, layer: Any) -> tuple[str, ...]:
+    return tuple(n for n in fw.class_names(layer) if n not in _GENERIC)
+
+
+def _weight_shapes(fw: Framework, layer: Any) -> tuple[tuple[int, ...], ...]:
+    return tuple(sorted(tuple(sorted(fw.shape_of(p))) for _, p in fw.direct_params(layer)))

@@ -1,0 +1,41 @@
+"""Events built from a step's recorded calls: forward in call order, backward only when asked."""
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from nbdiff.frameworks import framework_of  # noqa: E402
+from nbdiff.trace.build import build_events  # noqa: E402
+from nbdiff.trace.events import Kind, Phase  # noqa: E402
+from nbdiff.trace.recorder import Recorder  # noqa: E402
+
+
+def _recorded():
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Tanh(), torch.nn.Linear(4, 2))
+    fw = framework_of(model)
+    rec = Recorder(fw, model)
+    with rec:
+        loss = model(torch.ones(3, 4)).sum()
+        loss.backward()
+    rec.remove_tensor_hooks()
+    return fw, rec, loss
+
+
+def test_backward_events_come_after_their_sublayers_with_each_parameter_once():
+    fw, rec, loss = _recorded()
+    forward, backward, warnings = build_events(fw, rec.calls, 0, loss, fw.grad_of, True)
+    assert [e.path for e in forward] == ["", "0", "1", "2", "<loss>"] and forward[-1].kind is Kind.LOSS
+    assert float(forward[-1].outputs[0].value) == pytest.approx(float(loss.detach()))
+    assert [e.path for e in backward] == ["2", "1", "0", ""] and {e.phase for e in backward} == {Phase.BACKWARD}
+    params = [p.name for e in backward for p in e.params]
+    assert sorted(params) == ["bias", "bias", "weight", "weight"]  # the root does not repeat its layers'
+    assert np.array_equal(backward[0].params[0].value, fw.grad_of(rec.model[2].weight))
+    assert warnings == []
+
+
+def test_no_backward_events_when_the_step_ran_forward_only():
+    fw, rec, loss = _recorded()
+    forward, backward, _ = build_events(fw, rec.calls, 3, None, fw.grad_of, False)
+    assert backward == [] and [e.kind for e in forward] == [Kind.LAYER] * 4 and {e.step for e in forward} == {3}

@@ -1,0 +1,34 @@
+"""Tensors of paired events are compared by name, else by position; dumps by their statistics."""
+
+import numpy as np
+
+from nbdiff.compare.tolerance import resolve_tolerance
+from nbdiff.forwarddiff import tensor_diffs
+from nbdiff.trace.events import TensorRecord
+from nbdiff.trace.stats import tensor_stats
+
+
+def _tol(a, b):
+    return resolve_tolerance(None, None, a, b)
+
+
+def _rec(name, a, keep_value=True):
+    return TensorRecord(name, a.shape, str(a.dtype), a if keep_value else None, None if keep_value else tensor_stats(a))
+
+
+def test_tensors_pair_by_name_then_by_position():
+    x, y = np.ones(8, "float32"), np.arange(8, dtype="float32")
+    base = [_rec("out[0]", x), _rec("out[1]", y)]
+    raw = [_rec("out[1]", y), _rec("out.extra", x * 2)]  # renamed: falls back to base's second tensor
+    found = tensor_diffs(raw, base, _tol, "strict")
+    assert [d.name for d in found] == ["out[1]", "out.extra"]
+    assert found[0].passed and not found[1].passed
+
+
+def test_statistics_only_records_are_compared_by_their_statistics():
+    x = np.linspace(-1, 1, 64, dtype="float32")
+    base, raw = [_rec("out", x, keep_value=False)], [_rec("out", x * 1.5, keep_value=False)]
+    (d,) = tensor_diffs(raw, base, _tol, "strict")
+    assert not d.passed
+    (same,) = tensor_diffs(base, base, _tol, "strict")
+    assert same.passed

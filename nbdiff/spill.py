@@ -3,38 +3,32 @@
 A result keeps every tensor it compared, so that the view can show any of them: about
 what both models' activations and gradients take (+200 MiB for the benchmark
 transformer), held for as long as the result lives, and a notebook keeps every result
-in ``Out``. Above a size, the tensors go to one safetensors file and each value becomes
-a read-only ``numpy.memmap`` into it: the same array to every reader (view, plots,
-``save``), read from disk only when looked at, its pages the operating system's to drop.
-The file is unlinked as soon as it is mapped: the maps keep it readable, and the disk
-space comes back when the result is gone, however the process ends (only a process
-killed during the write itself, a tenth of a second, leaves its file in the temporary
-folder). A thread does the move, so the check returns without waiting for the disk.
-"""
+in ``Out``. Above a size, the tensors still in memory go to a :class:`~nbdiff.trace.spool.Spool`
+file (those a check spooled while it ran are there already) and each value becomes a
+read-only view of its map: the same array to every reader (view, plots, ``save``), read
+from disk only when looked at, its pages the operating system's to drop. The file is
+unlinked as soon as it is made: the maps keep it readable, and the disk space comes back
+when the result is gone, however the process ends. A thread does the move, so the check
+returns without waiting for the disk."""
 
 from __future__ import annotations
 
-import json
-import os
-import struct
-import tempfile
 import threading
 import warnings
 from collections.abc import Iterable, Iterator
-from typing import Any
 
 import numpy as np
 
 from nbdiff.compare.blame import EventDiff
 from nbdiff.result import DiffResult
 from nbdiff.trace.events import Event, TensorRecord
-from nbdiff.trace.spool import in_file
+from nbdiff.trace.spool import SMALL_BYTES, Spool, in_file
 
 __all__ = ["SPILL_ABOVE_MIB", "spilled", "spill_tensors", "event_tensors", "wait_for_spills"]
 
 SPILL_ABOVE_MIB = 64.0
 """Default: a result whose tensors take more than this many MiB keeps them on disk."""
-_SMALL = 1 << 16  # bytes: arrays below this stay in memory (a map costs a page and a file offset)
+_SMALL = SMALL_BYTES  # arrays below this stay in memory (a map costs a page and a file offset)
 
 
 def spilled(result: DiffResult, above_mib: float | None) -> DiffResult:
@@ -112,31 +106,16 @@ def _choose(
 
 
 def _move(arrays: dict[int, np.ndarray], holders: dict[int, list[TensorRecord]], folder: str | None) -> str | None:
+    spool = Spool(0, folder)  # the file a check's recording goes to past its limit, here for all of them
+    maps = {}
     try:
-        maps = _write_and_map(arrays, folder)
-    except OSError as exc:
-        return f"the result's tensors stay in memory: writing them to disk failed ({exc.strerror or exc})"
+        for key, a in arrays.items():
+            maps[key] = spool.keep(a)
+            if spool.failure:
+                return f"the result's tensors stay in memory: {spool.failure}"
+    finally:
+        spool.close()
     for key, records in holders.items():
         for t in records:
             object.__setattr__(t, "value", maps[key])  # frozen: every holder of the record sees the map
     return None
-
-
-def _write_and_map(arrays: dict[int, np.ndarray], folder: str | None) -> dict[int, np.memmap]:
-    from safetensors.numpy import save_file
-
-    fd, path = tempfile.mkstemp(prefix="nbdiff-tensors-", suffix=".safetensors", dir=folder)
-    os.close(fd)
-    try:
-        save_file({str(k): a for k, a in arrays.items()}, path)
-        with open(path, "rb") as f:
-            (size,) = struct.unpack("<Q", f.read(8))
-            header: dict[str, Any] = json.loads(f.read(size))
-        start = 8 + size
-        maps = {}
-        for key, a in arrays.items():
-            begin = header[str(key)]["data_offsets"][0]
-            maps[key] = np.memmap(path, dtype=a.dtype, mode="r", offset=start + begin, shape=a.shape)
-        return maps
-    finally:
-        os.unlink(path)  # the maps keep the data; the name goes now

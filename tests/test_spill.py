@@ -63,7 +63,7 @@ def test_the_view_and_a_saved_copy_read_the_mapped_tensors(tmp_path):
 
     result = nbdiff.auto_diff(*_pair(1.01), X, spill_above_mib=0)
     wait_for_spills()
-    assert any(isinstance(t.value, np.memmap) for t in event_tensors(result.events))
+    assert any(in_file(t.value) for t in event_tensors(result.events))
     tree = build_tree(result)
     details = [node_detail(tree, i) for i in range(len(tree.nodes))]
     assert any(d.get("picture") for d in details)  # histograms drawn from the mapped values
@@ -75,7 +75,7 @@ def test_the_view_and_a_saved_copy_read_the_mapped_tensors(tmp_path):
 def test_below_the_limit_nothing_moves():
     result = nbdiff.auto_diff(*_pair(), X)  # about 2 MiB of tensors, under the 64 MiB default
     wait_for_spills()
-    assert result and not any(isinstance(t.value, np.memmap) for t in event_tensors(result.events))
+    assert result and not any(in_file(t.value) for t in event_tensors(result.events))
 
 
 def test_a_failed_write_keeps_the_tensors_in_memory_and_says_so(tmp_path):
@@ -95,7 +95,7 @@ def test_small_arrays_stay_in_memory(monkeypatch):
     monkeypatch.setattr(spill, "_SMALL", 1 << 30)
     result = nbdiff.auto_diff(*_pair(), X, spill_above_mib=0)
     wait_for_spills()
-    assert not any(isinstance(t.value, np.memmap) for t in event_tensors(result.events))
+    assert not any(in_file(t.value) for t in event_tensors(result.events))
 
 
 def test_a_failed_move_in_the_thread_warns_and_keeps_the_tensors(monkeypatch, tmp_path):

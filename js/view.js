@@ -263,6 +263,11 @@ function render({ model, el }) {
     if (group) {
       clickedAt = performance.now();
       select(group.id);
+      // A step whose rows the filter hides (no own error there): show every row rather than nothing.
+      if (!visible.some((n) => n.id === group.id)) {
+        filter.value = "all";
+        reveal(group.id);
+      }
     }
   });
   const root = h("div", { class: "nbd", "data-lm-suppress-shortcuts": "true" }, summary, chart, toolbar, h("div", { class: "nbd-main" }, tree, side));

@@ -28,6 +28,7 @@ from nbdiff.step import StepRecord
 from nbdiff.stepdiff import name_parameter, update_tolerance
 from nbdiff.trace.events import Event, Kind, Phase, TensorRecord
 from nbdiff.trace.store import RankDump, rank_dirs, read_dump
+from nbdiff.updates import discount_updates
 from nbdiff.weights.rules import find_rule
 
 __all__ = ["compare"]
@@ -212,7 +213,12 @@ def _compare_step(
     bwd = _backward(pairing, brec, rrec, a, b, tol, mode)
     if divergence is None:
         divergence, bwd = blame_events(bwd, lambda d: api_local(d, tol, mode, "outputs"))
-    upd = _updates(pairing, by_phase(ea, Phase.OPTIMIZER), by_phase(eb, Phase.OPTIMIZER), a, b, tol, mode)
+
+    # Each run's optimizer stepped from its own gradients: updates may differ by what those explain.
+    def grads() -> list[tuple[StepGrads, StepGrads]]:
+        return [(_param_grads(a.steps[s]), _param_grads(b.steps[s])) for s in range(k + 1)]
+
+    upd = _updates(pairing, by_phase(ea, Phase.OPTIMIZER), by_phase(eb, Phase.OPTIMIZER), a, b, tol, mode, grads)
     if divergence is None:
         divergence, _ = blame_events(upd, lambda d: d.tensors)
         if divergence is not None:
@@ -297,8 +303,34 @@ def _magnitude(records: tuple[TensorRecord, ...]) -> float:
     return max(magnitude(values), max((max(abs(s.min), abs(s.max)) for s in stats), default=0.0))
 
 
+def _values(records: tuple[TensorRecord, ...]) -> dict[str, np.ndarray]:
+    return {t.name: t.value for t in records if t.value is not None}
+
+
+StepGrads = dict[str, dict[str, np.ndarray]]
+"""One step's parameter gradients, by layer path then parameter name (summed over the layer's calls)."""
+
+
+def _param_grads(events: list[Event]) -> StepGrads:
+    out: StepGrads = {}
+    for e in events:
+        if e.phase is Phase.BACKWARD:
+            for t in e.params:
+                if t.value is not None:
+                    held = out.setdefault(e.path, {})
+                    held[t.name] = held[t.name] + t.value if t.name in held else t.value
+    return out
+
+
 def _updates(
-    pairing: Pairing, ua: list[Event], ub: list[Event], a: RankDump, b: RankDump, tol: TolFn, mode: str
+    pairing: Pairing,
+    ua: list[Event],
+    ub: list[Event],
+    a: RankDump,
+    b: RankDump,
+    tol: TolFn,
+    mode: str,
+    grads: Callable[[], list[tuple[StepGrads, StepGrads]]],
 ) -> list[EventDiff]:
     raw_of = {p.base.path: p.raw.path for p in pairing.pairs}
     by_path = {e.path: e for e in ub}
@@ -312,5 +344,9 @@ def _updates(
         def utol(x: str, y: str) -> Tolerance:
             return update_tolerance(tol, x, y, 0.0)  # the dump keeps updates, not the weights
 
-        diffs.append(EventDiff(e, r, tuple(tensor_diffs(r.outputs, converted, utol, mode))))
+        tensors = tensor_diffs(r.outputs, converted, utol, mode)
+        if not all(t.passed for t in tensors):
+            steps = [(_convert(a, b, e.path, r.path, bg.get(e.path, {})), rg.get(r.path, {})) for bg, rg in grads()]
+            tensors = discount_updates(tensors, _values(converted), _values(r.outputs), steps, mode)
+        diffs.append(EventDiff(e, r, tuple(tensors)))
     return diffs

@@ -29,6 +29,7 @@ from nbdiff.trace.spool import Spool
 from nbdiff.trace.stack import Frame
 from nbdiff.updates import (
     UPDATE_ATOL,
+    GradientSteps,
     Snapshot,
     name_parameter,
     param_pair,
@@ -82,7 +83,8 @@ class StepComparer:
 
     def __post_init__(self) -> None:
         self.notes: list[str] = []
-        """Findings that are not divergences (conditioning), for the result's warnings."""
+        """Findings that are not divergences (conditioning, drift), for the result's warnings."""
+        self._drift_noted = False
         self.blayers = dict(self.bfw.named_layers(self.base))
         self.rlayers = dict(self.rfw.named_layers(self.raw))
 
@@ -104,11 +106,14 @@ class StepComparer:
         rrec: StepRecord,
         grads: ParamGrads = live_param_grads,
         floor: Callable[[], Floor | None] | None = None,
+        drift: str | None = None,
     ) -> tuple[Divergence | None, list[EventDiff]]:
         """Forward then backward diffs of one step, with the first divergence among them.
 
         ``floor`` measures base's own sensitivity to rounding (:mod:`nbdiff.conditioning`), asked
-        for only when blame would report something: a difference within it is a note.
+        for only when blame would report something: a difference within it is a note. ``drift``
+        says the weights drifted apart through earlier updates that agreed (:mod:`nbdiff.drift`):
+        an error no layer makes on its own is then a note, not a divergence.
         """
         assert self.plans is not None, "set_plans first"
         divergence = None
@@ -126,16 +131,26 @@ class StepComparer:
             divergence, fwd = blame_events(
                 fwd, lambda d: _local_forward(self.replayer, d, kids, outputs_agree), _final_forward, noise
             )
+            divergence = self._unless_drift(divergence, drift)
             divergence = divergence if divergence is not None else first_nonfinite(fwd, read)
         if divergence is None and bwd:
             divergence, bwd = blame_events(
                 bwd, lambda d: _local_backward(self.replayer, brec, rrec, d), _final_backward, noise
             )
+            divergence = self._unless_drift(divergence, drift)
         if self.spool is not None:
             self.spool.trim()
         if noise is not None and noise.dismissed:
             self.notes += [_conditioning_note(e, err, limit) for e, err, limit in noise.dismissed[:3]]
         return divergence, fwd + bwd
+
+    def _unless_drift(self, divergence: Divergence | None, drift: str | None) -> Divergence | None:
+        if divergence is None or drift is None or divergence.where != "accumulated":
+            return divergence
+        if not self._drift_noted:  # once: every later step inherits the same drift
+            self.notes.append(drift)
+            self._drift_noted = True
+        return None
 
     def snapshot(self) -> tuple[Snapshot, Snapshot]:
         """Trainable tensors of every planned layer, both sides, as copies."""
@@ -203,11 +218,13 @@ class StepComparer:
         before: tuple[Snapshot, Snapshot],
         after: tuple[Snapshot, Snapshot],
         stacks: tuple[tuple[Frame, ...], tuple[Frame, ...]] = ((), ()),
+        grads: GradientSteps | None = None,
     ) -> tuple[Divergence | None, list[EventDiff]]:
         """Optimizer updates (after minus before) per planned layer; blame names the parameter.
-        ``stacks``: where each side's optimizer was stepped, shown for its updates."""
+        ``stacks``: where each side's optimizer was stepped, shown for its updates. ``grads``: the
+        gradients each optimizer was given, when they differ (not fed base's, as ``auto_diff`` does)."""
         assert self.plans is not None
-        diffs = update_diffs(step, self.plans, before, after, self.tol, self.mode)
+        diffs = update_diffs(step, self.plans, before, after, self.tol, self.mode, grads)
         if stacks != ((), ()):
             diffs = [
                 replace(d, base=replace(d.base, stack=stacks[0]), raw=replace(d.raw, stack=stacks[1])) for d in diffs

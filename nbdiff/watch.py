@@ -7,6 +7,7 @@ loss, backward and optimizer steps, in any arrangement after that).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import replace
 from typing import Any
@@ -18,6 +19,7 @@ from nbdiff.align.optimizer_settings import OptimizerLog
 from nbdiff.align.pairing import Pairing
 from nbdiff.compare.blame import Divergence, EventDiff, require_compared
 from nbdiff.compare.tolerance import Tolerance, resolve_tolerance
+from nbdiff.drift import drift_note, followed
 from nbdiff.errors import InputError, WeightTransferError
 from nbdiff.explain import explain
 from nbdiff.feed import feed_for
@@ -27,9 +29,9 @@ from nbdiff.progress import counter, progress
 from nbdiff.result import DiffResult
 from nbdiff.spill import SPILL_ABOVE_MIB, spilled
 from nbdiff.step import StepRecord
-from nbdiff.stepdiff import StepComparer
+from nbdiff.stepdiff import Snapshot, StepComparer
 from nbdiff.trace.recorder import Feed
-from nbdiff.trace.session import ModelSession
+from nbdiff.trace.session import ModelSession, Weights
 from nbdiff.trace.spool import MEMORY_MIB, Spool
 from nbdiff.trace.structure import forward_structure
 from nbdiff.weights.assign import WeightMap, plan_pairing, plan_weights, write_weights
@@ -166,7 +168,13 @@ class watch:
             if self.options["auto_init"]:
                 wmap = plan_pairing(self.bfw, self.base, self.rfw, self.raw, self._pairing0)
                 if self._copied is None or not self._copied.covers(wmap):
-                    write_weights(self.bfw, self.base, self.rfw, self.raw, wmap)
+                    # Base's weights as its step 0 began: base's optimizer may have stepped already.
+                    now = self._b.weights_now()
+                    self._b.load(self._b.weights[0])
+                    try:
+                        write_weights(self.bfw, self.base, self.rfw, self.raw, wmap)
+                    finally:
+                        self._b.load(now)
                     self._r.weights[-1] = self._r.weights_now()
                     self._copied = wmap
         if self.options["single_step"] and self._pairing0 is not None:
@@ -213,6 +221,7 @@ class watch:
         pairing: Pairing | None = None
         final = (self._b.weights_now(), self._r.weights_now())
         done = 0
+        start: tuple[Snapshot, Snapshot] | None = None
         try:
             for k in progress(range(n), "nbdiff: comparing steps", total=n):
                 brec, rrec = StepRecord(*bsteps[k]), StepRecord(*rsteps[k])
@@ -223,13 +232,24 @@ class watch:
                     )
                     self._warnings += wmap.warnings
                     self._cmp.set_plans(wmap.by_base_path())
-                # Replays run on the weights this step ran with.
+                start = start or self._plan_snapshot(0)  # both sides' weights as the run began
+                # Replays run on the weights this step ran with; raw's, after step 0, on those its
+                # updates would have given had they been base's (nbdiff.drift).
                 self._b.load(self._b.weights[k])
                 self._r.load(self._r.weights[k])
+                drift = None
+                if k > 0:
+                    now = self._plan_snapshot(k)
+                    follow = followed(self._cmp.plans, start[0], now[0], start[1])
+                    self._r.load(self._raw_weights(follow))
+                    # Only updates that agreed make drift; after a divergence its steps are for the chart.
+                    drift = drift_note(k, follow, now[1], self._tol) if divergence is None else None
                 # Every step the user ran is compared, so the error's growth can be seen (result.plot());
                 # the answer stays the first divergence.
-                found, diffs = self._cmp.compare(pairing, brec, rrec, self._grads_of(k))
+                found, diffs = self._cmp.compare(pairing, brec, rrec, self._grads_of(k), drift=drift)
                 events += diffs
+                self._warnings += self._cmp.notes
+                self._cmp.notes.clear()
                 if found is None:
                     found, updates = self._updates(k)
                     events += updates
@@ -284,19 +304,37 @@ class watch:
             return None, []
         before, after = self._plan_snapshot(k), self._plan_snapshot(k + 1)
         stacks = (self._optimizers.stack_at(self.bfw.name, k), self._optimizers.stack_at(self.rfw.name, k))
-        return self._cmp.compare_updates(k, before, after, stacks)
 
-    def _plan_snapshot(self, k: int) -> tuple[dict[str, dict[str, np.ndarray]], dict[str, dict[str, np.ndarray]]]:
+        # Each optimizer stepped from its own model's gradients: the updates may differ by what those did.
+        def grads() -> list[tuple[Snapshot, Snapshot]]:
+            return [self._plan_snapshot(s, lambda side, s=s: side.grads[s]) for s in range(k + 1)]
+
+        return self._cmp.compare_updates(k, before, after, stacks, grads)
+
+    def _raw_weights(self, snapshot: Snapshot) -> Weights:
+        """Raw's parameters by ``id``, from arrays by plan and raw's names."""
         assert self._cmp.plans is not None
-        out: tuple[dict[str, dict[str, np.ndarray]], dict[str, dict[str, np.ndarray]]] = ({}, {})
+        out: Weights = {}
+        for plan in self._cmp.plans.values():
+            arrays = snapshot.get(plan.base_path, {})
+            for n, p in layer_tensors(self.rfw, self._cmp.rlayers[plan.raw_path], plan.recursive).items():
+                if n in arrays:
+                    out[id(p)] = arrays[n]
+        return out
+
+    def _plan_snapshot(
+        self, k: int, source: Callable[[ModelSession], Weights] | None = None
+    ) -> tuple[Snapshot, Snapshot]:
+        """Both sides' weights at the start of step ``k`` (or what ``source`` gives), by plan and name."""
+        assert self._cmp.plans is not None
+        out: tuple[Snapshot, Snapshot] = ({}, {})
         for plan in self._cmp.plans.values():
             for i, (side, layers, path) in enumerate(
                 ((self._b, self._cmp.blayers, plan.base_path), (self._r, self._cmp.rlayers, plan.raw_path))
             ):
+                held = side.weights[k] if source is None else source(side)
                 tensors = layer_tensors(side.fw, layers[path], plan.recursive)
-                out[i][plan.base_path] = {
-                    n: side.weights[k][id(p)] for n, p in tensors.items() if id(p) in side.weights[k]
-                }
+                out[i][plan.base_path] = {n: held[id(p)] for n, p in tensors.items() if id(p) in held}
         return out
 
 

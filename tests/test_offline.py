@@ -155,3 +155,23 @@ def test_keep_steps_must_be_a_whole_number(tmp_path, bad):
 
     with pytest.raises(OptionError, match="keep_steps"):
         nbdiff.compare(tmp_path, tmp_path, keep_steps=bad)
+
+
+def test_an_adam_update_that_gradients_at_rounding_noise_explain_is_no_divergence(tmp_path):
+    torch = pytest.importorskip("torch")
+    import numpy as np
+
+    from tests.test_drift import models_with_a_noisy_gradient
+
+    x = torch.tensor(np.random.RandomState(1).randn(32, 8).astype("float32"))
+    paths = []
+    for name, model in zip("ab", models_with_a_noisy_gradient(flip=True)):
+        opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+        with nbdiff.record(model, tmp_path / name) as rec:
+            model(x).pow(2).mean().backward()
+            opt.step()
+        paths.append(rec.path)
+    result = nbdiff.compare(*paths)
+    assert result, result.report()
+    (update,) = [t for d in result.select(step=0, phase="optimizer") for t in d.tensors if t.note]
+    assert update.note.startswith("1 element(s) differ by what the gradients")

@@ -1,0 +1,64 @@
+"""Weights that drift apart over a watched run, and the weights raw's replays use instead.
+
+``watch`` compares the steps the user's own loop ran: each optimizer stepped from its own
+model's gradients, so after step 0 the two models' weights differ by whatever their updates
+did. Those updates were compared step by step (:mod:`nbdiff.updates`), and an update that agrees
+within what its gradients explain can still move an element by a visible amount: Adam turns a
+gradient that is rounding noise around zero into a step of ``±lr``. The steps after it then
+inherit that difference. So raw's layers are replayed on the weights raw would have had if its
+updates had been base's ("followed"), which keeps each layer's own error apart from the drift,
+and an error that no layer makes on its own is the drift's, not a new divergence.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from nbdiff.compare.tolerance import Tolerance
+from nbdiff.updates import Snapshot
+from nbdiff.weights.plan import LayerWeights
+
+__all__ = ["followed", "drift_note"]
+
+
+def followed(plans: dict[str, LayerWeights], base0: Snapshot, base_k: Snapshot, raw0: Snapshot) -> Snapshot:
+    """Raw's weights at step 0 moved as base's moved since (converted to raw's layout).
+
+    Differences raw started with stay (they are not the updates' doing); a layer whose arrays
+    cannot be converted is left out, and keeps raw's own weights."""
+    out: Snapshot = {}
+    for key, plan in plans.items():
+        b0, bk, r0 = base0.get(key, {}), base_k.get(key, {}), raw0.get(key, {})
+        moved_by = {n: bk[n] - b0[n] for n in bk if n in b0}
+        try:
+            moved = plan.convert(moved_by) if moved_by else {}
+        except (KeyError, ValueError):
+            continue
+        out[key] = {n: r0[n] + moved[n] for n in r0 if n in moved and np.shape(moved[n]) == np.shape(r0[n])}
+    return out
+
+
+def drift_note(step: int, follow: Snapshot, raw_k: Snapshot, tol: Callable[[str, str], Tolerance]) -> str | None:
+    """How far raw's weights at ``step`` are from where base's updates would have taken them, when
+    that is beyond the tolerance of the weights themselves; ``None`` for rounding-level drift."""
+    worst: tuple[float, str] | None = None
+    for key, arrays in follow.items():
+        for name, want in arrays.items():
+            have = raw_k.get(key, {}).get(name)
+            if have is None or have.shape != want.shape or not want.size:
+                continue
+            t = tol(str(have.dtype), str(want.dtype))
+            scale = float(np.abs(want).max())
+            allowed = (t.atol * scale if t.scaled else t.atol) + t.floor
+            err = float(np.abs(have - want).max())
+            if err > allowed and (worst is None or err / max(allowed, 1e-30) > worst[0]):
+                worst = (err / max(allowed, 1e-30), f"`{f'{key}.' if key else ''}{name}` by {err:.3g}")
+    if worst is None:
+        return None
+    return (
+        f"from step {step} on, raw's weights differ from where base's updates would have taken them ({worst[1]}, max abs): "
+        "the earlier updates each agreed within what their gradients explain, and the differences they left "
+        "add up. No layer differs on its own, so what the outputs inherit from that drift is not reported as a divergence"
+    )

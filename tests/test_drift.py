@@ -1,0 +1,92 @@
+"""A watched run whose weights drift through updates that agree: blamed on no layer, and said."""
+
+import copy
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import nbdiff  # noqa: E402
+from nbdiff.compare.tolerance import resolve_tolerance  # noqa: E402
+from nbdiff.drift import drift_note, followed  # noqa: E402
+from nbdiff.weights.plan import LayerWeights  # noqa: E402
+
+DRIFT = "raw's weights differ from where base's updates would have taken them"
+
+
+def models_with_a_noisy_gradient(flip: bool):
+    torch.manual_seed(0)
+    base = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Tanh(), torch.nn.Linear(16, 4))
+    raw = copy.deepcopy(base)
+    # One weight's gradient is 0 but for rounding, which gives it opposite signs in the two models
+    # (far within any gradient tolerance); Adam turns that into updates of +lr and -lr.
+    for model, sign in ((base, 1.0), (raw, -1.0 if flip else 1.0)):
+
+        def noise(g, sign=sign):
+            g = g.clone()
+            g[0, 0] = sign * 1e-7
+            return g
+
+        model[0].weight.register_hook(noise)
+    return base, raw
+
+
+def _watch(flip: bool, raw_lr: float = 1e-2):
+    base, raw = models_with_a_noisy_gradient(flip)
+    x = torch.tensor(np.random.RandomState(1).randn(32, 8).astype("float32"))
+    with nbdiff.watch(base, raw) as w:
+        ob, orw = torch.optim.Adam(base.parameters(), lr=1e-2), torch.optim.Adam(raw.parameters(), lr=raw_lr)
+        for _ in range(3):
+            for model, opt in ((base, ob), (raw, orw)):
+                model(x).pow(2).mean().backward()
+                opt.step()
+                opt.zero_grad()
+    return w.result
+
+
+def test_updates_that_gradients_explain_and_the_drift_they_leave_are_no_divergence():
+    result = _watch(flip=True)
+    assert result, result.report()
+    step0 = next(d for d in result.events if d.base.phase.value == "optimizer" and d.base.step == 0)
+    weight = next(t for t in step0.tensors if t.name.endswith("weight") and t.note)
+    assert weight.name in ("weight", "0.weight")  # by the root's plan or layer 0's
+    assert weight.note.startswith("1 element(s) differ by what the gradients")
+    # The drift is real (the outputs of step 1 differ beyond tolerance), and said.
+    assert result.step_errors()[1]["outputs"] > 1
+    (said,) = [w for w in result.warnings if DRIFT in w]  # once, not once per later step
+    assert "from step 1 on" in said and "`0.weight`" in said
+
+
+def test_without_the_flip_nothing_is_discounted_and_nothing_drifts():
+    result = _watch(flip=False)
+    assert result and not any(DRIFT in w for w in result.warnings)
+    assert all(not t.note for d in result.events for t in d.tensors if d.base.phase.value == "optimizer")
+
+
+def test_a_wrong_learning_rate_is_still_blamed_on_the_update():
+    d = _watch(flip=True, raw_lr=1.01e-2).first_divergence
+    assert (d.step, d.phase.value, d.where, d.parameter) == (0, "optimizer", "parameter", "0.weight")
+
+
+class _Transposed(LayerWeights):
+    """A layer whose weight raw keeps transposed (as paddle's Linear)."""
+
+    def __init__(self) -> None:
+        pass
+
+    def convert(self, arrays):
+        return {n: a.T for n, a in arrays.items()}
+
+
+def test_followed_weights_move_raw_as_base_moved_and_keep_what_raw_started_with():
+    b0, bk = {"fc": {"weight": np.zeros((2, 3))}}, {"fc": {"weight": np.arange(6.0).reshape(2, 3)}}
+    r0 = {"fc": {"weight": np.full((3, 2), 0.5)}}  # raw started 0.5 away: not the updates' doing
+    follow = followed({"fc": _Transposed()}, b0, bk, r0)
+    np.testing.assert_array_equal(follow["fc"]["weight"], np.arange(6.0).reshape(2, 3).T + 0.5)
+    tol = lambda a, b: resolve_tolerance(None, None, a, b)  # noqa: E731
+    assert drift_note(2, follow, {"fc": {"weight": follow["fc"]["weight"] + 1e-9}}, tol) is None
+    moved = follow["fc"]["weight"].copy()
+    moved[1, 0] += 0.02
+    note = drift_note(2, follow, {"fc": {"weight": moved}}, tol)
+    assert note is not None and "from step 2 on" in note and "`fc.weight` by 0.02" in note

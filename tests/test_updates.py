@@ -1,0 +1,61 @@
+"""Optimizer updates given gradients that differ: what the gradients explain is not a divergence."""
+
+import numpy as np
+
+from nbdiff.compare.metrics import compare_tensors
+from nbdiff.compare.tolerance import resolve_tolerance
+from nbdiff.updates import discount_gradients, update_tolerance
+
+LR, EPS = 1e-2, 1e-8
+
+
+def _adam_first_step(g):
+    return -LR * g / (np.abs(g) + EPS)  # bias-corrected m / sqrt(v) at step 0
+
+
+def _gradients(noise_at_zero=True):
+    rng = np.random.RandomState(0)
+    base = rng.randn(16, 8).astype(np.float32) * 1e-2
+    raw = base * (1 + rng.randn(16, 8).astype(np.float32) * 1e-7)  # rounding-level difference
+    if noise_at_zero:  # a gradient that is 0 but for rounding, of opposite sign in the two frameworks
+        base[3, 5], raw[3, 5] = 1e-7, -1e-7  # within 2e-5 of max|g|
+    return base, raw
+
+
+def _compare(bu, ru):
+    tol = update_tolerance(lambda a, b: resolve_tolerance(None, None, a, b), "float32", "float32", 1.0)
+    return compare_tensors("weight", ru, bu, tol)
+
+
+def test_an_adam_update_of_a_gradient_at_rounding_noise_is_explained_by_the_gradients():
+    bg, rg = _gradients()
+    bu, ru = _adam_first_step(bg), _adam_first_step(rg)
+    t = _compare(bu, ru)
+    assert not t.passed and t.max_abs > LR  # the sign flip moves the element by 2 lr
+    redone = discount_gradients(t, bu, ru, [(bg, rg)], "strict")
+    assert redone.passed and redone.note.startswith("1 element(s) differ by what the gradients")
+
+
+def test_a_wrong_learning_rate_is_not_explained_by_gradients_that_agree():
+    bg, rg = _gradients()
+    bu, ru = _adam_first_step(bg), 1.01 * _adam_first_step(rg)
+    t = _compare(bu, ru)
+    assert discount_gradients(t, bu, ru, [(bg, rg)], "strict") is t
+    bu, ru = _adam_first_step(bg), 1.01 * _adam_first_step(bg)  # and not without the noisy element
+    t = _compare(bu, ru)
+    assert discount_gradients(t, bu, ru, [(bg, bg)], "strict") is t
+
+
+def test_a_gradient_difference_of_an_earlier_step_still_explains_a_later_update():
+    bg, rg = _gradients()
+    bu, ru = _adam_first_step(bg), _adam_first_step(rg)  # momentum carries step 0 into step 1
+    t = _compare(bu, ru)
+    assert discount_gradients(t, bu, ru, [(bg, bg)], "strict") is t  # this step's gradients alone: equal
+    assert discount_gradients(t, bu, ru, [(bg, rg), (bg, bg)], "strict").passed
+
+
+def test_gradients_of_another_shape_leave_the_comparison_as_it_was():
+    bg, rg = _gradients()
+    bu, ru = _adam_first_step(bg), _adam_first_step(rg)
+    t = _compare(bu, ru)
+    assert discount_gradients(t, bu, ru, [(bg.T, rg.T)], "strict") is t

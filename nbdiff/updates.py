@@ -69,6 +69,7 @@ def update_diffs(
 ) -> list[EventDiff]:
     """``grads``: the gradients each optimizer was given, when they were not the same (``watch``)."""
     diffs = []
+    given: list[tuple[Snapshot, Snapshot]] | None = None
     for order, (key, plan) in enumerate(plans.items()):
         bd = {n: after[0][key][n] - before[0][key][n] for n in after[0][key]}
         rd = {n: after[1][key][n] - before[1][key][n] for n in after[1][key]}
@@ -82,7 +83,8 @@ def update_diffs(
 
         tensors = compare_param_grads(bd, rd, plan, update_tol, mode)
         if grads is not None and not all(t.passed for t in tensors):
-            steps = [(b.get(key, {}), r.get(key, {})) for b, r in grads()]
+            given = given if given is not None else grads()  # once per call, only when something fails
+            steps = [(b.get(key, {}), r.get(key, {})) for b, r in given]
             tensors = _discounted(tensors, plan, (bd, rd), steps, mode)
         diffs.append(param_pair(step, Phase.OPTIMIZER, order, plan, bd, rd, tensors))
     return diffs

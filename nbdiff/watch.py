@@ -251,10 +251,10 @@ class watch:
                 self._warnings += self._cmp.notes
                 self._cmp.notes.clear()
                 if found is None:
-                    found, updates = self._updates(k)
+                    found, updates = self._updates(k, discount=divergence is None)
                     events += updates
                 else:
-                    events += self._updates(k)[1]
+                    events += self._updates(k, discount=divergence is None)[1]
                 divergence = divergence or found
                 done = k + 1
         finally:
@@ -293,8 +293,9 @@ class watch:
 
         return of
 
-    def _updates(self, k: int) -> tuple[Divergence | None, list[EventDiff]]:
-        """What the optimizers changed during step ``k``; nothing when no optimizer ran."""
+    def _updates(self, k: int, discount: bool) -> tuple[Divergence | None, list[EventDiff]]:
+        """What the optimizers changed during step ``k``; nothing when no optimizer ran. ``discount``:
+        take out what the gradients explain (until the first divergence; after it, only the chart reads)."""
         changed = any(
             not np.array_equal(side.weights[k][i], side.weights[k + 1][i])
             for side in (self._b, self._r)
@@ -309,7 +310,7 @@ class watch:
         def grads() -> list[tuple[Snapshot, Snapshot]]:
             return [self._plan_snapshot(s, lambda side, s=s: side.grads[s]) for s in range(k + 1)]
 
-        return self._cmp.compare_updates(k, before, after, stacks, grads)
+        return self._cmp.compare_updates(k, before, after, stacks, grads if discount else None)
 
     def _raw_weights(self, snapshot: Snapshot) -> Weights:
         """Raw's parameters by ``id``, from arrays by plan and raw's names."""

@@ -86,12 +86,14 @@ def compare(
                     f"{dump.path}: the recording did not end cleanly (crash or kill); its {len(dump.steps)} "
                     "complete step(s) are compared."
                 )
+        diverged = False
         for k in range(min(len(a.steps), len(b.steps))):
             cut = [str(d.path) for d in (a, b) if k in d.incomplete]
             if cut:
                 warnings.append(f"rank {rank}, step {k}: cut short by an exception in {', '.join(cut)}; not compared.")
                 continue
-            div, diffs, pairing = _compare_step(a, b, rank, k, tol, compare_mode)
+            div, diffs, pairing = _compare_step(a, b, rank, k, tol, compare_mode, discount=not diverged)
+            diverged = diverged or div is not None
             kept.add(k, rank, div, diffs)
             unmatched.add(pairing)
             steps = max(steps, k + 1)
@@ -201,7 +203,7 @@ def _ranked(events: list[Event], rank: int) -> list[Event]:
 
 
 def _compare_step(
-    a: RankDump, b: RankDump, rank: int, k: int, tol: TolFn, mode: str
+    a: RankDump, b: RankDump, rank: int, k: int, tol: TolFn, mode: str, discount: bool = True
 ) -> tuple[Divergence | None, list[EventDiff], Pairing]:
     ea, eb = _ranked(a.steps[k], rank), _ranked(b.steps[k], rank)
     by_phase = lambda es, ph: [e for e in es if e.phase is ph]  # noqa: E731
@@ -215,8 +217,13 @@ def _compare_step(
         divergence, bwd = blame_events(bwd, lambda d: api_local(d, tol, mode, "outputs"))
 
     # Each run's optimizer stepped from its own gradients: updates may differ by what those explain.
+    # Read (every step so far) once, when an update fails, and not after a divergence: then only the chart reads.
+    given: list[tuple[StepGrads, StepGrads]] = []
+
     def grads() -> list[tuple[StepGrads, StepGrads]]:
-        return [(_param_grads(a.steps[s]), _param_grads(b.steps[s])) for s in range(k + 1)]
+        if discount and not given:
+            given.extend((_param_grads(a.steps[s]), _param_grads(b.steps[s])) for s in range(k + 1))
+        return given
 
     upd = _updates(pairing, by_phase(ea, Phase.OPTIMIZER), by_phase(eb, Phase.OPTIMIZER), a, b, tol, mode, grads)
     if divergence is None:
@@ -345,8 +352,9 @@ def _updates(
             return update_tolerance(tol, x, y, 0.0)  # the dump keeps updates, not the weights
 
         tensors = tensor_diffs(r.outputs, converted, utol, mode)
-        if not all(t.passed for t in tensors):
-            steps = [(_convert(a, b, e.path, r.path, bg.get(e.path, {})), rg.get(r.path, {})) for bg, rg in grads()]
+        given = grads() if not all(t.passed for t in tensors) else []
+        if given:
+            steps = [(_convert(a, b, e.path, r.path, bg.get(e.path, {})), rg.get(r.path, {})) for bg, rg in given]
             tensors = discount_updates(tensors, _values(converted), _values(r.outputs), steps, mode)
         diffs.append(EventDiff(e, r, tuple(tensors)))
     return diffs

@@ -16,6 +16,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from nbdiff.compare.metrics import compare_tensors
 from nbdiff.compare.tolerance import Tolerance
 from nbdiff.updates import Snapshot
 from nbdiff.weights.plan import LayerWeights
@@ -43,22 +44,19 @@ def followed(plans: dict[str, LayerWeights], base0: Snapshot, base_k: Snapshot, 
 def drift_note(step: int, follow: Snapshot, raw_k: Snapshot, tol: Callable[[str, str], Tolerance]) -> str | None:
     """How far raw's weights at ``step`` are from where base's updates would have taken them, when
     that is beyond the tolerance of the weights themselves; ``None`` for rounding-level drift."""
-    worst: tuple[float, str] | None = None
+    worst = None
     for key, arrays in follow.items():
         for name, want in arrays.items():
             have = raw_k.get(key, {}).get(name)
             if have is None or have.shape != want.shape or not want.size:
                 continue
-            t = tol(str(have.dtype), str(want.dtype))
-            scale = float(np.abs(want).max())
-            allowed = (t.atol * scale if t.scaled else t.atol) + t.floor
-            err = float(np.abs(have - want).max())
-            if err > allowed and (worst is None or err / max(allowed, 1e-30) > worst[0]):
-                worst = (err / max(allowed, 1e-30), f"`{f'{key}.' if key else ''}{name}` by {err:.3g}")
+            d = compare_tensors(f"{key}.{name}" if key else name, have, want, tol(str(want.dtype), str(have.dtype)))
+            if not d.passed and (worst is None or d.ratio > worst.ratio):
+                worst = d
     if worst is None:
         return None
     return (
-        f"from step {step} on, raw's weights differ from where base's updates would have taken them ({worst[1]}, max abs): "
+        f"from step {step} on, raw's weights differ from where base's updates would have taken them (`{worst.name}` by {worst.max_abs:.3g}, max abs): "
         "the earlier updates each agreed within what their gradients explain, and the differences they left "
         "add up. No layer differs on its own, so what the outputs inherit from that drift is not reported as a divergence"
     )

@@ -236,14 +236,14 @@ class watch:
                 # Replays run on the weights this step ran with; raw's, after step 0, on those its
                 # updates would have given had they been base's (nbdiff.drift).
                 self._b.load(self._b.weights[k])
-                self._r.load(self._r.weights[k])
-                drift = None
+                replay_weights, drift = self._r.weights[k], None
                 if k > 0:
                     now = self._plan_snapshot(k)
                     follow = followed(self._cmp.plans, start[0], now[0], start[1])
-                    self._r.load(self._raw_weights(follow))
+                    replay_weights = {**replay_weights, **self._raw_weights(follow)}
                     # Only updates that agreed make drift; after a divergence its steps are for the chart.
                     drift = drift_note(k, follow, now[1], self._tol) if divergence is None else None
+                self._r.load(replay_weights)
                 # Every step the user ran is compared, so the error's growth can be seen (result.plot());
                 # the answer stays the first divergence.
                 found, diffs = self._cmp.compare(pairing, brec, rrec, self._grads_of(k), drift=drift)

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 from contextlib import ExitStack
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +17,7 @@ import numpy as np
 
 from nbdiff.errors import OptionError
 from nbdiff.frameworks import Framework, framework_of
-from nbdiff.trace.events import Event, Kind, Phase, TensorRecord
+from nbdiff.trace.events import Event, Kind, Phase, TensorRecord, changed
 from nbdiff.trace.session import ModelSession, Weights
 from nbdiff.trace.store import DUMP_TYPES, DumpWriter
 from nbdiff.weights.plan import all_class_names
@@ -178,8 +177,11 @@ def _selector(mode: str, scope: list[str], events: list[Event], names: dict[tupl
 
 
 def _floating_only(e: Event) -> Event:
-    keep = lambda ts: tuple(t for t in ts if t.dtype.startswith(("float", "bfloat", "complex")))  # noqa: E731
-    return replace(e, inputs=keep(e.inputs), outputs=keep(e.outputs), params=keep(e.params))
+    floating = lambda t: t.dtype.startswith(("float", "bfloat", "complex"))  # noqa: E731
+    if all(floating(t) for ts in (e.inputs, e.outputs, e.params) for t in ts):
+        return e
+    keep = lambda ts: tuple(t for t in ts if floating(t))  # noqa: E731
+    return changed(e, inputs=keep(e.inputs), outputs=keep(e.outputs), params=keep(e.params))
 
 
 def _updates(fw: Framework, model: Any, step: int, before: Weights, after: Weights) -> list[Event]:

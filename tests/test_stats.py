@@ -39,3 +39,15 @@ def test_non_finite_values_are_counted_and_left_out():
     s = tensor_stats(np.array([1.0, np.nan, np.inf, 3.0], np.float32))
     assert (s.nan, s.inf, s.mean, s.std) == (1, 1, 2.0, 1.0)
     assert tensor_stats(np.array([], np.float32)).std == 0.0
+
+
+def test_values_whose_squares_overflow_float32_still_have_a_finite_spread():
+    x = np.array([1e20, -1e20, 3e20, 0.0], np.float32)
+    ref = x.astype(np.float64)
+    assert np.isclose(tensor_stats(x).std, ref.std(), rtol=1e-6)
+
+
+@pytest.mark.parametrize("values", [[0.0, 1.0, 3.0], [-2.0, -1.0, -0.5]])
+def test_a_tensor_of_one_sign_has_its_sum_as_absolute_sum(values):
+    x = np.array(values, np.float32)
+    assert tensor_stats(x).abs_mean == pytest.approx(np.abs(x.astype(np.float64)).mean(), rel=1e-7)

@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 
 from nbdiff.frameworks import Framework
-from nbdiff.trace.calls import Call, link_backward_parents, replace_parent
+from nbdiff.trace.calls import Call, link_backward_parents
 from nbdiff.trace.events import Event, Kind, Phase, TensorRecord
 
 __all__ = ["build_events"]
@@ -30,7 +30,7 @@ def build_events(
     """
     warnings: list[str] = []
     forward: list[Event] = []
-    by_order: dict[int, Event] = {}
+    renumber: dict[int, int] = {}  # call order -> event order; a parent's call starts before its children's
     for rec in calls:
         if not rec.done:
             continue
@@ -44,7 +44,7 @@ def build_events(
             type_name=rec.api or type(rec.layer).__name__,
             call=rec.call,
             depth=rec.depth,
-            parent=rec.parent,
+            parent=renumber.get(rec.parent) if rec.parent is not None else None,
             library=False if rec.api else fw.is_library_layer(rec.layer),
             inputs=ins,
             outputs=outs,
@@ -56,11 +56,8 @@ def build_events(
             bases=() if rec.api else _bases(fw, rec.layer),
             weights=() if rec.api else _weight_shapes(fw, rec.layer),
         )
-        by_order[rec.order] = ev
+        renumber[rec.order] = ev.order
         forward.append(ev)
-    # Parent pointers refer to call order; renumber to event order.
-    renumber = {rec_order: ev.order for rec_order, ev in by_order.items()}
-    forward = [replace_parent(e, renumber) for e in forward]
     if loss is not None:
         forward.append(
             Event(

@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from nbdiff.trace.events import Event, TensorRecord
+from nbdiff.trace.events import Event, TensorRecord, changed
 from nbdiff.trace.stack import Frame
 
-__all__ = ["Call", "Feed", "input_name", "replace_parent", "link_backward_parents"]
+__all__ = ["Call", "Feed", "input_name", "link_backward_parents"]
 
 
 @dataclass
@@ -58,10 +58,6 @@ def input_name(key: str) -> str:
     return "in" + key[3:]
 
 
-def replace_parent(e: Event, renumber: dict[int, int]) -> Event:
-    return replace(e, parent=renumber.get(e.parent) if e.parent is not None else None)
-
-
 def link_backward_parents(events: list[Event]) -> list[Event]:
     """Point each backward event at its enclosing layer's backward event.
 
@@ -74,6 +70,6 @@ def link_backward_parents(events: list[Event]) -> list[Event]:
         e = result[i]
         while ancestors and ancestors[-1].depth >= e.depth:
             ancestors.pop()
-        result[i] = replace(e, parent=ancestors[-1].order if ancestors else None)
+        result[i] = changed(e, parent=ancestors[-1].order if ancestors else None)
         ancestors.append(result[i])
     return result

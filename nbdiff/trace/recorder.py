@@ -9,7 +9,6 @@ layer to the next is copied once: copies are shared by tensor and version.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -18,7 +17,7 @@ from nbdiff.frameworks import Framework, Handle
 from nbdiff.trace.apis import SKIPPED_OPS, canonical_op
 from nbdiff.trace.build import build_events
 from nbdiff.trace.calls import Call, Feed, input_name
-from nbdiff.trace.events import Event, TensorRecord
+from nbdiff.trace.events import Event, TensorRecord, changed
 from nbdiff.trace.nest import describe_non_tensors, flatten, unflatten
 from nbdiff.trace.spool import Spool
 from nbdiff.trace.stack import Frame, tool_roots, user_stack
@@ -271,7 +270,7 @@ class Recorder:
             value = self.spool.keep(fw.to_numpy(t))
             hit = self._copies[key] = (t, TensorRecord(name, fw.shape_of(t), fw.dtype_name(t), value))
         record = hit[1]
-        return record if record.name == name else replace(record, name=name)
+        return record if record.name == name else changed(record, name=name)
 
     def _alias(self, t: Any, record: TensorRecord) -> None:
         """``t`` holds the values ``record`` copied (a view made here): the sublayers it is
@@ -330,7 +329,7 @@ class Recorder:
         renumbered = []
         for i, rec in enumerate(group):
             base_call = first_call.setdefault(rec.path, rec.call)
-            renumbered.append(replace(rec, order=i, call=rec.call - base_call, parent=None))
+            renumbered.append(changed(rec, order=i, call=rec.call - base_call, parent=None))
         # Parents: map old order -> new order inside the group.
         new_order = {rec.order: i for i, rec in enumerate(group)}
         for new, old in zip(renumbered, group):

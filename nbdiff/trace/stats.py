@@ -14,6 +14,10 @@ STAT_FIELDS = ("min", "max", "mean", "std", "abs_mean")
 """The values a statistics comparison looks at, in this order."""
 _CHUNK = 1 << 20  # elements per chunk: at most 8 MiB of scratch per thread, whatever the tensor's size
 _ROW = 4096  # elements summed in the tensor's own float type before float64 takes over
+_CANCELS = 0.8
+"""``E[x^2] - mean^2`` is used while ``mean^2`` is at most this share of ``E[x^2]`` (the variance
+at least a fifth of it): a float32 dot product's rounding (3e-6 of ``E[x^2]`` per million
+elements) then moves the std by at most about 1e-5 of itself."""
 
 
 @dataclass(frozen=True)
@@ -41,12 +45,13 @@ def tensor_stats(a: np.ndarray) -> Stats:
 
     This runs on every recorded tensor of a dump, so it makes few passes and no large
     allocations: min and max (a NaN or Inf shows in them, so the finite mask is only built
-    when one is there), then per chunk of ``_CHUNK`` elements a sum, ``|x|`` and ``x - mean``
-    into one reused scratch buffer, their sums and a dot product. A sum adds rows of ``_ROW``
-    elements in the tensor's float type (one BLAS matrix-vector product: faster than numpy's
-    pairwise sum, and as exact) and the row sums in float64. The variance is two-pass, around
-    the mean, so it does not cancel, and a constant tensor has a std of exactly 0 (a scalar
-    loss got 7e-6 from ``E[x^2] - E[x]^2``).
+    when one is there), then per chunk of ``_CHUNK`` elements a sum and a dot product. A sum
+    adds rows of ``_ROW`` elements in the tensor's float type (one BLAS matrix-vector product:
+    faster than numpy's pairwise sum, and as exact) and the row sums in float64. ``|x|`` is
+    summed through a scratch buffer only when the signs are mixed (a ReLU's output is its own
+    absolute value). The variance is ``E[x^2] - mean^2`` while the mean is not much larger
+    than the spread; otherwise that cancels, and it is taken in a second pass around the mean
+    (a constant tensor has a std of exactly 0: a scalar loss got 7e-6 from the difference).
     """
     x = np.asarray(a).ravel()
     if x.size == 0 or x.dtype.kind not in "biuf":
@@ -69,16 +74,31 @@ def tensor_stats(a: np.ndarray) -> Stats:
         return Stats(lo, hi, lo, 0.0, abs(lo), nan, inf)
     n = x.size
     chunks = [x[i : i + _CHUNK] for i in range(0, n, _CHUNK)]
-    mean = sum(_sum(c) for c in chunks) / n
-    around = x.dtype.type(mean)
-    abs_sum = square_sum = 0.0
+    total = sum(_sum(c) for c in chunks)
+    mean = total / n
+    if lo >= 0 or hi <= 0:
+        abs_sum = abs(total)
+    else:
+        abs_sum = sum(_sum(np.abs(c, out=_scratch(c.size, x.dtype))) for c in chunks)
+    squares = sum(float(np.dot(c, c)) for c in chunks) / n
+    if mean * mean <= _CANCELS * squares:
+        var = squares - mean * mean
+    else:
+        var = _spread_around(chunks, mean, n)
+    if not math.isfinite(var):  # squares past float32's range (|x| > 1.8e19): in float64 then
+        var = _spread_around([c.astype(np.float64) for c in chunks], mean, n)
+    return Stats(lo, hi, mean, max(var, 0.0) ** 0.5, abs_sum / n, nan, inf)
+
+
+def _spread_around(chunks: list[np.ndarray], mean: float, n: int) -> float:
+    """The variance as the mean square of ``x - mean``: no cancellation, one more pass."""
+    around = chunks[0].dtype.type(mean)
+    square_sum = 0.0
     for c in chunks:
-        scratch = _scratch(c.size, x.dtype)
-        abs_sum += _sum(np.abs(c, out=scratch))
-        np.subtract(c, around, out=scratch)
+        scratch = np.subtract(c, around, out=_scratch(c.size, c.dtype))
         square_sum += float(np.dot(scratch, scratch))
     shift = mean - float(around)  # the squares were taken around the mean rounded to x's type
-    return Stats(lo, hi, mean, max(square_sum / n - shift * shift, 0.0) ** 0.5, abs_sum / n, nan, inf)
+    return square_sum / n - shift * shift
 
 
 def _sum(c: np.ndarray) -> float:

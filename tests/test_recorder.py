@@ -210,3 +210,30 @@ def test_a_container_passes_its_input_on_without_a_second_copy(fw_name):
     inputs = [e.inputs[0].value for e in forward if e.kind.value == "layer"][:3]  # root, inner, Linear
     assert inputs[0] is inputs[1] is inputs[2]
     np.testing.assert_array_equal(inputs[2], x)
+
+
+def test_a_gradient_handed_on_through_a_view_is_copied_once_and_is_right():
+    # torch hands a layer's input gradient and the previous layer's output gradient as two views
+    # of one buffer: one copy serves both, and it holds the true gradient.
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Tanh(), torch.nn.Linear(8, 3))
+    x = torch.randn(5, 4, requires_grad=True)
+    _, backward, _ = _record(model, x)
+    by_path = {e.path: e for e in backward}
+    tanh_in, lin_out = by_path["1"].inputs[0].value, by_path["0"].outputs[0].value
+    assert tanh_in is lin_out
+    h = model[0](x)
+    (true,) = torch.autograd.grad(model[2](model[1](h)).sum(), h)
+    np.testing.assert_allclose(lin_out, true.numpy(), rtol=1e-6)
+
+
+def test_gradient_alias_keys_tell_views_apart_from_other_buffers_and_writes():
+    fw = framework_of(torch.nn.Linear(1, 1), "m")
+    g = torch.randn(4, 6)
+    assert fw.gradient_alias_key(g) == fw.gradient_alias_key(g.view(4, 6)) is not None
+    assert fw.gradient_alias_key(g) != fw.gradient_alias_key(g.view(6, 4))  # read another way
+    assert fw.gradient_alias_key(g) != fw.gradient_alias_key(g.clone())  # other memory
+    before = fw.gradient_alias_key(g)
+    g.view(4, 6).add_(1.0)  # written through a view: the shared version counter moves
+    assert fw.gradient_alias_key(g) != before
+    assert framework_of(paddle.nn.Linear(1, 1), "m").gradient_alias_key(paddle.ones([2])) is None

@@ -133,3 +133,23 @@ def test_the_writer_thread_writes_while_the_next_step_is_recorded(tmp_path):
     second.join(10)
     writer.close()
     assert len(read_dump(tmp_path / "rank0").steps) == 2
+
+
+def test_values_shared_by_two_tensors_are_stored_once_and_read_back_for_both(tmp_path):
+    shared = np.arange(6, dtype=np.float32).reshape(2, 3)
+    a = TensorRecord("out", (2, 3), "float32", shared)
+    b = TensorRecord("in[0]", (2, 3), "float32", shared)
+    events = [
+        Event(0, Phase.FORWARD, Kind.LAYER, 0, "a", "Linear", 0, 1, None, True, (), (a,)),
+        Event(0, Phase.FORWARD, Kind.LAYER, 1, "b", "Tanh", 0, 1, None, True, (b,), (a,)),
+    ]
+    path = write_rank(
+        tmp_path / "rank0", {"framework": "torch", "model": "M", "rank": 0, "world_size": 1}, {}, [events], "tensor"
+    )
+    from safetensors.numpy import load_file
+
+    assert len(load_file(str(path / "step0.safetensors"))) == 1
+    back = read_dump(path).steps[0]
+    for e in back:
+        for t in e.inputs + e.outputs:
+            np.testing.assert_array_equal(t.value, shared)

@@ -6,7 +6,7 @@ core stays framework-free and is tested with plain numpy.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Hashable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from typing import Any, Protocol, runtime_checkable
 
@@ -75,6 +75,12 @@ class Framework(Protocol):
     def is_floating(self, tensor: Any) -> bool: ...
     def detach(self, tensor: Any) -> Any: ...
     def tensor_version(self, tensor: Any) -> int: ...
+    def gradient_alias_key(self, grad: Any) -> Hashable | None:
+        """Equal for two gradients a hook is handed when they are the same memory, read the
+        same way and unwritten since (the version counter their views share); ``None`` where the
+        framework writes into a handed gradient without counting it (paddle adds contributions)."""
+        ...
+
     def identity(self, tensor: Any, copy: bool = False) -> Any: ...
     def with_value(self, tensor: Any, value: Any) -> Any: ...
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 import os
 import warnings
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Hashable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from typing import Any
 
@@ -134,6 +134,9 @@ class PaddleFramework:
 
     def tensor_version(self, tensor: Any) -> int:
         return int(tensor.inplace_version)
+
+    def gradient_alias_key(self, grad: Any) -> Hashable | None:
+        return None  # paddle adds the next contribution into the gradient a hook was handed
 
     def identity(self, tensor: Any, copy: bool = False) -> Any:
         return tensor.clone() if copy else tensor.view(tensor.shape)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Hashable, Iterator, Sequence
 from contextlib import AbstractContextManager, ExitStack, contextmanager
 from typing import Any
 
@@ -96,6 +96,13 @@ class TorchFramework:
 
     def tensor_version(self, tensor: Any) -> int:
         return int(tensor._version)
+
+    def gradient_alias_key(self, grad: Any) -> Hashable | None:
+        # A layer's input gradient and the output gradient of the layer before are one buffer
+        # seen through two views (the identity node's backward is a view): half of all gradients.
+        if grad.layout != torch.strided or grad.is_sparse:
+            return None
+        return (grad.data_ptr(), grad.device, grad.dtype, tuple(grad.shape), grad.stride(), grad._version)
 
     def identity(self, tensor: Any, copy: bool = False) -> Any:
         return tensor.clone() if copy else tensor.view_as(tensor)

@@ -8,7 +8,7 @@ layer to the next is copied once: copies are shared by tensor and version.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from typing import Any
 
 import numpy as np
@@ -23,6 +23,10 @@ from nbdiff.trace.spool import Spool
 from nbdiff.trace.stack import Frame, tool_roots, user_stack
 
 __all__ = ["Recorder", "Feed"]
+
+_RECENT_GRADS = 4
+"""Gradients held for sharing: autograd hands a layer's input gradient and the previous layer's
+output gradient one after the other."""
 
 
 class Recorder:
@@ -60,9 +64,11 @@ class Recorder:
         self._active: list[Call] = []
         self._counts: dict[str, int] = {}
         self._copies: dict[tuple[int, int], tuple[Any, TensorRecord]] = {}
+        """``(id, version)`` of a tensor -> (the tensor, kept alive so its id stays unique; its copy)."""
+        self._recent_grads: dict[Hashable, tuple[Any, np.ndarray]] = {}
+        """Alias key of a gradient -> (the gradient, held; its copy): see :meth:`_grad_copy`."""
         self._backward_stack: tuple[Frame, ...] | None = None
         """User frames of the ``backward()`` call running now: walked once, shared by its layers."""
-        """``(id, version)`` of a tensor -> (the tensor, kept alive so its id stays unique; its copy)."""
         self.hidden_roots = fw.source_roots + tool_roots()
         """Folders whose frames are not user code (empty: keep every frame)."""
         self.paused = False
@@ -117,6 +123,7 @@ class Recorder:
         self.fw.remove_tensor_hooks(self._tensor_handles)
         self._tensor_handles.clear()
         self._copies.clear()
+        self._recent_grads.clear()
 
     # -- hooks ---------------------------------------------------------------
     def _pre(self, path: str) -> Callable[..., Any]:
@@ -253,9 +260,7 @@ class Recorder:
             # paddle calls a tensor's hook once per incoming contribution, torch once with the
             # sum: adding up gives the full gradient in both.
             prev = into.get(name)
-            # A copy: both frameworks reuse the buffer a hook was handed (paddle adds the next
-            # contribution into it, torch's AccumulateGrad adopts it as ``param.grad``).
-            g = self.spool.adopt(prev.value + fw.to_numpy(grad)) if prev else self.spool.keep(fw.to_numpy(grad))
+            g = self.spool.adopt(prev.value + fw.to_numpy(grad)) if prev else self._grad_copy(grad)
             into[name] = TensorRecord(name, fw.shape_of(grad), fw.dtype_name(grad), g)
             return None
 
@@ -271,6 +276,22 @@ class Recorder:
             hit = self._copies[key] = (t, TensorRecord(name, fw.shape_of(t), fw.dtype_name(t), value))
         record = hit[1]
         return record if record.name == name else changed(record, name=name)
+
+    def _grad_copy(self, grad: Any) -> np.ndarray:
+        """A copy of a gradient a hook was handed: both frameworks reuse that buffer (paddle adds
+        the next contribution into it, torch's AccumulateGrad adopts it as ``param.grad``). The
+        same buffer handed again, unwritten, shares the copy. The last few are held, so their
+        memory is not reused under another gradient, and torch cannot add into them in place."""
+        key = self.fw.gradient_alias_key(grad)
+        hit = self._recent_grads.get(key) if key is not None else None
+        if hit is not None:
+            return hit[1]
+        value = self.spool.keep(self.fw.to_numpy(grad))
+        if key is not None:
+            self._recent_grads[key] = (grad, value)
+            if len(self._recent_grads) > _RECENT_GRADS:
+                del self._recent_grads[next(iter(self._recent_grads))]
+        return value
 
     def _alias(self, t: Any, record: TensorRecord) -> None:
         """``t`` holds the values ``record`` copied (a view made here): the sublayers it is

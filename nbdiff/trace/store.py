@@ -103,16 +103,20 @@ def _event_json(
     keep_values: bool,
     keep_stats: bool,
     seen: dict[int, Stats | None] | None = None,
+    keys: dict[int, str] | None = None,
 ) -> dict[str, Any]:
     seen = {} if seen is None else seen
+    keys = {} if keys is None else keys  # id of the values -> payload key: shared values are stored once
 
     def tensors(group: str, items: tuple[TensorRecord, ...]) -> list[dict[str, Any]]:
         out = []
         for t in items:
             key = None
             if keep_values and t.value is not None:
-                key = f"{e.phase.value}.{e.order}.{group}.{t.name}"
-                payload[key] = np.require(t.value, requirements="C")  # ascontiguousarray makes 0-d arrays 1-d
+                key = keys.get(id(t.value))
+                if key is None:
+                    key = keys[id(t.value)] = f"{e.phase.value}.{e.order}.{group}.{t.name}"
+                    payload[key] = np.require(t.value, requirements="C")  # ascontiguousarray makes 0-d arrays 1-d
             out.append(_tensor_json(t, key, seen, keep_stats))
         return out
 
@@ -221,7 +225,9 @@ class DumpWriter:
 
         payload: dict[str, np.ndarray] = {}
         seen: dict[int, Stats | None] = {}
-        ev_json = [_event_json(e, payload, self.dump_type == "tensor", self.dump_type != "stack", seen) for e in events]
+        keys: dict[int, str] = {}
+        keep_values, keep_stats = self.dump_type == "tensor", self.dump_type != "stack"
+        ev_json = [_event_json(e, payload, keep_values, keep_stats, seen, keys) for e in events]
         file = None
         if payload:
             file = f"step{k}.safetensors"

@@ -100,8 +100,8 @@ class TorchFramework:
     def gradient_alias_key(self, grad: Any) -> Hashable | None:
         # A layer's input gradient and the output gradient of the layer before are one buffer
         # seen through two views (the identity node's backward is a view): half of all gradients.
-        if grad.layout != torch.strided or grad.is_sparse:
-            return None
+        if grad.layout != torch.strided or type(grad) is not torch.Tensor:
+            return None  # sparse, or a subclass (DTensor, a functorch wrapper) whose memory is elsewhere
         return (grad.data_ptr(), grad.device, grad.dtype, tuple(grad.shape), grad.stride(), grad._version)
 
     def identity(self, tensor: Any, copy: bool = False) -> Any:

@@ -176,8 +176,9 @@ print(status("VmHWM:") - before)
 
 @pytest.mark.skipif(not Path("/proc/self/clear_refs").exists(), reason="restarts the peak with /proc/self/clear_refs")
 def test_a_bounded_check_grows_the_process_far_less_than_its_recording(tmp_path):
-    """The check records about 400 MiB: 2 MiB activations and gradients, 16 layers, two models.
-    Measured from the check's start (the models' own activations come and go within it)."""
+    """The check records about 280 MiB: 2 MiB activations and gradients, 16 layers, two models
+    (400 MiB before a gradient handed on through a view shared its copy). Measured from the
+    check's start (the models' own activations come and go within it)."""
 
     def peak_growth_mib(limit):
         # Only what the child needs: a small, fixed environment.
@@ -190,5 +191,5 @@ def test_a_bounded_check_grows_the_process_far_less_than_its_recording(tmp_path)
         return float(out.stdout.split()[-1])
 
     held, bounded = peak_growth_mib(None), peak_growth_mib(0)
-    assert held > 300, held  # the recording, held in memory
+    assert held > 200, held  # the recording, held in memory
     assert bounded < 60, bounded  # the models' activations, pages being compared, scratch buffers

@@ -22,13 +22,12 @@ import numpy as np
 from nbdiff.compare.blame import EventDiff
 from nbdiff.result import DiffResult
 from nbdiff.trace.events import Event, TensorRecord
-from nbdiff.trace.spool import SMALL_BYTES, Spool, in_file
+from nbdiff.trace.spool import Spool, in_file, spoolable
 
 __all__ = ["SPILL_ABOVE_MIB", "spilled", "spill_tensors", "event_tensors", "wait_for_spills"]
 
 SPILL_ABOVE_MIB = 64.0
 """Default: a result whose tensors take more than this many MiB keeps them on disk."""
-_SMALL = SMALL_BYTES  # arrays below this stay in memory (a map costs a page and a file offset)
 
 
 def spilled(result: DiffResult, above_mib: float | None) -> DiffResult:
@@ -98,7 +97,7 @@ def _choose(
     holders: dict[int, list[TensorRecord]] = {}
     for t in records:
         a = t.value
-        if in_file(a) or a.nbytes < _SMALL or a.dtype.kind not in "biuf" or not a.flags.c_contiguous:
+        if in_file(a) or not spoolable(a):  # the Spool's own rule: small arrays stay, a map costs a page
             continue
         arrays.setdefault(id(a), a)
         holders.setdefault(id(a), []).append(t)

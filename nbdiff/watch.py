@@ -232,13 +232,13 @@ class watch:
                     )
                     self._warnings += wmap.warnings
                     self._cmp.set_plans(wmap.by_base_path())
-                start = start or self._plan_snapshot(0)  # both sides' weights as the run began
+                now = self._plan_snapshot(k)  # both sides' weights as step k began
+                start = start or now
                 # Replays run on the weights this step ran with; raw's, after step 0, on those its
                 # updates would have given had they been base's (nbdiff.drift).
                 self._b.load(self._b.weights[k])
                 replay_weights, drift = self._r.weights[k], None
                 if k > 0:
-                    now = self._plan_snapshot(k)
                     follow = followed(self._cmp.plans, start[0], now[0], start[1])
                     replay_weights = {**replay_weights, **self._raw_weights(follow)}
                     # Only updates that agreed make drift; after a divergence its steps are for the chart.
@@ -250,12 +250,9 @@ class watch:
                 events += diffs
                 self._warnings += self._cmp.notes
                 self._cmp.notes.clear()
-                if found is None:
-                    found, updates = self._updates(k, discount=divergence is None)
-                    events += updates
-                else:
-                    events += self._updates(k, discount=divergence is None)[1]
-                divergence = divergence or found
+                in_update, updates = self._updates(k, now, discount=divergence is None)
+                events += updates
+                divergence = divergence or found or in_update
                 done = k + 1
         finally:
             self._b.load(final[0])
@@ -293,9 +290,12 @@ class watch:
 
         return of
 
-    def _updates(self, k: int, discount: bool) -> tuple[Divergence | None, list[EventDiff]]:
-        """What the optimizers changed during step ``k``; nothing when no optimizer ran. ``discount``:
-        take out what the gradients explain (until the first divergence; after it, only the chart reads)."""
+    def _updates(
+        self, k: int, before: tuple[Snapshot, Snapshot], discount: bool
+    ) -> tuple[Divergence | None, list[EventDiff]]:
+        """What the optimizers changed during step ``k`` (``before``: the weights it began with);
+        nothing when no optimizer ran. ``discount``: take out what the gradients explain (until the
+        first divergence; after it, only the chart reads)."""
         changed = any(
             not np.array_equal(side.weights[k][i], side.weights[k + 1][i])
             for side in (self._b, self._r)
@@ -303,7 +303,7 @@ class watch:
         )
         if not changed:
             return None, []
-        before, after = self._plan_snapshot(k), self._plan_snapshot(k + 1)
+        after = self._plan_snapshot(k + 1)
         stacks = (self._optimizers.stack_at(self.bfw.name, k), self._optimizers.stack_at(self.rfw.name, k))
 
         # Each optimizer stepped from its own model's gradients: the updates may differ by what those did.

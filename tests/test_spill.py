@@ -10,9 +10,9 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import nbdiff  # noqa: E402
-from nbdiff import spill  # noqa: E402
 from nbdiff.errors import OptionError  # noqa: E402
 from nbdiff.spill import event_tensors, spill_tensors, spilled, wait_for_spills  # noqa: E402
+from nbdiff.trace import spool as spool_module  # noqa: E402
 from nbdiff.trace.spool import in_file  # noqa: E402
 
 
@@ -92,7 +92,7 @@ def test_a_bad_limit_is_refused(bad):
 
 
 def test_small_arrays_stay_in_memory(monkeypatch):
-    monkeypatch.setattr(spill, "_SMALL", 1 << 30)
+    monkeypatch.setattr(spool_module, "SMALL_BYTES", 1 << 30)
     result = nbdiff.auto_diff(*_pair(), X, spill_above_mib=0)
     wait_for_spills()
     assert not any(in_file(t.value) for t in event_tensors(result.events))

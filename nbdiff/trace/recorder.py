@@ -3,7 +3,8 @@
 A recorded value is the value when the event produced it: hooks copy each tensor to
 the host as they see it, because a later in-place write (``out += identity``,
 ``ReLU(inplace=True)``) would change a kept reference. A tensor handed from one
-layer to the next is copied once: copies are shared by tensor and version.
+layer to the next is copied once: copies are shared by tensor and version, and a gradient
+handed on through a view by its buffer (:meth:`Recorder._grad_copy`).
 """
 
 from __future__ import annotations

@@ -22,7 +22,7 @@ import tempfile
 
 import numpy as np
 
-__all__ = ["Spool", "MEMORY_MIB", "SMALL_BYTES", "give_back_heap", "in_file"]
+__all__ = ["Spool", "MEMORY_MIB", "SMALL_BYTES", "spoolable", "give_back_heap", "in_file"]
 
 MEMORY_MIB = 256.0
 """Default: a check holds this many MiB of its recording in memory, the rest in a file. The
@@ -31,6 +31,11 @@ benchmark transformer (215 MiB) stays in memory; spooling costs it about 5% more
 SMALL_BYTES = 1 << 16
 """Arrays below this many bytes are copied in memory, never spooled."""
 _ALIGN = 64  # each array starts on a cache line, so every dtype is aligned in the map
+
+
+def spoolable(a: np.ndarray) -> bool:
+    """Whether ``a`` goes to the file once spooling: numbers, and not small."""
+    return a.nbytes >= SMALL_BYTES and a.dtype.kind in "biufc"
 
 
 class Spool:
@@ -75,7 +80,7 @@ class Spool:
         return self._hold(a, copy=False)
 
     def _hold(self, a: np.ndarray, copy: bool) -> np.ndarray:
-        if a.nbytes >= SMALL_BYTES and a.dtype.kind in "biufc" and self.spooling:
+        if self.spooling and spoolable(a):
             view = self._write(np.ascontiguousarray(a))
             if view is not None:
                 return view

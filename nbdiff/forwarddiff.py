@@ -30,7 +30,10 @@ def tensor_diffs(
     tol: Callable[[str, str], Tolerance],
     mode: str,
     scale_hint: float = 0.0,
+    hint_covers: bool = False,
 ) -> list[TensorDiff]:
+    """Compare tensors paired by name (else position); ``hint_covers``: ``scale_hint`` is at least
+    every base tensor's largest magnitude (see :func:`compare_tensors`)."""
     by_name = {t.name: t for t in base}
     out = []
     for i, r in enumerate(raw):
@@ -39,7 +42,8 @@ def tensor_diffs(
             continue
         if r.value is not None and b.value is not None:
             # Recorded values are copies nothing writes again: passing ones get their metrics lazily.
-            out.append(compare_tensors(r.name, r.value, b.value, tol(b.dtype, r.dtype), mode, scale_hint, lazy=True))
+            tolerance = tol(b.dtype, r.dtype)
+            out.append(compare_tensors(r.name, r.value, b.value, tolerance, mode, scale_hint, True, hint_covers))
         elif r.stats is not None and b.stats is not None:  # statistics-only dumps
             out.append(
                 compare_statistics(r.name, r.stats, b.stats, tol(b.dtype, r.dtype), mode, b.shape, r.shape, scale_hint)

@@ -26,13 +26,24 @@ __all__ = ["Replayer", "compare_param_grads", "largest_shape", "magnitude", "par
 TolFn = Callable[[str, str], Tolerance]
 
 
-def magnitude(arrays: list[np.ndarray]) -> float:
-    """Largest absolute value over several arrays: the scale a backward event's rounding is relative to."""
-    # max and -min instead of max(abs(a)): two passes and no temporary array per tensor.
-    return max(
-        (max(float(np.nanmax(a)), -float(np.nanmin(a))) for a in arrays if a.size and a.dtype.kind == "f"),
-        default=0.0,
-    )
+def magnitude(arrays: list[np.ndarray], cache: dict[int, tuple[np.ndarray, float]] | None = None) -> float:
+    """Largest absolute value over several arrays (NaN ignored): the scale a backward event's
+    rounding is relative to. ``cache`` keeps each array's value (and the array: its ``id`` stays
+    unique) for arrays seen again, as one layer's input gradient is the next one's output gradient."""
+    out = 0.0
+    for a in arrays:
+        if not a.size or a.dtype.kind != "f":
+            continue
+        hit = cache.get(id(a)) if cache is not None else None
+        if hit is None:
+            # max and -min instead of max(abs(a)): two passes and no temporary array.
+            m = max(float(np.fmax.reduce(a, axis=None)), -float(np.fmin.reduce(a, axis=None)))
+            if cache is not None:
+                cache[id(a)] = (a, m)
+        else:
+            m = hit[1]
+        out = max(out, m)
+    return out
 
 
 def largest_shape(records: tuple[TensorRecord, ...]) -> tuple[int, ...]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -25,6 +25,8 @@ class StepRecord:
     forward: list[Event]
     backward: list[Event]
     warnings: list[str]
+    param_grads: dict[int, np.ndarray] = field(default_factory=dict)
+    """``id`` of a parameter -> its gradient in this step, the copy the backward events hold."""
 
 
 @functools.lru_cache(maxsize=1)  # both sides, every step: the same n
@@ -93,7 +95,7 @@ def run_step(
         # before the other model runs, so its peak does not come on top of them.
         spool.trim()
         give_back_heap()
-    return StepRecord(fwd, bwd, warnings)
+    return StepRecord(fwd, bwd, warnings, rec.param_grads)
 
 
 def run_optimizer(fw: Framework, optimizer: Any, side: str) -> None:

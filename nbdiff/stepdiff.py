@@ -44,6 +44,7 @@ __all__ = [
     "StepComparer",
     "ParamGrads",
     "live_param_grads",
+    "held_param_grads",
     "UPDATE_ATOL",
     "snapshot",
     "update_tolerance",
@@ -57,12 +58,26 @@ ParamGrads = Callable[[Framework, Any, bool], dict[str, np.ndarray]]
 
 def live_param_grads(fw: Framework, layer: Any, recursive: bool) -> dict[str, np.ndarray]:
     """The gradients the parameters hold now."""
-    out = {}
-    for n, p in layer_tensors(fw, layer, recursive).items():
-        g = fw.grad_of(p) if fw.is_trainable(p) else None
-        if g is not None:
-            out[n] = fw.to_numpy(g)
-    return out
+    return held_param_grads({})(fw, layer, recursive)
+
+
+def held_param_grads(held: dict[int, np.ndarray], live: bool = True) -> ParamGrads:
+    """Gradients from recorded copies (``id`` of a parameter -> gradient); with ``live``, those not
+    recorded are read from the parameters. The copies are owned and contiguous: comparing them
+    needs no second copy, which a live gradient does (paddle zeroes it in place later)."""
+
+    def of(fw: Framework, layer: Any, recursive: bool) -> dict[str, np.ndarray]:
+        out = {}
+        for n, p in layer_tensors(fw, layer, recursive).items():
+            g = held.get(id(p))
+            if g is None and live and fw.is_trainable(p):
+                g = fw.grad_of(p)
+                g = None if g is None else fw.to_numpy(g)
+            if g is not None:
+                out[n] = g
+        return out
+
+    return of
 
 
 @dataclass
@@ -104,7 +119,7 @@ class StepComparer:
         pairing: Pairing,
         brec: StepRecord,
         rrec: StepRecord,
-        grads: ParamGrads = live_param_grads,
+        grads: ParamGrads | None = None,
         floor: Callable[[], Floor | None] | None = None,
         drift: str | None = None,
     ) -> tuple[Divergence | None, list[EventDiff]]:
@@ -113,9 +128,12 @@ class StepComparer:
         ``floor`` measures base's own sensitivity to rounding (:mod:`nbdiff.conditioning`), asked
         for only when blame would report something: a difference within it is a note. ``drift``
         says the weights drifted apart through earlier updates that agreed (:mod:`nbdiff.drift`):
-        an error no layer makes on its own is then a note, not a divergence.
+        an error no layer makes on its own is then a note, not a divergence. ``grads``: the
+        parameter gradients; by default the copies the records hold, else the live ones.
         """
         assert self.plans is not None, "set_plans first"
+        if grads is None:
+            grads = held_param_grads({**brec.param_grads, **rrec.param_grads})
         divergence = None
         noise = Noise(floor) if floor is not None else None
 
@@ -285,6 +303,7 @@ def _backward_diffs(
     bfw, rfw, blayers, rlayers, tol, mode = sides.bfw, sides.rfw, sides.blayers, sides.rlayers, sides.tol, sides.mode
     read = _reader(sides.spool)
     diffs = []
+    magnitudes: dict[int, tuple[np.ndarray, float]] = {}  # a layer's input gradient is often the next one's output's
     arriving = 0.0  # largest gradient arriving at any layer so far, in backward order
     for p in sorted(pairing.pairs, key=lambda p: -p.base.order):
         b, r = bb.get((p.base.path, p.base.call)), rb.get((p.raw.path, p.raw.call))
@@ -296,9 +315,9 @@ def _backward_diffs(
         # A gradient is computed from the ones arriving before it: a sum of such terms that
         # cancels to ~0 (everything in front of a final LayerNorm under a mean loss) rounds
         # relative to them, not to itself.
-        arriving = max(arriving, magnitude([t.data for t in b.outputs]))
-        hint = max(arriving, magnitude([t.data for t in b.outputs + b.inputs] + list(bgrads.values())))
-        tensors = tensor_diffs(r.inputs, b.inputs, tol, mode, hint)
+        arriving = max(arriving, magnitude([t.data for t in b.outputs], magnitudes))
+        hint = max(arriving, magnitude([t.data for t in b.inputs] + list(bgrads.values()), magnitudes))
+        tensors = tensor_diffs(r.inputs, b.inputs, tol, mode, hint, hint_covers=True)
         if plan is not None and own:
             tensors += compare_param_grads(
                 bgrads,

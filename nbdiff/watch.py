@@ -23,13 +23,13 @@ from nbdiff.drift import drift_note, followed
 from nbdiff.errors import InputError, WeightTransferError
 from nbdiff.explain import explain
 from nbdiff.feed import feed_for
-from nbdiff.frameworks import Framework, framework_of
+from nbdiff.frameworks import framework_of
 from nbdiff.options import check_comparison, check_mib
 from nbdiff.progress import counter, progress
 from nbdiff.result import DiffResult
 from nbdiff.spill import SPILL_ABOVE_MIB, spilled
 from nbdiff.step import StepRecord
-from nbdiff.stepdiff import Snapshot, StepComparer
+from nbdiff.stepdiff import ParamGrads, Snapshot, StepComparer, held_param_grads
 from nbdiff.trace.recorder import Feed
 from nbdiff.trace.session import ModelSession, Weights
 from nbdiff.trace.spool import MEMORY_MIB, Spool
@@ -280,15 +280,9 @@ class watch:
         )
         return spilled(result, SPILL_ABOVE_MIB)
 
-    def _grads_of(self, k: int) -> Any:
-        base_layers = {id(lay) for lay in self._cmp.blayers.values()}
-        bgrads, rgrads = self._b.grads[k], self._r.grads[k]
-
-        def of(fw: Framework, layer: Any, recursive: bool) -> dict[str, np.ndarray]:
-            g = bgrads if id(layer) in base_layers else rgrads
-            return {n: g[id(p)] for n, p in layer_tensors(fw, layer, recursive).items() if id(p) in g}
-
-        return of
+    def _grads_of(self, k: int) -> ParamGrads:
+        # Recorded copies only: the live gradients are a later step's.
+        return held_param_grads({**self._b.grads[k], **self._r.grads[k]}, live=False)
 
     def _updates(
         self, k: int, before: tuple[Snapshot, Snapshot], discount: bool

@@ -88,3 +88,19 @@ def test_renaming_a_lazy_comparison_keeps_its_metrics_deferred():
     assert renamed.name == "given:x" and object.__getattribute__(renamed, "detail") is detail
     assert isinstance(detail, _Detail) and detail._arrays is not None  # nothing computed yet
     assert renamed.ratio == lazy.ratio < 1.0 and renamed.passed
+
+
+def test_a_hint_known_to_cover_base_skips_measuring_it_and_changes_nothing():
+    # Backward passes its scale hint (the largest gradient around, at least max|base|): the
+    # comparison then needs no pass of its own over |base|.
+    tol = resolve_tolerance(None, None, "float32")
+    b = np.random.RandomState(0).randn(64, 32).astype("float32")
+    hint = float(np.abs(b).max())
+    noise = np.float32(1e-7) * np.random.RandomState(1).randn(64, 32).astype("float32")
+    for a in (b + noise, b * 1.01, b.copy()):
+        for lazy in (False, True):
+            for h in (hint, 4 * hint):
+                plain = compare_tensors("x", a, b, tol, "strict", h, lazy)
+                covered = compare_tensors("x", a, b, tol, "strict", h, lazy, hint_covers=True)
+                for name in ("ratio", "max_rel", "mean_abs", "cosine", "max_abs"):
+                    assert getattr(covered, name) == getattr(plain, name), name

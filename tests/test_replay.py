@@ -82,3 +82,15 @@ def test_a_pair_that_cannot_take_the_same_input_is_not_replayed_and_does_not_cra
     wide, narrow = (next(e for e in rec.forward if e.path == p and e.kind is Kind.LAYER) for p in ("1", "3"))
     assert replayer.forward(wide, narrow) is None
     assert replayer.forward(narrow, narrow) is not None
+
+
+def test_magnitude_ignores_nan_and_measures_an_array_seen_again_once():
+    from nbdiff.replay import magnitude
+
+    a = np.array([1.0, -3.0, np.nan], "float32")
+    b = np.array([[2.0, 0.5]], "float32")
+    assert magnitude([a, b, np.zeros(0, "float32"), np.arange(3)]) == 3.0
+    cache: dict = {}
+    assert magnitude([a, b], cache) == 3.0 and set(cache) == {id(a), id(b)}
+    a[1] = 0.0  # the cache is for arrays nothing writes: what it measured stands
+    assert magnitude([a], cache) == 3.0 and magnitude([a]) == 1.0

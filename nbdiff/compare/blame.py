@@ -11,6 +11,7 @@ that are all fine locally, the fault is in its own code between two of them.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
@@ -237,16 +238,27 @@ def first_nonfinite(
     inputs are finite: where non-finite values are produced, even when both sides agree.
     ``read(base, raw)`` is told each pair of events once its values were read."""
     for d in diffs:
-        if not d.tensors:
+        if not d.tensors or _outputs_finite(d):
             continue
         outs = [t.value for e in (d.base, d.raw) for t in e.outputs if t.value is not None]
         ins = [t.value for e in (d.base, d.raw) for t in e.inputs if t.value is not None]
         produced = any(not _finite(a) for a in outs) and all(_finite(a) for a in ins)
         read(d.base, d.raw)
         if produced:
-            worst = max(d.tensors, key=lambda t: (t.nan_base + t.nan_raw + t.inf_base + t.inf_raw, t.ratio))
+            worst = max(d.tensors, key=lambda t: (_counted(t), t.ratio))
             return replace(divergence_of(d, "nonfinite"), metrics=worst)
     return None
+
+
+def _outputs_finite(d: EventDiff) -> bool:
+    """Whether the comparisons already show both sides' outputs finite: NaN and Inf carry into
+    ``a - b``, so a finite largest difference with nothing counted means neither array holds one."""
+    finite = {t.name for t in d.tensors if math.isfinite(t.max_abs) and not _counted(t)}
+    return all(t.name in finite for e in (d.base, d.raw) for t in e.outputs if t.value is not None)
+
+
+def _counted(t: TensorDiff) -> int:
+    return t.nan_base + t.nan_raw + t.inf_base + t.inf_raw
 
 
 def _finite(a: np.ndarray) -> bool:

@@ -83,6 +83,8 @@ class Recorder:
         ``api_level="all"``. By default a framework layer is one event, not its internals too."""
         self._busy = False  # inside our own hooks: their tensor ops are not the user's API calls
         self._api_ctx: Any = None
+        self.param_grads: dict[int, np.ndarray] = {}
+        """``id`` of a parameter -> the copy of its gradient the step's events hold (read once)."""
 
     # -- context -------------------------------------------------------------
     def __enter__(self) -> Recorder:
@@ -361,5 +363,8 @@ class Recorder:
 
     def _live_grad(self, param: Any) -> np.ndarray | None:
         g = self.fw.grad_of(param)
+        if g is None:
+            return None
         # A copy: clearing gradients zeroes paddle's in place.
-        return None if g is None else self.spool.keep(self.fw.to_numpy(g))
+        value = self.param_grads[id(param)] = self.spool.keep(self.fw.to_numpy(g))
+        return value

@@ -1,0 +1,52 @@
+import numpy as np
+import torch
+
+from nbdiff.compare.tolerance import resolve_tolerance
+from nbdiff.frameworks import framework_of
+from nbdiff.step import run_step
+from nbdiff.stepdiff import StepComparer, held_param_grads, live_param_grads
+from nbdiff.trace.inputs import split_inputs
+from nbdiff.weights.assign import plan_pairing
+
+
+def _two_steps():
+    torch.manual_seed(0)
+    base = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Tanh(), torch.nn.Linear(8, 2))
+    raw = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Tanh(), torch.nn.Linear(8, 2))
+    raw.load_state_dict(base.state_dict())
+    fw = framework_of(base, "base")
+    x = np.random.RandomState(0).randn(5, 4).astype("float32")
+    bcall, rcall = split_inputs(x, fw, fw)
+    brec = run_step(fw, base, bcall, None, side="base", step=0, backward=True)
+    rrec = run_step(fw, raw, rcall, None, side="raw", step=0, backward=True)
+    cmp = StepComparer(fw, base, fw, raw, lambda a, b: resolve_tolerance(None, None, a, b), "strict")
+    pairing = cmp.pair(brec, rrec)
+    cmp.set_plans(plan_pairing(fw, base, fw, raw, pairing).by_base_path())
+    return base, raw, brec, rrec, cmp, pairing
+
+
+def test_parameter_gradients_are_compared_from_the_recorded_copies():
+    # The step's records hold a copy of every parameter gradient; comparing them needs no
+    # second read (and copy) of the live gradients, which may have changed since.
+    base, raw, brec, rrec, cmp, pairing = _two_steps()
+    assert {id(p) for p in raw.parameters()} <= set(rrec.param_grads)
+    with torch.no_grad():
+        raw[2].weight.grad.mul_(3.0)  # after the step: not what the step computed
+    assert _weight_grad_diff(cmp.compare(pairing, brec, rrec)[1]).passed
+    assert not _weight_grad_diff(cmp.compare(pairing, brec, rrec, grads=live_param_grads)[1]).passed
+
+
+def _weight_grad_diff(diffs):
+    # One plan covers the whole same-framework model: its parameter gradients are on the root's event.
+    return next(t for d in diffs if d.base.phase.value == "backward" for t in d.tensors if t.name == "2.weight")
+
+
+def test_held_gradients_fall_back_to_live_ones_only_when_asked():
+    base, _, brec, _, cmp, _ = _two_steps()
+    fw = cmp.bfw
+    recorded = held_param_grads(brec.param_grads)(fw, base[0], False)
+    assert set(recorded) == {"weight", "bias"}
+    assert recorded["weight"] is brec.param_grads[id(base[0].weight)]
+    np.testing.assert_array_equal(recorded["weight"], base[0].weight.grad.numpy())
+    assert held_param_grads({})(fw, base[0], False).keys() == {"weight", "bias"}  # live
+    assert held_param_grads({}, live=False)(fw, base[0], False) == {}

@@ -67,6 +67,8 @@ def compare_param_grads(
     grad_out_shape: tuple[int, ...] = (),
 ) -> list[TensorDiff]:
     """Compare parameter gradients (or updates) in raw's layout, converting base's with the layer's rule.
+    The arrays are not written again (copies, or results of their own): comparisons that pass
+    keep them to compute their metrics when read.
 
     With ``grad_out_shape`` (the layer's output gradient), ``scale_hint`` grows with the
     square root of the number of terms summed into each gradient element.
@@ -82,10 +84,9 @@ def compare_param_grads(
         b = converted.get(name)
         if b is not None:
             hint = param_grad_hint(scale_hint, tuple(r.shape), grad_out_shape)
-            # Own contiguous arrays: live gradients are zeroed in place later (paddle), and a transposed
-            # view (Linear across frameworks) is read 3x slower by every pass than one copy costs.
-            # Recorded gradients are such arrays already: they are not copied again.
-            r, b = np.require(r, requirements="CO"), np.require(b, requirements="CO")
+            # Contiguous: a transposed view (Linear across frameworks) is read 3x slower by every
+            # pass than one copy costs. Views of contiguous arrays are not copied again.
+            r, b = np.ascontiguousarray(r), np.ascontiguousarray(b)
             out.append(compare_tensors(name, r, b, tol(str(b.dtype), str(r.dtype)), mode, hint, lazy=True))
     return out
 

@@ -57,27 +57,31 @@ ParamGrads = Callable[[Framework, Any, bool], dict[str, np.ndarray]]
 
 
 def live_param_grads(fw: Framework, layer: Any, recursive: bool) -> dict[str, np.ndarray]:
-    """The gradients the parameters hold now."""
-    return held_param_grads({})(fw, layer, recursive)
+    """The gradients the parameters hold now (views: paddle zeroes them in place later)."""
+    return {n: g for n, p in layer_tensors(fw, layer, recursive).items() if (g := _live_grad(fw, p)) is not None}
 
 
 def held_param_grads(held: dict[int, np.ndarray], live: bool = True) -> ParamGrads:
     """Gradients from recorded copies (``id`` of a parameter -> gradient); with ``live``, those not
-    recorded are read from the parameters. The copies are owned and contiguous: comparing them
-    needs no second copy, which a live gradient does (paddle zeroes it in place later)."""
+    recorded are copied from the parameters. Copies, as comparisons want them: read again later
+    (lazy metrics), they must not change meanwhile."""
 
     def of(fw: Framework, layer: Any, recursive: bool) -> dict[str, np.ndarray]:
         out = {}
         for n, p in layer_tensors(fw, layer, recursive).items():
             g = held.get(id(p))
-            if g is None and live and fw.is_trainable(p):
-                g = fw.grad_of(p)
-                g = None if g is None else fw.to_numpy(g)
+            if g is None and live and (g := _live_grad(fw, p)) is not None:
+                g = g.copy()
             if g is not None:
                 out[n] = g
         return out
 
     return of
+
+
+def _live_grad(fw: Framework, p: Any) -> np.ndarray | None:
+    g = fw.grad_of(p) if fw.is_trainable(p) else None
+    return None if g is None else fw.to_numpy(g)
 
 
 @dataclass

@@ -21,7 +21,15 @@ from nbdiff.trace.modes import kept_state
 from nbdiff.trace.nest import flatten, unflatten
 from nbdiff.weights.plan import LayerWeights, layer_tensors
 
-__all__ = ["Replayer", "compare_param_grads", "largest_shape", "magnitude", "param_grad_hint"]
+__all__ = [
+    "Replayer",
+    "compare_param_grads",
+    "paired_param_grads",
+    "compare_paired_grads",
+    "largest_shape",
+    "magnitude",
+    "param_grad_hint",
+]
 
 TolFn = Callable[[str, str], Tolerance]
 
@@ -73,21 +81,41 @@ def compare_param_grads(
     With ``grad_out_shape`` (the layer's output gradient), ``scale_hint`` grows with the
     square root of the number of terms summed into each gradient element.
     """
+    return compare_paired_grads(paired_param_grads(base, raw, plan), tol, mode, scale_hint, grad_out_shape)
+
+
+def paired_param_grads(
+    base: dict[str, np.ndarray], raw: dict[str, np.ndarray], plan: LayerWeights | None
+) -> list[tuple[str, np.ndarray, np.ndarray]]:
+    """``(name, raw, base converted to raw's layout)`` for every parameter both sides have, contiguous:
+    a transposed view (Linear across frameworks) is read 3x slower by every pass than one copy costs."""
     if not base or not raw:
         return []
     try:
         converted = plan.convert(dict(base)) if plan is not None else dict(base)
     except (KeyError, ValueError):
         return []
+    return [
+        (name, np.ascontiguousarray(r), np.ascontiguousarray(converted[name]))
+        for name, r in raw.items()
+        if converted.get(name) is not None
+    ]
+
+
+def compare_paired_grads(
+    paired: list[tuple[str, np.ndarray, np.ndarray]],
+    tol: TolFn,
+    mode: str,
+    scale_hint: float = 0.0,
+    grad_out_shape: tuple[int, ...] = (),
+    hint_covers: bool = False,
+) -> list[TensorDiff]:
+    """:func:`compare_param_grads` of :func:`paired_param_grads`; ``hint_covers``: ``scale_hint`` is
+    at least every base gradient's magnitude (see :func:`compare_tensors`)."""
     out = []
-    for name, r in raw.items():
-        b = converted.get(name)
-        if b is not None:
-            hint = param_grad_hint(scale_hint, tuple(r.shape), grad_out_shape)
-            # Contiguous: a transposed view (Linear across frameworks) is read 3x slower by every
-            # pass than one copy costs. Views of contiguous arrays are not copied again.
-            r, b = np.ascontiguousarray(r), np.ascontiguousarray(b)
-            out.append(compare_tensors(name, r, b, tol(str(b.dtype), str(r.dtype)), mode, hint, lazy=True))
+    for name, r, b in paired:
+        hint = param_grad_hint(scale_hint, tuple(r.shape), grad_out_shape)
+        out.append(compare_tensors(name, r, b, tol(str(b.dtype), str(r.dtype)), mode, hint, True, hint_covers))
     return out
 
 

@@ -22,7 +22,7 @@ from nbdiff.conditioning import MARGIN, Floor, Noise
 from nbdiff.errors import PairingError
 from nbdiff.forwarddiff import TolFn, api_local, forward_diffs, tensor_diffs
 from nbdiff.frameworks import Framework
-from nbdiff.replay import Replayer, compare_param_grads, largest_shape, magnitude
+from nbdiff.replay import Replayer, compare_paired_grads, largest_shape, magnitude, paired_param_grads
 from nbdiff.step import StepRecord
 from nbdiff.trace.events import Event, Kind, Phase
 from nbdiff.trace.spool import Spool
@@ -315,23 +315,20 @@ def _backward_diffs(
             continue
         plan = plans.get(p.base.path)
         own = plan is not None and p.base.call == 0 and plan.raw_path == p.raw.path
-        bgrads = grads(bfw, blayers[p.base.path], plan.recursive) if plan is not None and own else {}
+        paired = (
+            paired_param_grads(
+                grads(bfw, blayers[p.base.path], plan.recursive), grads(rfw, rlayers[p.raw.path], plan.recursive), plan
+            )
+            if plan is not None and own
+            else []
+        )
         # A gradient is computed from the ones arriving before it: a sum of such terms that
         # cancels to ~0 (everything in front of a final LayerNorm under a mean loss) rounds
         # relative to them, not to itself.
         arriving = max(arriving, magnitude([t.data for t in b.outputs], magnitudes))
-        hint = max(arriving, magnitude([t.data for t in b.inputs] + list(bgrads.values()), magnitudes))
+        hint = max(arriving, magnitude([t.data for t in b.inputs] + [g for _, _, g in paired], magnitudes))
         tensors = tensor_diffs(r.inputs, b.inputs, tol, mode, hint, hint_covers=True)
-        if plan is not None and own:
-            tensors += compare_param_grads(
-                bgrads,
-                grads(rfw, rlayers[p.raw.path], plan.recursive),
-                plan,
-                tol,
-                mode,
-                hint,
-                largest_shape(b.outputs),
-            )
+        tensors += compare_paired_grads(paired, tol, mode, hint, largest_shape(b.outputs), hint_covers=True)
         diffs.append(EventDiff(b, r, tuple(tensors)))
         read(b, r)
     return sorted(diffs, key=lambda d: d.base.order)

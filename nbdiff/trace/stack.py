@@ -7,7 +7,7 @@ import re
 import sys
 import traceback
 from dataclasses import dataclass
-from types import FrameType
+from types import CodeType, FrameType
 from typing import Any
 
 __all__ = ["Frame", "user_stack", "tool_roots", "cell_number", "frame_label", "short_traceback", "ipython_shell"]
@@ -51,21 +51,37 @@ def user_stack(hidden_roots: tuple[str, ...], limit: int = 12) -> tuple[Frame, .
 
     Frames from nbdiff, the standard library and ``hidden_roots`` (framework
     packages) are left out. Only names and numbers are taken: the cost is a
-    frame walk, no file reads.
+    frame walk, no file reads; whether a function's frames are the user's is decided
+    once per code object (every layer call walks the same frames above it).
     """
-    hidden = (_NBDIFF_ROOT, *(r.rstrip(os.sep) + os.sep for r in hidden_roots))
+    verdicts = _verdicts.get(hidden_roots)
+    if verdicts is None or len(verdicts) > _VERDICTS_MAX:
+        verdicts = _verdicts[hidden_roots] = {}
     frames: list[Frame] = []
     f: FrameType | None = sys._getframe(1)
     while f is not None and len(frames) < limit:
         code = f.f_code
-        name = code.co_filename
-        stdlib = name.startswith(_STDLIB_ROOT) and "site-packages" not in name
-        # The kernel runs ipykernel_launcher.py as __main__, so it is not in sys.modules by name.
-        launcher = name.endswith("ipykernel_launcher.py")
-        if not (stdlib or launcher or name.startswith(hidden) or name.startswith("<frozen")):
-            frames.append(Frame(name, f.f_lineno, code.co_name))
+        known = verdicts.get(id(code))  # by id: a code object's own hash reads its whole body
+        if known is None:
+            known = verdicts[id(code)] = (code, _is_user_code(code.co_filename, hidden_roots))
+        if known[1]:
+            frames.append(Frame(code.co_filename, f.f_lineno, code.co_name))
         f = f.f_back
     return tuple(frames)
+
+
+_verdicts: dict[tuple[str, ...], dict[int, tuple[CodeType, bool]]] = {}
+"""Per set of hidden roots: ``id`` of a code object -> (the code object, held so that its ``id``
+is not reused; whether its frames are user code)."""
+_VERDICTS_MAX = 4096  # code objects are held: a notebook compiles new ones for every cell it runs
+
+
+def _is_user_code(name: str, hidden_roots: tuple[str, ...]) -> bool:
+    hidden = (_NBDIFF_ROOT, *(r.rstrip(os.sep) + os.sep for r in hidden_roots))
+    stdlib = name.startswith(_STDLIB_ROOT) and "site-packages" not in name
+    # The kernel runs ipykernel_launcher.py as __main__, so it is not in sys.modules by name.
+    launcher = name.endswith("ipykernel_launcher.py")
+    return not (stdlib or launcher or name.startswith(hidden) or name.startswith("<frozen"))
 
 
 def ipython_shell() -> Any:

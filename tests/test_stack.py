@@ -1,0 +1,43 @@
+import os
+
+from nbdiff.trace import stack as stack_module
+from nbdiff.trace.stack import user_stack
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def _called_here(hidden):
+    return user_stack(hidden)
+
+
+def test_user_frames_are_kept_innermost_first_and_hidden_roots_left_out():
+    frames = _called_here(())
+    assert [f.function for f in frames[:2]] == [
+        "_called_here",
+        "test_user_frames_are_kept_innermost_first_and_hidden_roots_left_out",
+    ]
+    assert frames[0].filename == os.path.abspath(__file__) and frames[0].lineno > 0
+    assert not any(f.filename.startswith(os.path.dirname(stack_module.__file__)) for f in frames)  # nbdiff's own
+    assert not any(f.filename == os.path.abspath(__file__) for f in _called_here((HERE,)))
+
+
+def test_each_set_of_hidden_roots_decides_for_itself_once_per_function():
+    # The verdict per code object is remembered, but per set of hidden roots: a recording with
+    # filter_stack=False (no roots hidden) must not inherit another's verdicts, nor the reverse.
+    hidden = _called_here((HERE,))
+    shown = _called_here(())
+    assert not any(f.function == "_called_here" for f in hidden)
+    assert shown[0].function == "_called_here"
+    assert not any(f.function == "_called_here" for f in _called_here((HERE,)))
+    assert _called_here(())[0].function == "_called_here"
+
+
+def test_the_remembered_verdicts_stay_bounded(monkeypatch):
+    # A notebook compiles new code objects for every cell it runs, and each is held while remembered.
+    monkeypatch.setattr(stack_module, "_verdicts", {})
+    monkeypatch.setattr(stack_module, "_VERDICTS_MAX", 3)
+    walked = 20  # one walk: up to 12 user frames (the default limit) and the hidden ones among them
+    for _ in range(3):
+        for fn in [compile("lambda: _called_here(())", "<cell>", "eval") for _ in range(5)]:
+            assert eval(fn)()[0].function == "_called_here"  # noqa: S307 - a fixed test string
+            assert len(stack_module._verdicts[()]) <= walked

@@ -20,6 +20,7 @@ from collections.abc import Iterable, Iterator
 import numpy as np
 
 from nbdiff.compare.blame import EventDiff
+from nbdiff.compare.metrics import TensorDiff
 from nbdiff.result import DiffResult
 from nbdiff.trace.events import Event, TensorRecord
 from nbdiff.trace.spool import Spool, in_file, spoolable
@@ -39,9 +40,12 @@ def spilled(result: DiffResult, above_mib: float | None) -> DiffResult:
     chosen = _choose(event_tensors(result.events, result.unmatched_base + result.unmatched_raw), above_mib)
     if chosen is not None:
         _pending[:] = [t for t in _pending if t.is_alive()]
+        # The comparisons that passed keep arrays for their deferred metrics: they move too.
+        comparisons = [t for d in result.events for t in d.tensors]
         # Not a daemon: a script that ends right after the check waits for the move (a daemon thread
         # stopped inside the write at exit aborted the process: "FATAL: exception not rethrown").
-        thread = threading.Thread(target=_move_or_warn, args=chosen, name="nbdiff-spill", daemon=False)
+        args = (*chosen, comparisons)
+        thread = threading.Thread(target=_move_or_warn, args=args, name="nbdiff-spill", daemon=False)
         _pending.append(thread)
         thread.start()
     return result
@@ -53,8 +57,10 @@ def wait_for_spills() -> None:
         _pending.pop().join()
 
 
-def _move_or_warn(arrays: dict[int, np.ndarray], holders: dict[int, list[TensorRecord]]) -> None:
-    why = _move(arrays, holders, None)
+def _move_or_warn(
+    arrays: dict[int, np.ndarray], holders: dict[int, list[TensorRecord]], comparisons: list[TensorDiff]
+) -> None:
+    why = _move(arrays, holders, None, comparisons)
     if why is not None:
         warnings.warn(f"nbdiff: {why}.", RuntimeWarning, stacklevel=1)
 
@@ -104,7 +110,12 @@ def _choose(
     return (arrays, holders) if sum(a.nbytes for a in arrays.values()) > above_mib * 2**20 else None
 
 
-def _move(arrays: dict[int, np.ndarray], holders: dict[int, list[TensorRecord]], folder: str | None) -> str | None:
+def _move(
+    arrays: dict[int, np.ndarray],
+    holders: dict[int, list[TensorRecord]],
+    folder: str | None,
+    comparisons: Iterable[TensorDiff] = (),
+) -> str | None:
     spool = Spool(0, folder)  # the file a check's recording goes to past its limit, here for all of them
     maps = {}
     try:
@@ -112,9 +123,31 @@ def _move(arrays: dict[int, np.ndarray], holders: dict[int, list[TensorRecord]],
             maps[key] = spool.keep(a)
             if spool.failure:
                 return f"the result's tensors stay in memory: {spool.failure}"
+        for key, records in holders.items():
+            for t in records:
+                object.__setattr__(t, "value", maps[key])  # frozen: every holder of the record sees the map
+        for c in comparisons:
+            c.rebind_arrays(lambda x: _from_file(x, maps, spool))
     finally:
         spool.close()
-    for key, records in holders.items():
-        for t in records:
-            object.__setattr__(t, "value", maps[key])  # frozen: every holder of the record sees the map
     return None
+
+
+def _from_file(x: np.ndarray, maps: dict[int, np.ndarray], spool: Spool) -> np.ndarray:
+    """``x``'s values read from the file: the map of a moved array, the same view of a moved array's
+    map, or (an array of the comparison's own: a layout converted, a dtype widened) a map of its own."""
+    if in_file(x) or not spoolable(x):
+        return x
+    if id(x) in maps:
+        return maps[id(x)]
+    root = x
+    while isinstance(root.base, np.ndarray):
+        root = root.base
+    mapped = maps.get(id(root))
+    if mapped is not None and root.flags.c_contiguous:  # laid out in the map as in memory
+        offset = x.__array_interface__["data"][0] - root.__array_interface__["data"][0]
+        return np.ndarray(x.shape, x.dtype, buffer=mapped, offset=offset, strides=x.strides)
+    if spool.failure:
+        return x
+    y = maps[id(x)] = spool.keep(x)
+    return y if in_file(y) else x

@@ -154,4 +154,30 @@ def test_a_spilled_result_pins_no_memory_through_its_passing_comparisons(monkeyp
     assert _held_in_memory(kept) > 1_000_000 and _held_in_memory(moved) < 100_000
     for a, b in zip(kept.events, moved.events):
         for x, y in zip(a.tensors, b.tensors):
-            assert (x.name, x.ratio, x.max_rel, x.mean_abs, x.cosine) == (y.name, y.ratio, y.max_rel, y.mean_abs, y.cosine)
+            assert (x.name, x.ratio, x.max_rel, x.mean_abs, x.cosine) == (
+                y.name,
+                y.ratio,
+                y.max_rel,
+                y.mean_abs,
+                y.cosine,
+            )
+
+
+def test_a_comparisons_own_arrays_and_views_of_moved_ones_are_read_from_the_file(tmp_path):
+    from nbdiff.spill import _from_file
+    from nbdiff.trace.spool import Spool
+
+    rng = np.random.default_rng(1)
+    moved = rng.standard_normal((64, 512)).astype("float32")
+    own = np.ascontiguousarray(rng.standard_normal((512, 64)).astype("float32").T)  # a converted layout
+    spool = Spool(0, str(tmp_path))
+    maps = {id(moved): spool.keep(moved)}
+    try:
+        for x in (moved, moved.reshape(512, 64), moved[None], np.broadcast_to(moved[:1], (64, 512)), moved.T, own):
+            y = _from_file(x, maps, spool)
+            assert in_file(y) and y.shape == x.shape and np.array_equal(y, x)
+        assert _from_file(own, maps, spool) is maps[id(own)]  # written once
+        small = np.ones(4, "float32")
+        assert _from_file(small, maps, spool) is small  # small arrays stay
+    finally:
+        spool.close()

@@ -48,5 +48,10 @@ def test_held_gradients_fall_back_to_live_ones_only_when_asked():
     assert set(recorded) == {"weight", "bias"}
     assert recorded["weight"] is brec.param_grads[id(base[0].weight)]
     np.testing.assert_array_equal(recorded["weight"], base[0].weight.grad.numpy())
-    assert held_param_grads({})(fw, base[0], False).keys() == {"weight", "bias"}  # live
+    live = held_param_grads({})(fw, base[0], False)
+    assert live.keys() == {"weight", "bias"}
+    # Read live, they are copies: comparisons keep them for their deferred metrics, and a framework
+    # may zero a gradient in place later (paddle's clear_grad). live_param_grads hands views.
+    assert not np.shares_memory(live["weight"], base[0].weight.grad.numpy())
+    assert np.shares_memory(live_param_grads(fw, base[0], False)["weight"], base[0].weight.grad.numpy())
     assert held_param_grads({}, live=False)(fw, base[0], False) == {}

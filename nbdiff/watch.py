@@ -222,6 +222,7 @@ class watch:
         final = (self._b.weights_now(), self._r.weights_now())
         done = 0
         start: tuple[Snapshot, Snapshot] | None = None
+        after: tuple[Snapshot, Snapshot] | None = None
         try:
             for k in progress(range(n), "nbdiff: comparing steps", total=n):
                 brec, rrec = StepRecord(*bsteps[k]), StepRecord(*rsteps[k])
@@ -232,7 +233,8 @@ class watch:
                     )
                     self._warnings += wmap.warnings
                     self._cmp.set_plans(wmap.by_base_path())
-                now = self._plan_snapshot(k)  # both sides' weights as step k began
+                # Both sides' weights as step k began: where step k - 1 ended.
+                now = after if after is not None else self._plan_snapshot(k)
                 start = start or now
                 # Replays run on the weights this step ran with; raw's, after step 0, on those its
                 # updates would have given had they been base's (nbdiff.drift).
@@ -250,7 +252,8 @@ class watch:
                 events += diffs
                 self._warnings += self._cmp.notes
                 self._cmp.notes.clear()
-                in_update, updates = self._updates(k, now, discount=divergence is None)
+                after = self._plan_snapshot(k + 1)
+                in_update, updates = self._updates(k, now, after, discount=divergence is None)
                 events += updates
                 divergence = divergence or found or in_update
                 done = k + 1
@@ -285,10 +288,10 @@ class watch:
         return held_param_grads({**self._b.grads[k], **self._r.grads[k]}, live=False)
 
     def _updates(
-        self, k: int, before: tuple[Snapshot, Snapshot], discount: bool
+        self, k: int, before: tuple[Snapshot, Snapshot], after: tuple[Snapshot, Snapshot], discount: bool
     ) -> tuple[Divergence | None, list[EventDiff]]:
-        """What the optimizers changed during step ``k`` (``before``: the weights it began with);
-        nothing when no optimizer ran. ``discount``: take out what the gradients explain (until the
+        """What the optimizers changed during step ``k`` (``before``, ``after``: the weights it began
+        and ended with); nothing when no optimizer ran. ``discount``: take out what the gradients explain (until the
         first divergence; after it, only the chart reads)."""
         changed = any(
             not np.array_equal(side.weights[k][i], side.weights[k + 1][i])
@@ -297,7 +300,6 @@ class watch:
         )
         if not changed:
             return None, []
-        after = self._plan_snapshot(k + 1)
         stacks = (self._optimizers.stack_at(self.bfw.name, k), self._optimizers.stack_at(self.rfw.name, k))
 
         # Each optimizer stepped from its own model's gradients: the updates may differ by what those did.

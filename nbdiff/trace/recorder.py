@@ -365,6 +365,6 @@ class Recorder:
         g = self.fw.grad_of(param)
         if g is None:
             return None
-        # A copy: clearing gradients zeroes paddle's in place.
-        value = self.param_grads[id(param)] = self.spool.keep(self.fw.to_numpy(g))
+        # A copy: clearing gradients zeroes paddle's in place. Kept by id for the comparison.
+        self.param_grads[id(param)] = value = self.spool.keep(self.fw.to_numpy(g))
         return value

@@ -28,7 +28,7 @@ from nbdiff.step import StepRecord
 from nbdiff.stepdiff import name_parameter, update_tolerance
 from nbdiff.trace.events import Event, Kind, Phase, TensorRecord
 from nbdiff.trace.store import RankDump, rank_dirs, read_dump
-from nbdiff.updates import discount_updates
+from nbdiff.updates import GradientSpread, discount_updates
 from nbdiff.weights.rules import find_rule
 
 __all__ = ["compare"]
@@ -86,14 +86,14 @@ def compare(
                     f"{dump.path}: the recording did not end cleanly (crash or kill); its {len(dump.steps)} "
                     "complete step(s) are compared."
                 )
-        diverged = False
+        spread: GradientSpread | None = GradientSpread()  # until the first divergence; then only the chart reads
         for k in range(min(len(a.steps), len(b.steps))):
             cut = [str(d.path) for d in (a, b) if k in d.incomplete]
             if cut:
                 warnings.append(f"rank {rank}, step {k}: cut short by an exception in {', '.join(cut)}; not compared.")
                 continue
-            div, diffs, pairing = _compare_step(a, b, rank, k, tol, compare_mode, discount=not diverged)
-            diverged = diverged or div is not None
+            div, diffs, pairing = _compare_step(a, b, rank, k, tol, compare_mode, spread)
+            spread = spread if div is None else None
             kept.add(k, rank, div, diffs)
             unmatched.add(pairing)
             steps = max(steps, k + 1)
@@ -203,7 +203,7 @@ def _ranked(events: list[Event], rank: int) -> list[Event]:
 
 
 def _compare_step(
-    a: RankDump, b: RankDump, rank: int, k: int, tol: TolFn, mode: str, discount: bool = True
+    a: RankDump, b: RankDump, rank: int, k: int, tol: TolFn, mode: str, spread: GradientSpread | None = None
 ) -> tuple[Divergence | None, list[EventDiff], Pairing]:
     ea, eb = _ranked(a.steps[k], rank), _ranked(b.steps[k], rank)
     by_phase = lambda es, ph: [e for e in es if e.phase is ph]  # noqa: E731
@@ -217,15 +217,18 @@ def _compare_step(
         divergence, bwd = blame_events(bwd, lambda d: api_local(d, tol, mode, "outputs"))
 
     # Each run's optimizer stepped from its own gradients: updates may differ by what those explain.
-    # Read (every step so far) once, when an update fails, and not after a divergence: then only the chart reads.
-    given: list[tuple[StepGrads, StepGrads]] = []
+    # Each step's gradients are read once, when an update first fails, and folded into ``spread``.
+    raw_of = {p.base.path: p.raw.path for p in pairing.pairs}
 
-    def grads() -> list[tuple[StepGrads, StepGrads]]:
-        if discount and not given:
-            given.extend((_param_grads(a.steps[s]), _param_grads(b.steps[s])) for s in range(k + 1))
-        return given
+    def grads() -> GradientSpread | None:
+        if spread is not None:
+            for s in range(spread.steps, k + 1):
+                ga, gb = _param_grads(a.steps[s]), _param_grads(b.steps[s])
+                paths = ((bp, raw_of.get(bp, bp), g) for bp, g in ga.items())
+                spread.fold({bp: (_convert(a, b, bp, rp, g), gb.get(rp, {})) for bp, rp, g in paths})
+        return spread
 
-    upd = _updates(pairing, by_phase(ea, Phase.OPTIMIZER), by_phase(eb, Phase.OPTIMIZER), a, b, tol, mode, grads)
+    upd = _updates(raw_of, by_phase(ea, Phase.OPTIMIZER), by_phase(eb, Phase.OPTIMIZER), a, b, tol, mode, grads)
     if divergence is None:
         divergence, _ = blame_events(upd, lambda d: d.tensors)
         if divergence is not None:
@@ -330,16 +333,15 @@ def _param_grads(events: list[Event]) -> StepGrads:
 
 
 def _updates(
-    pairing: Pairing,
+    raw_of: dict[str, str],
     ua: list[Event],
     ub: list[Event],
     a: RankDump,
     b: RankDump,
     tol: TolFn,
     mode: str,
-    grads: Callable[[], list[tuple[StepGrads, StepGrads]]],
+    grads: Callable[[], GradientSpread | None],
 ) -> list[EventDiff]:
-    raw_of = {p.base.path: p.raw.path for p in pairing.pairs}
     by_path = {e.path: e for e in ub}
     diffs = []
     for e in ua:
@@ -352,9 +354,8 @@ def _updates(
             return update_tolerance(tol, x, y, 0.0)  # the dump keeps updates, not the weights
 
         tensors = tensor_diffs(r.outputs, converted, utol, mode)
-        given = grads() if not all(t.passed for t in tensors) else []
-        if given:
-            steps = [(_convert(a, b, e.path, r.path, bg.get(e.path, {})), rg.get(r.path, {})) for bg, rg in given]
-            tensors = discount_updates(tensors, _values(converted), _values(r.outputs), steps, mode)
+        known = grads() if not all(t.passed for t in tensors) else None
+        if known is not None:
+            tensors = discount_updates(tensors, _values(converted), _values(r.outputs), known.of(e.path), mode)
         diffs.append(EventDiff(e, r, tuple(tensors)))
     return diffs

@@ -29,7 +29,7 @@ from nbdiff.trace.spool import Spool
 from nbdiff.trace.stack import Frame
 from nbdiff.updates import (
     UPDATE_ATOL,
-    GradientSteps,
+    GradientSpread,
     Snapshot,
     name_parameter,
     param_pair,
@@ -240,11 +240,12 @@ class StepComparer:
         before: tuple[Snapshot, Snapshot],
         after: tuple[Snapshot, Snapshot],
         stacks: tuple[tuple[Frame, ...], tuple[Frame, ...]] = ((), ()),
-        grads: GradientSteps | None = None,
+        grads: Callable[[], GradientSpread] | None = None,
     ) -> tuple[Divergence | None, list[EventDiff]]:
         """Optimizer updates (after minus before) per planned layer; blame names the parameter.
-        ``stacks``: where each side's optimizer was stepped, shown for its updates. ``grads``: the
-        gradients each optimizer was given, when they differ (not fed base's, as ``auto_diff`` does)."""
+        ``stacks``: where each side's optimizer was stepped, shown for its updates. ``grads``: how
+        far apart the gradients each optimizer was given were, when they differ (not fed base's, as
+        ``auto_diff`` does)."""
         assert self.plans is not None
         diffs = update_diffs(step, self.plans, before, after, self.tol, self.mode, grads)
         if stacks != ((), ()):

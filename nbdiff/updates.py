@@ -18,7 +18,7 @@ from nbdiff.weights.plan import LayerWeights, layer_tensors
 
 __all__ = [
     "UPDATE_ATOL", "GRADIENT_SENSITIVITY", "Snapshot", "snapshot", "update_tolerance", "update_diffs",
-    "discount_updates", "discount_gradients", "name_parameter",
+    "GradientSpread", "in_raw_layout", "discount_updates", "discount_gradients", "name_parameter",
 ]  # fmt: skip
 
 UPDATE_ATOL = 1e-3
@@ -32,8 +32,58 @@ tensor's largest update. SGD moves it by ``lr * dg`` (at most ``r`` of that); Ad
 running ``|g|``, so its update moves by about ``lr * r``, and momentum carries earlier steps' ``r``."""
 TolFn = Callable[[str, str], Tolerance]
 Snapshot = dict[str, dict[str, np.ndarray]]
-GradientSteps = Callable[[], list[tuple[Snapshot, Snapshot]]]
-"""Both sides' parameter gradients of each step so far, the current one last (read only when needed)."""
+Spread = tuple[np.ndarray, np.ndarray]
+"""Per element, the largest difference between the gradients the two optimizers were given and
+the largest gradient, over the steps so far."""
+
+
+class GradientSpread:
+    """How far apart the gradients the two optimizers were given have been, per parameter, over the
+    steps so far (:data:`Spread`, in raw's layout). That is all discounting reads, so each step is
+    folded in once: reading every earlier step again at each later one made a long run's comparison
+    quadratic in its length, and held all those steps' gradients at once."""
+
+    def __init__(self) -> None:
+        self.steps = 0
+        """Steps folded in so far."""
+        self._by_key: dict[str, dict[str, Spread | None]] = {}  # None: the shapes changed between steps
+
+    def fold(self, grads: dict[str, tuple[dict[str, np.ndarray], dict[str, np.ndarray]]]) -> None:
+        """The next step: per layer key, base's gradients in raw's layout and raw's, by name."""
+        for key, (base, raw) in grads.items():
+            held = self._by_key.setdefault(key, {})
+            for name, bg in base.items():
+                rg = raw.get(name)
+                if rg is not None:
+                    held[name] = _widened(held.get(name, ()), bg, rg)
+        self.steps += 1
+
+    def of(self, key: str) -> dict[str, Spread | None]:
+        return self._by_key.get(key, {})
+
+
+def _widened(spread: Spread | None | tuple[()], bg: np.ndarray, rg: np.ndarray) -> Spread | None:
+    if spread is None or np.shape(bg) != np.shape(rg) or (spread and spread[0].shape != np.shape(bg)):
+        return None
+    # The gradients' own float type (float32 stays float32: two arrays per parameter are held).
+    bg, rg = np.asarray(bg, np.result_type(bg, np.float32)), np.asarray(rg, np.result_type(rg, np.float32))
+    gap, size = np.abs(bg - rg), np.maximum(np.abs(bg), np.abs(rg))
+    return (np.maximum(spread[0], gap), np.maximum(spread[1], size)) if spread else (gap, size)
+
+
+def in_raw_layout(
+    plans: dict[str, LayerWeights], base: Snapshot, raw: Snapshot
+) -> dict[str, tuple[dict[str, np.ndarray], dict[str, np.ndarray]]]:
+    """Per plan, base's arrays converted to raw's layout and raw's (a plan that cannot convert them is left out)."""
+    out = {}
+    for key, plan in plans.items():
+        b, r = base.get(key, {}), raw.get(key, {})
+        if b and r:
+            try:
+                out[key] = (plan.convert(dict(b)), r)
+            except (KeyError, ValueError):
+                continue
+    return out
 
 
 def snapshot(fw: Framework, layers: dict[str, Any], plans: dict[str, LayerWeights], side: str) -> Snapshot:
@@ -65,11 +115,12 @@ def update_diffs(
     after: tuple[Snapshot, Snapshot],
     tol: TolFn,
     mode: str,
-    grads: GradientSteps | None = None,
+    grads: Callable[[], GradientSpread] | None = None,
 ) -> list[EventDiff]:
-    """``grads``: the gradients each optimizer was given, when they were not the same (``watch``)."""
+    """``grads``: how far apart the gradients each optimizer was given were, when they were not the
+    same (``watch``); asked for only when an update fails."""
     diffs = []
-    given: list[tuple[Snapshot, Snapshot]] | None = None
+    spread: GradientSpread | None = None
     for order, (key, plan) in enumerate(plans.items()):
         bd = {n: after[0][key][n] - before[0][key][n] for n in after[0][key]}
         rd = {n: after[1][key][n] - before[1][key][n] for n in after[1][key]}
@@ -83,42 +134,31 @@ def update_diffs(
 
         tensors = compare_param_grads(bd, rd, plan, update_tol, mode)
         if grads is not None and not all(t.passed for t in tensors):
-            given = given if given is not None else grads()  # once per call, only when something fails
-            steps = [(b.get(key, {}), r.get(key, {})) for b, r in given]
-            tensors = _discounted(tensors, plan, (bd, rd), steps, mode)
+            spread = spread if spread is not None else grads()  # once per call, only when something fails
+            try:
+                tensors = discount_updates(tensors, plan.convert(dict(bd)), rd, spread.of(key), mode)
+            except (KeyError, ValueError):
+                pass
         diffs.append(param_pair(step, Phase.OPTIMIZER, order, plan, bd, rd, tensors))
     return diffs
-
-
-def _discounted(
-    tensors: list[TensorDiff],
-    plan: LayerWeights,
-    updates: tuple[dict[str, np.ndarray], dict[str, np.ndarray]],
-    grads: list[tuple[dict[str, np.ndarray], dict[str, np.ndarray]]],
-    mode: str,
-) -> list[TensorDiff]:
-    try:
-        bu = plan.convert(dict(updates[0]))
-        steps = [(plan.convert(dict(b)), r) for b, r in grads if b and r]
-    except (KeyError, ValueError):
-        return tensors
-    return discount_updates(tensors, bu, updates[1], steps, mode)
 
 
 def discount_updates(
     tensors: list[TensorDiff],
     base: dict[str, np.ndarray],
     raw: dict[str, np.ndarray],
-    grads: list[tuple[dict[str, np.ndarray], dict[str, np.ndarray]]],
+    spreads: dict[str, Spread | None],
     mode: str,
 ) -> list[TensorDiff]:
     """The failing update comparisons redone by :func:`discount_gradients`; every array in raw's
-    layout (``grads``: base's and raw's per step so far, by parameter name)."""
+    layout (``spreads``: :meth:`GradientSpread.of` the layer, by parameter name)."""
     out = []
     for t in tensors:
-        pairs = [(bg[t.name], rg[t.name]) for bg, rg in grads if t.name in bg and t.name in rg]
-        known = not t.passed and t.name in base and t.name in raw and pairs
-        out.append(discount_gradients(t, base[t.name], raw[t.name], pairs, mode) if known else t)
+        spread = spreads.get(t.name)
+        if spread is None or t.passed or t.name not in base or t.name not in raw:
+            out.append(t)
+        else:
+            out.append(_discounted(t, base[t.name], raw[t.name], spread, mode))
     return out
 
 
@@ -134,13 +174,17 @@ def discount_gradients(
     ``r`` apart (largest gradient difference over largest gradient, over the steps so far) may differ
     by ``GRADIENT_SENSITIVITY * r`` of the largest update. A wrong learning rate, decay, beta or
     epsilon shows where the gradients agree, and stays."""
-    if len({np.shape(x) for pair in grads for x in pair} | {np.shape(bu), np.shape(ru)}) != 1:
-        return t
-    gap = size = np.zeros(np.shape(bu))
+    spread: Spread | None | tuple[()] = ()
     for bg, rg in grads:
-        bg, rg = np.asarray(bg, np.float64), np.asarray(rg, np.float64)
-        gap, size = np.maximum(gap, np.abs(bg - rg)), np.maximum(size, np.maximum(np.abs(bg), np.abs(rg)))
-    rel = np.divide(gap, size, out=np.zeros_like(size), where=size > 0)
+        spread = _widened(spread, bg, rg)
+    return _discounted(t, bu, ru, spread, mode) if spread else t
+
+
+def _discounted(t: TensorDiff, bu: np.ndarray, ru: np.ndarray, spread: Spread, mode: str) -> TensorDiff:
+    gap, size = spread
+    if not np.shape(bu) == np.shape(ru) == gap.shape:
+        return t
+    rel = np.divide(gap, size, out=np.zeros(size.shape), where=size > 0)
     bu, ru = np.asarray(bu, np.float64), np.asarray(ru, np.float64)
     largest = max(float(np.abs(bu).max(initial=0.0)), float(np.abs(ru).max(initial=0.0)))
     d = ru - bu

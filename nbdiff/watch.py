@@ -34,6 +34,7 @@ from nbdiff.trace.recorder import Feed
 from nbdiff.trace.session import ModelSession, Weights
 from nbdiff.trace.spool import MEMORY_MIB, Spool
 from nbdiff.trace.structure import forward_structure
+from nbdiff.updates import GradientSpread, in_raw_layout
 from nbdiff.weights.assign import WeightMap, plan_pairing, plan_weights, write_weights
 from nbdiff.weights.plan import layer_tensors
 
@@ -223,6 +224,7 @@ class watch:
         done = 0
         start: tuple[Snapshot, Snapshot] | None = None
         after: tuple[Snapshot, Snapshot] | None = None
+        spread = GradientSpread()
         try:
             for k in progress(range(n), "nbdiff: comparing steps", total=n):
                 brec, rrec = StepRecord(*bsteps[k]), StepRecord(*rsteps[k])
@@ -253,7 +255,7 @@ class watch:
                 self._warnings += self._cmp.notes
                 self._cmp.notes.clear()
                 after = self._plan_snapshot(k + 1)
-                in_update, updates = self._updates(k, now, after, discount=divergence is None)
+                in_update, updates = self._updates(k, now, after, spread if divergence is None else None)
                 events += updates
                 divergence = divergence or found or in_update
                 done = k + 1
@@ -288,11 +290,16 @@ class watch:
         return held_param_grads({**self._b.grads[k], **self._r.grads[k]}, live=False)
 
     def _updates(
-        self, k: int, before: tuple[Snapshot, Snapshot], after: tuple[Snapshot, Snapshot], discount: bool
+        self,
+        k: int,
+        before: tuple[Snapshot, Snapshot],
+        after: tuple[Snapshot, Snapshot],
+        spread: GradientSpread | None,
     ) -> tuple[Divergence | None, list[EventDiff]]:
         """What the optimizers changed during step ``k`` (``before``, ``after``: the weights it began
-        and ended with); nothing when no optimizer ran. ``discount``: take out what the gradients explain (until the
-        first divergence; after it, only the chart reads)."""
+        and ended with); nothing when no optimizer ran. ``spread``: the gradients each optimizer was
+        given so far, to take out what they explain (until the first divergence; after it, only the
+        chart reads)."""
         changed = any(
             not np.array_equal(side.weights[k][i], side.weights[k + 1][i])
             for side in (self._b, self._r)
@@ -301,12 +308,17 @@ class watch:
         if not changed:
             return None, []
         stacks = (self._optimizers.stack_at(self.bfw.name, k), self._optimizers.stack_at(self.rfw.name, k))
+        plans = self._cmp.plans
+        assert plans is not None
 
         # Each optimizer stepped from its own model's gradients: the updates may differ by what those did.
-        def grads() -> list[tuple[Snapshot, Snapshot]]:
-            return [self._plan_snapshot(s, lambda side, s=s: side.grads[s]) for s in range(k + 1)]
+        def grads() -> GradientSpread:
+            assert spread is not None
+            for s in range(spread.steps, k + 1):
+                spread.fold(in_raw_layout(plans, *self._plan_snapshot(s, lambda side, s=s: side.grads[s])))
+            return spread
 
-        return self._cmp.compare_updates(k, before, after, stacks, grads if discount else None)
+        return self._cmp.compare_updates(k, before, after, stacks, grads if spread is not None else None)
 
     def _raw_weights(self, snapshot: Snapshot) -> Weights:
         """Raw's parameters by ``id``, from arrays by plan and raw's names."""

@@ -175,3 +175,32 @@ def test_an_adam_update_that_gradients_at_rounding_noise_explain_is_no_divergenc
     assert result, result.report()
     (update,) = [t for d in result.select(step=0, phase="optimizer") for t in d.tensors if t.note]
     assert update.note.startswith("1 element(s) differ by what the gradients")
+
+
+def test_each_steps_gradients_are_read_once_however_many_updates_they_explain(tmp_path, monkeypatch):
+    # Every step's update needed the gradients of all the steps before it, and read them all again:
+    # a long dump's comparison grew with the square of its length (and held every step read).
+    torch = pytest.importorskip("torch")
+    import numpy as np
+
+    from nbdiff import offline
+    from tests.test_drift import models_with_a_noisy_gradient
+
+    x = torch.tensor(np.random.RandomState(1).randn(32, 8).astype("float32"))
+    steps, paths = 4, []
+    for name, model in zip("ab", models_with_a_noisy_gradient(flip=True)):
+        opt = torch.optim.Adam(model.parameters(), lr=1e-7)  # small: the flipped element's drift stays invisible
+        with nbdiff.record(model, tmp_path / name) as rec:
+            for _ in range(steps):
+                model(x).pow(2).mean().backward()
+                opt.step()
+                opt.zero_grad()
+        paths.append(rec.path)
+    reads = []
+    real = offline._param_grads
+    monkeypatch.setattr(offline, "_param_grads", lambda events: reads.append(1) or real(events))
+    result = nbdiff.compare(*paths)
+    assert result, result.report()
+    explained = {d.base.step for d in result.events if d.base.phase.value == "optimizer" for t in d.tensors if t.note}
+    assert explained == set(range(steps))  # every step's update was redone with the gradients so far
+    assert len(reads) == 2 * steps  # each step, each side: once

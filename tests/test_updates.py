@@ -59,3 +59,19 @@ def test_gradients_of_another_shape_leave_the_comparison_as_it_was():
     bu, ru = _adam_first_step(bg), _adam_first_step(rg)
     t = _compare(bu, ru)
     assert discount_gradients(t, bu, ru, [(bg.T, rg.T)], "strict") is t
+
+
+def test_a_spread_folded_one_step_at_a_time_discounts_as_all_the_steps_together():
+    from nbdiff.updates import GradientSpread, discount_updates
+
+    bg, rg = _gradients()
+    bu, ru = _adam_first_step(bg), _adam_first_step(rg)
+    t = _compare(bu, ru)
+    spread = GradientSpread()
+    for step in ((bg, rg), (bg, bg)):
+        spread.fold({"fc": ({"weight": step[0]}, {"weight": step[1]})})
+    (folded,) = discount_updates([t], {"weight": bu}, {"weight": ru}, spread.of("fc"), "strict")
+    together = discount_gradients(t, bu, ru, [(bg, rg), (bg, bg)], "strict")
+    assert spread.steps == 2 and folded.passed and together.passed and folded.note == together.note
+    spread.fold({"fc": ({"weight": bg.T}, {"weight": rg.T})})  # the shapes changed: no discount any more
+    assert discount_updates([t], {"weight": bu}, {"weight": ru}, spread.of("fc"), "strict") == [t]

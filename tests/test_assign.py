@@ -222,3 +222,32 @@ def test_inside_looks_up_ancestors_only():
     assert _inside("enc.attn.q", roots) and _inside("dec.0.fc", roots)
     assert not _inside("enc.attn", roots) and not _inside("enc.attn2.q", roots) and not _inside("encx", roots)
     assert _inside("a.b", {""}) and not _inside("", {""}) and not _inside("a", set())
+
+
+def _wmap(*pairs, whole=(), rule="same framework, by name"):
+    from nbdiff.weights.assign import WeightMap
+    from nbdiff.weights.plan import LayerWeights
+
+    def lw(b, r, recursive):
+        return LayerWeights(b, r, "T", "T", rule, recursive, dict, dict)
+
+    return WeightMap(tuple(lw(b, r, False) for b, r in pairs) + tuple(lw(b, r, True) for b, r in whole))
+
+
+def test_a_whole_copy_covers_and_is_covered_by_its_layers_at_the_same_places():
+    by_layer = _wmap(("body.0", "body.0"), ("head", "head"))
+    assert by_layer.covers(_wmap(("head", "head"), whole=[("body", "body")]))
+    assert by_layer.covers(_wmap(whole=[("", "")]))
+    assert _wmap(whole=[("", "")]).covers(by_layer)
+    assert _wmap(whole=[("enc", "encoder")]).covers(_wmap(("enc.0", "encoder.0")))
+
+
+def test_a_whole_copy_is_not_covered_by_layers_paired_elsewhere():
+    swapped = _wmap(("body.0", "body.2"), ("body.2", "body.0"))
+    assert not swapped.covers(_wmap(whole=[("body", "body")]))
+    assert not _wmap(("a", "b"), ("b", "a")).covers(_wmap(("a", "a"), ("b", "b")))
+    # into raw's subtree from outside base's: the whole copy would write it differently
+    assert not _wmap(("body.0", "body.0"), ("head", "body.1")).covers(_wmap(whole=[("body", "body")]))
+    assert not _wmap(whole=[("enc", "encoder")]).covers(_wmap(("enc.0", "encoder.1")))
+    # a registered recursive rule may rename: only same-framework copies by name are compared by place
+    assert not _wmap(("body.0", "body.0")).covers(_wmap(whole=[("body", "body")], rule="torch MHA"))

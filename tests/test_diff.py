@@ -466,3 +466,24 @@ def test_a_backward_bug_before_a_final_layernorm_is_blamed_with_the_default_loss
     result = nbdiff.auto_diff(build(spec, bfw), build(spec, rfw, ("l1", "backward")), spec_inputs(spec))
     d = result.first_divergence
     assert d is not None and (d.phase.value, d.base_path, d.where) == ("backward", "l1", "layer"), result.report()
+
+
+def test_a_same_framework_model_with_a_sequential_runs_step_zero_once():
+    # Its Sequential pairs as one call, copied whole; the structure copy had paired the
+    # Sequential's layers. Both copy the same tensors, so the step must not be run again.
+    class Counted(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            torch.manual_seed(0)
+            self.body = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.Tanh())
+            self.head = torch.nn.Linear(8, 2)
+            self.calls = 0
+
+        def forward(self, x):
+            self.calls += 1
+            return self.head(self.body(x))
+
+    base, raw = Counted(), Counted()
+    opts = [torch.optim.SGD(m.parameters(), lr=0.1) for m in (base, raw)]
+    assert nbdiff.auto_diff(base, raw, np.ones((2, 8), "float32"), steps=2, optimizers=opts)
+    assert (base.calls, raw.calls) == (2, 2)

@@ -16,7 +16,7 @@ from nbdiff.frameworks import Framework, framework_of
 from nbdiff.trace.inputs import split_inputs
 from nbdiff.trace.structure import forward_structure
 from nbdiff.weights.fused import fused_layers, plan_fused, plan_unfused
-from nbdiff.weights.plan import LayerWeights, all_class_names, convert_checked, layer_tensors, plan_layer
+from nbdiff.weights.plan import SAME_BY_NAME, LayerWeights, all_class_names, convert_checked, layer_tensors, plan_layer
 from nbdiff.weights.rules import covers_sublayers
 
 __all__ = [
@@ -47,13 +47,47 @@ class WeightMap:
         return [(lw.base_path, lw.raw_path) for lw in self.layers]
 
     def covers(self, other: WeightMap) -> bool:
-        """Whether every layer pair of ``other`` is paired the same way here."""
+        """Whether every tensor that ``other`` copies is copied the same way here.
+
+        ``self`` is a structure copy, which plans every layer that owns tensors. A pair of
+        ``other`` is covered when it is one of ours, when one of our whole-layer copies holds
+        it at the same relative place, or when it is a same-framework whole copy (by relative
+        name) of a subtree whose layers we all paired at the same relative places: the
+        tensors end up where they would have (a same-framework ``Sequential`` pairs as one
+        call, its layers by structure; without this, every step 0 ran twice).
+        """
         mine = set(self.pairs())
-        return all(p in mine for p in other.pairs())
+        whole = [(lw.base_path, lw.raw_path) for lw in self.layers if lw.recursive]
+        for lw in other.layers:
+            pair = (lw.base_path, lw.raw_path)
+            if pair in mine or any(_same_place(pair, root) for root in whole):
+                continue
+            if not (lw.recursive and lw.rule == SAME_BY_NAME and _same_subtree(pair, mine)):
+                return False
+        return True
 
     def __repr__(self) -> str:
         rows = [f"  {lw.base_path or '<root>'} -> {lw.raw_path or '<root>'}  [{lw.rule}]" for lw in self.layers]
         return "WeightMap(\n" + "\n".join(rows) + "\n)"
+
+
+def _relative(path: str, root: str) -> str | None:
+    """``path`` relative to the layer at ``root`` ("" for the root itself), or None outside it."""
+    if not root or path == root:
+        return path if not root else ""
+    return path[len(root) + 1 :] if path.startswith(root + ".") else None
+
+
+def _same_place(pair: tuple[str, str], root: tuple[str, str]) -> bool:
+    """Whether base and raw paths of ``pair`` lie at the same relative place under ``root``'s."""
+    rel = _relative(pair[0], root[0])
+    return rel is not None and rel == _relative(pair[1], root[1])
+
+
+def _same_subtree(root: tuple[str, str], pairs: set[tuple[str, str]]) -> bool:
+    """Whether the pairs touching ``root``'s subtree on either side all keep their relative places."""
+    inside = [p for p in pairs if _relative(p[0], root[0]) is not None or _relative(p[1], root[1]) is not None]
+    return bool(inside) and all(_same_place(p, root) for p in inside)
 
 
 def _owns_tensors(fw: Framework, layer: Any) -> bool:

@@ -13,11 +13,15 @@ from nbdiff.errors import WeightTransferError
 from nbdiff.frameworks import Framework
 from nbdiff.weights.rules import Arrays, Convert, find_rule, rename_rule
 
-__all__ = ["LayerWeights", "layer_tensors", "plan_layer", "all_class_names"]
+__all__ = ["LayerWeights", "SAME_BY_NAME", "layer_tensors", "plan_layer", "all_class_names"]
 
 _ALIASES = {"scale": "weight", "_weight": "weight", "_mean": "running_mean", "_variance": "running_var"}
 # Bookkeeping, not weights: a step counter, and paddle's RNN dropout state (shape () reading as (0,)).
 _IGNORABLE = {"num_batches_tracked", "_dropout_state"}
+
+
+SAME_BY_NAME = "same framework, by name"
+"""The rule of a same-framework pair: every tensor goes to the one of the same relative name."""
 
 
 @dataclass(frozen=True)
@@ -93,7 +97,7 @@ def plan_layer(bfw: Framework, bpath: str, blayer: Any, rfw: Framework, rpath: s
             whole = bool(bt) and {n: bfw.shape_of(t) for n, t in bt.items()} == {
                 n: rfw.shape_of(t) for n, t in rt.items()
             }
-        return LayerWeights(bpath, rpath, btype, rtype, "same framework, by name", whole, *rename_rule({}))
+        return LayerWeights(bpath, rpath, btype, rtype, SAME_BY_NAME, whole, *rename_rule({}))
     return _by_name_and_shape(bfw, bpath, blayer, rfw, rpath, rlayer)
 
 

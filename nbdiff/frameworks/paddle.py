@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import os
 import warnings
+import weakref
 from collections.abc import Callable, Hashable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from typing import Any
@@ -48,6 +49,22 @@ def _api_table() -> list[tuple[Any, str, str]]:
             table.append((mod, name, name))
     table += [(paddle.Tensor, op, op) for op in _TENSOR_OPS if hasattr(paddle.Tensor, op)]
     return table
+
+
+class _WeakHook:
+    """A gradient hook's handle that does not keep its tensor alive. A tensor gone before the
+    hook is removed took the hook's last reference with it, or left it to a graph that ran
+    backward once, which frees it; the recorder's hooks do nothing once removed."""
+
+    __slots__ = ("tensor", "hook_id")
+
+    def __init__(self, tensor: weakref.ref, hook_id: int) -> None:
+        self.tensor, self.hook_id = tensor, hook_id
+
+    def remove(self) -> None:
+        t = self.tensor()
+        if t is not None:
+            t._remove_grad_hook(self.hook_id)
 
 
 class PaddleFramework:
@@ -151,7 +168,12 @@ class PaddleFramework:
         ]
 
     def hook_tensor(self, tensor: Any, fn: Callable[[Any], Any]) -> Any:
-        return tensor.register_hook(fn)
+        # paddle's own handle holds the tensor: every hooked activation would live till the
+        # step's end. The hook itself lives in the autograd graph and fires without the wrapper.
+        try:
+            return _WeakHook(weakref.ref(tensor), tensor._register_grad_hook(fn))
+        except (TypeError, AttributeError):
+            return tensor.register_hook(fn)
 
     def remove_tensor_hooks(self, handles: Sequence[Any]) -> None:
         # An in-place op on a hooked output (``y.add_(x)`` in a residual block) replaces the tensor's

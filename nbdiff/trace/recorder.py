@@ -9,6 +9,7 @@ handed on through a view by its buffer (:meth:`Recorder._grad_copy`).
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable, Hashable
 from typing import Any
 
@@ -64,8 +65,13 @@ class Recorder:
         self._tensor_handles: list[Handle] = []
         self._active: list[Call] = []
         self._counts: dict[str, int] = {}
-        self._copies: dict[tuple[int, int], tuple[Any, TensorRecord]] = {}
-        """``(id, version)`` of a tensor -> (the tensor, kept alive so its id stays unique; its copy)."""
+        self._copies: dict[tuple[int, int], TensorRecord] = {}
+        """``(id, version)`` of a live tensor -> its copy: see :meth:`_remember`."""
+        self._hook_epoch = 0
+        """Counts removals of the gradient hooks: a hook its handle could not reach (its tensor
+        gone, the hook left in the graph) does nothing once the hooks of its epoch are removed."""
+        self._refs: list[Any] = []
+        """Weak references that drop :attr:`_copies` entries (kept so their callbacks run)."""
         self._recent_grads: dict[Hashable, tuple[Any, np.ndarray]] = {}
         """Alias key of a gradient -> (the gradient, held; its copy): see :meth:`_grad_copy`."""
         self._backward_stack: tuple[Frame, ...] | None = None
@@ -125,7 +131,9 @@ class Recorder:
         collector, and a forward's tensors are a model's activations."""
         self.fw.remove_tensor_hooks(self._tensor_handles)
         self._tensor_handles.clear()
+        self._hook_epoch += 1
         self._copies.clear()
+        self._refs.clear()
         self._recent_grads.clear()
 
     # -- hooks ---------------------------------------------------------------
@@ -249,8 +257,11 @@ class Recorder:
         self, rec: Call, into: dict[str, TensorRecord], name: str, replace: np.ndarray | None = None
     ) -> Callable[[Any], Any]:
         fw = self.fw
+        epoch = self._hook_epoch
 
         def hook(grad: Any) -> Any:
+            if epoch != self._hook_epoch:
+                return None
             if self.stacks and rec.backward_stack is None:
                 # Autograd runs these hooks inside the user's backward() call: its frames say where.
                 if self._backward_stack is None:
@@ -273,12 +284,23 @@ class Recorder:
         """The tensor's value now, as a host copy no later in-place write can change."""
         fw = self.fw
         key = (id(t), fw.tensor_version(t))
-        hit = self._copies.get(key)
-        if hit is None:
-            value = self.spool.keep(fw.to_numpy(t))
-            hit = self._copies[key] = (t, TensorRecord(name, fw.shape_of(t), fw.dtype_name(t), value))
-        record = hit[1]
+        record = self._copies.get(key)
+        if record is None:
+            record = TensorRecord(name, fw.shape_of(t), fw.dtype_name(t), self.spool.keep(fw.to_numpy(t)))
+            self._remember(t, key, record)
         return record if record.name == name else changed(record, name=name)
+
+    def _remember(self, t: Any, key: tuple[int, int], record: TensorRecord) -> None:
+        """Find ``record`` for ``t`` while ``t`` lives. Only a weak reference: holding the tensor
+        kept every output the model itself lets go of (a Linear's, once the next layer has it)
+        until the step's end, 16 MiB more peak on a 16-layer MLP. The entry goes as ``t`` dies,
+        before its id can be given to another tensor."""
+        copies = self._copies
+        copies[key] = record
+        try:
+            self._refs.append(weakref.ref(t, lambda _: copies.pop(key, None)))
+        except TypeError:  # no weak references: held instead, till the step ends
+            self._refs.append(t)
 
     def _grad_copy(self, grad: Any) -> np.ndarray:
         """A copy of a gradient a hook was handed: both frameworks reuse that buffer (paddle adds
@@ -299,7 +321,7 @@ class Recorder:
     def _alias(self, t: Any, record: TensorRecord) -> None:
         """``t`` holds the values ``record`` copied (a view made here): the sublayers it is
         passed to find the copy instead of making another one."""
-        self._copies[(id(t), self.fw.tensor_version(t))] = (t, record)
+        self._remember(t, (id(t), self.fw.tensor_version(t)), record)
 
     # -- results -------------------------------------------------------------
     def events(self, loss: Any | None = None) -> tuple[list[Event], list[Event], list[str]]:

@@ -57,10 +57,10 @@ class WeightMap:
         call, its layers by structure; without this, every step 0 ran twice).
         """
         mine = set(self.pairs())
-        whole = [(lw.base_path, lw.raw_path) for lw in self.layers if lw.recursive]
+        whole = {(lw.base_path, lw.raw_path) for lw in self.layers if lw.recursive}
         for lw in other.layers:
             pair = (lw.base_path, lw.raw_path)
-            if pair in mine or any(_same_place(pair, root) for root in whole):
+            if pair in mine or _held_whole(pair, whole):
                 continue
             if not (lw.recursive and lw.rule == SAME_BY_NAME and _same_subtree(pair, mine)):
                 return False
@@ -73,8 +73,10 @@ class WeightMap:
 
 def _relative(path: str, root: str) -> str | None:
     """``path`` relative to the layer at ``root`` ("" for the root itself), or None outside it."""
-    if not root or path == root:
-        return path if not root else ""
+    if not root:
+        return path
+    if path == root:
+        return ""
     return path[len(root) + 1 :] if path.startswith(root + ".") else None
 
 
@@ -82,6 +84,20 @@ def _same_place(pair: tuple[str, str], root: tuple[str, str]) -> bool:
     """Whether base and raw paths of ``pair`` lie at the same relative place under ``root``'s."""
     rel = _relative(pair[0], root[0])
     return rel is not None and rel == _relative(pair[1], root[1])
+
+
+def _held_whole(pair: tuple[str, str], whole: set[tuple[str, str]]) -> bool:
+    """Whether a pair of ``whole`` holds ``pair`` at the same relative place: the ancestors that
+    keep a common suffix are looked up, so a check stays linear in the number of layers."""
+    b = pair[0].split(".") if pair[0] else []
+    r = pair[1].split(".") if pair[1] else []
+    n = 0  # components of the common suffix
+    while True:
+        if (".".join(b[: len(b) - n]), ".".join(r[: len(r) - n])) in whole:
+            return True
+        if n == min(len(b), len(r)) or b[-1 - n] != r[-1 - n]:
+            return False
+        n += 1
 
 
 def _same_subtree(root: tuple[str, str], pairs: set[tuple[str, str]]) -> bool:

@@ -18,7 +18,7 @@ from nbdiff.weights.plan import LayerWeights, layer_tensors
 
 __all__ = [
     "UPDATE_ATOL", "GRADIENT_SENSITIVITY", "Snapshot", "snapshot", "update_tolerance", "update_diffs",
-    "GradientSpread", "in_raw_layout", "discount_updates", "discount_gradients", "name_parameter",
+    "GradientSpread", "in_raw_layout", "discount_updates", "name_parameter",
 ]  # fmt: skip
 
 UPDATE_ATOL = 1e-3
@@ -54,21 +54,22 @@ class GradientSpread:
             held = self._by_key.setdefault(key, {})
             for name, bg in base.items():
                 rg = raw.get(name)
-                if rg is not None:
-                    held[name] = _widened(held.get(name, ()), bg, rg)
+                if rg is not None and (name not in held or held[name] is not None):
+                    held[name] = _widened(held.get(name), bg, rg)
         self.steps += 1
 
     def of(self, key: str) -> dict[str, Spread | None]:
         return self._by_key.get(key, {})
 
 
-def _widened(spread: Spread | None | tuple[()], bg: np.ndarray, rg: np.ndarray) -> Spread | None:
-    if spread is None or np.shape(bg) != np.shape(rg) or (spread and spread[0].shape != np.shape(bg)):
+def _widened(spread: Spread | None, bg: np.ndarray, rg: np.ndarray) -> Spread | None:
+    """``spread`` (None: the first step) widened by one step's gradients; None once the shapes differ."""
+    if np.shape(bg) != np.shape(rg) or (spread is not None and spread[0].shape != np.shape(bg)):
         return None
     # The gradients' own float type (float32 stays float32: two arrays per parameter are held).
     bg, rg = np.asarray(bg, np.result_type(bg, np.float32)), np.asarray(rg, np.result_type(rg, np.float32))
     gap, size = np.abs(bg - rg), np.maximum(np.abs(bg), np.abs(rg))
-    return (np.maximum(spread[0], gap), np.maximum(spread[1], size)) if spread else (gap, size)
+    return (gap, size) if spread is None else (np.maximum(spread[0], gap), np.maximum(spread[1], size))
 
 
 def in_raw_layout(
@@ -150,7 +151,7 @@ def discount_updates(
     spreads: dict[str, Spread | None],
     mode: str,
 ) -> list[TensorDiff]:
-    """The failing update comparisons redone by :func:`discount_gradients`; every array in raw's
+    """The failing update comparisons redone by what the gradients explain; every array in raw's
     layout (``spreads``: :meth:`GradientSpread.of` the layer, by parameter name)."""
     out = []
     for t in tensors:
@@ -162,25 +163,16 @@ def discount_updates(
     return out
 
 
-def discount_gradients(
-    t: TensorDiff, bu: np.ndarray, ru: np.ndarray, grads: list[tuple[np.ndarray, np.ndarray]], mode: str
-) -> TensorDiff:
+def _discounted(t: TensorDiff, bu: np.ndarray, ru: np.ndarray, spread: Spread, mode: str) -> TensorDiff:
     """``t`` (raw's update ``ru`` against base's ``bu``) compared again, after taking out of each
-    element what the gradients the two optimizers were handed (``grads``: base's and raw's, per step
-    so far) explain; ``t`` itself when it still fails.
+    element what the gradients the two optimizers were handed explain (``spread``); ``t`` itself
+    when it still fails.
 
     Rounding decides a gradient near zero (it may even flip sign), and Adam divides by ``|g|``: such
     an element moves by ``±lr`` on one side and not the other, a false alarm without this. An element
     ``r`` apart (largest gradient difference over largest gradient, over the steps so far) may differ
     by ``GRADIENT_SENSITIVITY * r`` of the largest update. A wrong learning rate, decay, beta or
     epsilon shows where the gradients agree, and stays."""
-    spread: Spread | None | tuple[()] = ()
-    for bg, rg in grads:
-        spread = _widened(spread, bg, rg)
-    return _discounted(t, bu, ru, spread, mode) if spread else t
-
-
-def _discounted(t: TensorDiff, bu: np.ndarray, ru: np.ndarray, spread: Spread, mode: str) -> TensorDiff:
     gap, size = spread
     if not np.shape(bu) == np.shape(ru) == gap.shape:
         return t

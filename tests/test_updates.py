@@ -4,7 +4,7 @@ import numpy as np
 
 from nbdiff.compare.metrics import compare_tensors
 from nbdiff.compare.tolerance import resolve_tolerance
-from nbdiff.updates import discount_gradients, update_tolerance
+from nbdiff.updates import GradientSpread, discount_updates, update_tolerance
 
 LR, EPS = 1e-2, 1e-8
 
@@ -20,6 +20,15 @@ def _gradients(noise_at_zero=True):
     if noise_at_zero:  # a gradient that is 0 but for rounding, of opposite sign in the two frameworks
         base[3, 5], raw[3, 5] = 1e-7, -1e-7  # within 2e-5 of max|g|
     return base, raw
+
+
+def discount_gradients(t, bu, ru, steps, mode):
+    """``t`` redone with the gradients of ``steps`` (base's, raw's per step) folded into a spread."""
+    spread = GradientSpread()
+    for bg, rg in steps:
+        spread.fold({"fc": ({t.name: bg}, {t.name: rg})})
+    (redone,) = discount_updates([t], {t.name: bu}, {t.name: ru}, spread.of("fc"), mode)
+    return redone
 
 
 def _compare(bu, ru):
@@ -62,8 +71,6 @@ def test_gradients_of_another_shape_leave_the_comparison_as_it_was():
 
 
 def test_a_spread_folded_one_step_at_a_time_discounts_as_all_the_steps_together():
-    from nbdiff.updates import GradientSpread, discount_updates
-
     bg, rg = _gradients()
     bu, ru = _adam_first_step(bg), _adam_first_step(rg)
     t = _compare(bu, ru)

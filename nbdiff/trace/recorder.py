@@ -65,13 +65,11 @@ class Recorder:
         self._tensor_handles: list[Handle] = []
         self._active: list[Call] = []
         self._counts: dict[str, int] = {}
-        self._copies: dict[tuple[int, int], TensorRecord] = {}
-        """``(id, version)`` of a live tensor -> its copy: see :meth:`_remember`."""
+        self._copies: dict[tuple[int, int], tuple[Any, TensorRecord]] = {}
+        """``(id, version)`` of a live tensor -> (a weak reference to it; its copy): see :meth:`_remember`."""
         self._hook_epoch = 0
         """Counts removals of the gradient hooks: a hook its handle could not reach (its tensor
         gone, the hook left in the graph) does nothing once the hooks of its epoch are removed."""
-        self._refs: list[Any] = []
-        """Weak references that drop :attr:`_copies` entries (kept so their callbacks run)."""
         self._recent_grads: dict[Hashable, tuple[Any, np.ndarray]] = {}
         """Alias key of a gradient -> (the gradient, held; its copy): see :meth:`_grad_copy`."""
         self._backward_stack: tuple[Frame, ...] | None = None
@@ -133,7 +131,6 @@ class Recorder:
         self._tensor_handles.clear()
         self._hook_epoch += 1
         self._copies.clear()
-        self._refs.clear()
         self._recent_grads.clear()
 
     # -- hooks ---------------------------------------------------------------
@@ -284,8 +281,10 @@ class Recorder:
         """The tensor's value now, as a host copy no later in-place write can change."""
         fw = self.fw
         key = (id(t), fw.tensor_version(t))
-        record = self._copies.get(key)
-        if record is None:
+        hit = self._copies.get(key)
+        if hit is not None:
+            record = hit[1]
+        else:
             record = TensorRecord(name, fw.shape_of(t), fw.dtype_name(t), self.spool.keep(fw.to_numpy(t)))
             self._remember(t, key, record)
         return record if record.name == name else changed(record, name=name)
@@ -296,11 +295,10 @@ class Recorder:
         until the step's end, 16 MiB more peak on a 16-layer MLP. The entry goes as ``t`` dies,
         before its id can be given to another tensor."""
         copies = self._copies
-        copies[key] = record
         try:
-            self._refs.append(weakref.ref(t, lambda _: copies.pop(key, None)))
+            copies[key] = (weakref.ref(t, lambda _: copies.pop(key, None)), record)
         except TypeError:  # no weak references: held instead, till the step ends
-            self._refs.append(t)
+            copies[key] = (t, record)
 
     def _grad_copy(self, grad: Any) -> np.ndarray:
         """A copy of a gradient a hook was handed: both frameworks reuse that buffer (paddle adds

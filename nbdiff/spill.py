@@ -126,16 +126,21 @@ def _move(
         for key, records in holders.items():
             for t in records:
                 object.__setattr__(t, "value", maps[key])  # frozen: every holder of the record sees the map
+        written: list[np.ndarray] = []
         for c in comparisons:
-            c.rebind_arrays(lambda x: _from_file(x, maps, spool))
+            c.rebind_arrays(lambda x: _from_file(x, maps, spool, written))
     finally:
         spool.close()
     return None
 
 
-def _from_file(x: np.ndarray, maps: dict[int, np.ndarray], spool: Spool) -> np.ndarray:
+def _from_file(
+    x: np.ndarray, maps: dict[int, np.ndarray], spool: Spool, written: list[np.ndarray] | None = None
+) -> np.ndarray:
     """``x``'s values read from the file: the map of a moved array, the same view of a moved array's
-    map, or (an array of the comparison's own: a layout converted, a dtype widened) a map of its own."""
+    map, or (an array of the comparison's own: a layout converted, a dtype widened) a map of its own,
+    added to ``maps``. ``written`` then holds ``x``: once its comparison lets go of it, its id could
+    be another array's, and ``maps`` would hand that one ``x``'s values."""
     if in_file(x) or not spoolable(x):
         return x
     if id(x) in maps:
@@ -150,4 +155,6 @@ def _from_file(x: np.ndarray, maps: dict[int, np.ndarray], spool: Spool) -> np.n
     if spool.failure:
         return x
     y = maps[id(x)] = spool.keep(x)
+    if written is not None:
+        written.append(x)
     return y if in_file(y) else x

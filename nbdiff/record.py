@@ -87,6 +87,8 @@ class record:
         self._writer = DumpWriter(
             self.dump_dir / f"rank{rank}", meta, layers, str(self.options["dump_type"]), self.overwrite
         )
+        if self.options["mode"] == "all":  # otherwise most statistics would be of tensors not written
+            self._session.recorder.on_copy = self._writer.start_statistics
         try:
             self._session.install(self._stack, self._on_step)
         except BaseException:

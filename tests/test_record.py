@@ -225,3 +225,35 @@ def test_a_long_recording_holds_no_step_in_memory(tmp_path):
     assert sorted(p.name for p in path.glob("step*.json")) == [f"step{k}.json" for k in range(5)]
     manifest = json.loads((path / "manifest.json").read_text())
     assert manifest["steps"] == 5 and manifest["complete"] is True and len(json.dumps(manifest)) < 4000
+
+
+def test_a_recording_computes_statistics_as_it_copies_not_when_the_step_is_written(tmp_path, monkeypatch):
+    # Only the optimizer's updates (worked out when a step is handed over) are left to the write.
+    from nbdiff.trace import events as events_module
+    from nbdiff.trace import store
+
+    writing, at_write, written = [False], [], []
+    real_stats, real_write = store.tensor_stats, store.DumpWriter._write_step
+
+    def counting(a):
+        if writing[0]:
+            at_write.append(id(a))
+        return real_stats(a)
+
+    def write_step(self, k, events):
+        writing[0] = True
+        try:
+            real_write(self, k, events)
+        finally:
+            writing[0] = False
+        written.append(
+            {id(t.value) for e in events if e.phase.value == "optimizer" for t in e.inputs + e.outputs + e.params}
+        )
+
+    monkeypatch.setattr(store, "tensor_stats", counting)
+    monkeypatch.setattr(events_module, "tensor_stats", counting)
+    monkeypatch.setattr(store.DumpWriter, "_write_step", write_step)
+    base, _ = pair()
+    read_dump(train(base, tmp_path / "d", steps=2, dump_type="statistics"))
+    assert len(written) == 2 and at_write
+    assert set(at_write) <= set().union(*written)

@@ -153,3 +153,51 @@ def test_values_shared_by_two_tensors_are_stored_once_and_read_back_for_both(tmp
     for e in back:
         for t in e.inputs + e.outputs:
             np.testing.assert_array_equal(t.value, shared)
+
+
+def test_statistics_started_ahead_are_computed_once_and_match_those_computed_at_write_time(tmp_path):
+    # A recording hands each copy to the writer thread as it is made: the step's write then
+    # uses those statistics instead of computing them again (the last step's wait was all of them).
+    from nbdiff.trace import events as events_module
+    from nbdiff.trace import store
+
+    computed: list[int] = []
+    real = store.tensor_stats
+
+    def counting(a):
+        computed.append(id(a))
+        return real(a)
+
+    meta = {"framework": "torch", "model": "M", "rank": 0}
+    plain = write_rank(tmp_path / "plain", meta, {}, [_events()], "statistics")
+    ev = _events()
+    arrays = [t.value for e in ev for t in e.inputs + e.outputs]
+    store.tensor_stats = events_module.tensor_stats = counting
+    try:
+        writer = store.DumpWriter(tmp_path / "ahead", meta, {}, "statistics")
+        for a in arrays:
+            writer.start_statistics(a)
+        writer.add_step(ev)
+        writer.close()
+    finally:
+        store.tensor_stats = events_module.tensor_stats = real
+    assert sorted(computed) == sorted(id(a) for a in arrays)  # each once, none again at write time
+    assert writer._ahead == {}  # nothing held once the step is written
+    step = lambda p: json.loads((p / "step0.json").read_text())["events"]  # noqa: E731
+    assert step(tmp_path / "ahead") == step(plain)
+
+
+def test_statistics_that_fail_ahead_are_computed_again_by_the_write_which_reports_them(tmp_path, monkeypatch):
+    from nbdiff.trace import store
+
+    def broken(a):
+        raise MemoryError("no room")
+
+    monkeypatch.setattr(store, "tensor_stats", broken)
+    writer = store.DumpWriter(tmp_path / "rank0", {"framework": "torch", "model": "M", "rank": 0}, {}, "statistics")
+    ev = _events()
+    writer.start_statistics(ev[0].outputs[0].value)
+    monkeypatch.setattr(TensorRecord, "statistics", lambda self: broken(self.value))
+    writer.add_step(ev)  # the writer thread lives on: no wait for it hangs
+    with pytest.raises(DumpError, match=r"writing step 0 failed \(no room\)"):
+        writer.close()

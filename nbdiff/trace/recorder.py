@@ -89,6 +89,8 @@ class Recorder:
         self._api_ctx: Any = None
         self.param_grads: dict[int, np.ndarray] = {}
         """``id`` of a parameter -> the copy of its gradient the step's events hold (read once)."""
+        self.on_copy: Callable[[np.ndarray], Any] | None = None
+        """Called with every host copy a record is given (see :meth:`hold`)."""
 
     # -- context -------------------------------------------------------------
     def __enter__(self) -> Recorder:
@@ -271,7 +273,7 @@ class Recorder:
             # paddle calls a tensor's hook once per incoming contribution, torch once with the
             # sum: adding up gives the full gradient in both.
             prev = into.get(name)
-            g = self.spool.adopt(prev.value + fw.to_numpy(grad)) if prev else self._grad_copy(grad)
+            g = self.hold(prev.value + fw.to_numpy(grad), copy=False) if prev else self._grad_copy(grad)
             into[name] = TensorRecord(name, fw.shape_of(grad), fw.dtype_name(grad), g)
             return None
 
@@ -285,9 +287,18 @@ class Recorder:
         if hit is not None:
             record = hit[1]
         else:
-            record = TensorRecord(name, fw.shape_of(t), fw.dtype_name(t), self.spool.keep(fw.to_numpy(t)))
+            record = TensorRecord(name, fw.shape_of(t), fw.dtype_name(t), self.hold(fw.to_numpy(t)))
             self._remember(t, key, record)
         return record if record.name == name else changed(record, name=name)
+
+    def hold(self, a: np.ndarray, copy: bool = True) -> np.ndarray:
+        """The array a record keeps: a copy of ``a`` (``copy=False``: ``a`` itself, a sum only the
+        caller holds), held by the spool, and shown to :attr:`on_copy` (a dump's writer thread
+        starts its statistics while the step still runs)."""
+        value = self.spool.keep(a) if copy else self.spool.adopt(a)
+        if self.on_copy is not None:
+            self.on_copy(value)
+        return value
 
     def _remember(self, t: Any, key: tuple[int, int], record: TensorRecord) -> None:
         """Find ``record`` for ``t`` while ``t`` lives. Only a weak reference: holding the tensor
@@ -309,7 +320,7 @@ class Recorder:
         hit = self._recent_grads.get(key) if key is not None else None
         if hit is not None:
             return hit[1]
-        value = self.spool.keep(self.fw.to_numpy(grad))
+        value = self.hold(self.fw.to_numpy(grad))
         if key is not None:
             self._recent_grads[key] = (grad, value)
             if len(self._recent_grads) > _RECENT_GRADS:
@@ -386,5 +397,5 @@ class Recorder:
         if g is None:
             return None
         # A copy: clearing gradients zeroes paddle's in place. Kept by id for the comparison.
-        self.param_grads[id(param)] = value = self.spool.keep(self.fw.to_numpy(g))
+        self.param_grads[id(param)] = value = self.hold(self.fw.to_numpy(g))
         return value

@@ -65,10 +65,12 @@ class ModelSession:
     def grad_hook(self, param: Any) -> Any:
         def hook(grad: Any) -> None:
             if self.steps:
-                into, spool, g = self.grads[self.steps - 1], self.recorder.spool, self.fw.to_numpy(grad)
+                into, g = self.grads[self.steps - 1], self.fw.to_numpy(grad)
                 # A copy: the framework reuses the buffer a hook was handed (see Recorder._grad_hook).
                 prev = into.get(id(param))
-                into[id(param)] = spool.adopt(prev + g) if prev is not None else spool.keep(g)
+                into[id(param)] = (
+                    self.recorder.hold(prev + g, copy=False) if prev is not None else self.recorder.hold(g)
+                )
 
         return hook
 

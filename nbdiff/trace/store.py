@@ -39,7 +39,7 @@ from nbdiff.errors import DumpError
 from nbdiff.trace.events import Event, Kind, Phase, TensorRecord
 from nbdiff.trace.schema import payload_path, validate_manifest, validate_step
 from nbdiff.trace.stack import Frame
-from nbdiff.trace.stats import Stats
+from nbdiff.trace.stats import Stats, tensor_stats
 
 __all__ = ["FORMAT", "VERSION", "RankDump", "DumpWriter", "write_rank", "read_dump", "rank_dirs"]
 
@@ -146,8 +146,10 @@ class DumpWriter:
 
     With ``background`` (the default) a writer thread computes the statistics and writes each
     step while the training code runs the next one; ``add_step`` waits only when the step before
-    is still being written, so at most two steps are held and one is unwritten. ``close`` waits for the last one. A
-    failed write is raised, as a :class:`~nbdiff.errors.DumpError` naming the step, by the next
+    is still being written, so at most two steps are held and one is unwritten. ``close`` waits
+    for the last one. Arrays given to :meth:`start_statistics` as they are recorded get their
+    statistics then, on the writer thread, so the last step's wait is mostly its JSON. A failed
+    write is raised, as a :class:`~nbdiff.errors.DumpError` naming the step, by the next
     ``add_step`` or by ``close``.
     """
 
@@ -180,17 +182,27 @@ class DumpWriter:
         self._last: dict[str, Any] | None = None
         self._write_manifest(complete=False)
         self._failure: tuple[int, BaseException] | None = None
-        self._queue: queue.Queue[tuple[int, list[Event]] | None] | None = None
+        self._ahead: dict[int, tuple[np.ndarray, Stats]] = {}
+        """``id`` of an array -> (the array, held; its statistics), computed before its step came."""
+        self._queue: queue.SimpleQueue[np.ndarray | tuple[int, list[Event]] | None] | None = None
+        self._written = 0
+        self._done = threading.Condition()
         if background:
-            self._queue = queue.Queue(maxsize=1)
+            self._queue = queue.SimpleQueue()
             self._thread = threading.Thread(target=self._drain, name="nbdiff-dump-writer", daemon=True)
             self._thread.start()
+
+    def start_statistics(self, a: np.ndarray) -> None:
+        """Compute ``a``'s statistics now, on the writer thread (``a`` is never written to again)."""
+        if self._queue is not None and self.dump_type != "stack":
+            self._queue.put(a)
 
     def add_step(self, events: list[Event]) -> None:
         if self._queue is not None:
             # The step before must be on disk first: a queue alone let one step wait behind the one
             # being written, and a kill then lost three steps (under load, every step written so far).
-            self._queue.join()
+            with self._done:
+                self._done.wait_for(lambda: self._written == self.steps)
         self._raise_failure()
         k, self.steps = self.steps, self.steps + 1
         if self._queue is None:
@@ -207,12 +219,22 @@ class DumpWriter:
 
     def _drain(self) -> None:
         while (item := self._queue.get()) is not None:  # type: ignore[union-attr]
+            if isinstance(item, np.ndarray):
+                try:
+                    self._ahead[id(item)] = (item, tensor_stats(item))
+                except Exception:  # noqa: S110 - the step's own write computes them again, and reports
+                    pass
+                continue
             if self._failure is None:
                 try:
                     self._write_step(*item)
                 except BaseException as exc:  # raised in the user's thread, by add_step or close
                     self._failure = (item[0], exc)
-            self._queue.task_done()  # type: ignore[union-attr]
+            # Every array queued before this step was one of its own (or an earlier step's).
+            self._ahead.clear()
+            with self._done:
+                self._written += 1
+                self._done.notify()
 
     def _raise_failure(self) -> None:
         if self._failure is not None:
@@ -224,7 +246,8 @@ class DumpWriter:
         from safetensors.numpy import save_file
 
         payload: dict[str, np.ndarray] = {}
-        seen: dict[int, Stats | None] = {}
+        # The arrays in ``_ahead`` are held, so their ids are not another array's.
+        seen: dict[int, Stats | None] = {i: st for i, (_, st) in self._ahead.items()}
         keys: dict[int, str] = {}
         keep_values, keep_stats = self.dump_type == "tensor", self.dump_type != "stack"
         ev_json = [_event_json(e, payload, keep_values, keep_stats, seen, keys) for e in events]

@@ -116,7 +116,7 @@ class Spool:
                 self._fd = fd
             if not self._maps or self._used + n > len(self._maps[-1]):
                 self._new_map(n)
-            _pwrite_all(self._fd, memoryview(src.reshape(-1)).cast("B"), self._start + self._used)
+            pwrite_all(self._fd, memoryview(src.reshape(-1)).cast("B"), self._start + self._used)
         except OSError as exc:
             self.failure = f"writing recorded tensors to {self.folder or tempfile.gettempdir()} failed ({exc})"
             return None
@@ -139,7 +139,7 @@ class Spool:
         self._start, self._end, self._used = start, start + size, 0
 
 
-def _pwrite_all(fd: int, data: memoryview, offset: int) -> None:
+def pwrite_all(fd: int, data: memoryview, offset: int) -> None:
     while data:
         done = os.pwrite(fd, data, offset)
         data, offset = data[done:], offset + done

@@ -37,6 +37,7 @@ import numpy as np
 
 from nbdiff.errors import DumpError
 from nbdiff.trace.events import Event, Kind, Phase, TensorRecord
+from nbdiff.trace.payload import PayloadFile, header_room
 from nbdiff.trace.schema import payload_path, validate_manifest, validate_step
 from nbdiff.trace.stack import Frame
 from nbdiff.trace.stats import Stats, tensor_stats
@@ -148,7 +149,8 @@ class DumpWriter:
     step while the training code runs the next one; ``add_step`` waits only when the step before
     is still being written, so at most two steps are held and one is unwritten. ``close`` waits
     for the last one. Arrays given to :meth:`start_statistics` as they are recorded get their
-    statistics then, on the writer thread, so the last step's wait is mostly its JSON. A failed
+    statistics then, on the writer thread, and in ``tensor`` dumps their bytes go to the step's
+    payload (:class:`~nbdiff.trace.payload.PayloadFile`), so the last step's wait is mostly its JSON. A failed
     write is raised, as a :class:`~nbdiff.errors.DumpError` naming the step, by the next
     ``add_step`` or by ``close``.
     """
@@ -184,6 +186,9 @@ class DumpWriter:
         self._failure: tuple[int, BaseException] | None = None
         self._ahead: dict[int, tuple[np.ndarray, Stats]] = {}
         """``id`` of an array -> (the array, held; its statistics), computed before its step came."""
+        self._payload: PayloadFile | None = None
+        """The next step's payload, written as its arrays come (``tensor`` dumps)."""
+        self._last_header: int | None = None
         self._queue: queue.SimpleQueue[np.ndarray | tuple[int, list[Event]] | None] | None = None
         self._written = 0
         self._done = threading.Condition()
@@ -216,14 +221,14 @@ class DumpWriter:
             self._queue.put(None)
             self._thread.join()
             self._queue = None
+        if self._payload is not None:  # arrays of a step that never came
+            self._payload.discard()
+            self._payload = None
 
     def _drain(self) -> None:
         while (item := self._queue.get()) is not None:  # type: ignore[union-attr]
             if isinstance(item, np.ndarray):
-                try:
-                    self._ahead[id(item)] = (item, tensor_stats(item))
-                except Exception:  # noqa: S110 - the step's own write computes them again, and reports
-                    pass
+                self._start(item)
                 continue
             if self._failure is None:
                 try:
@@ -232,9 +237,24 @@ class DumpWriter:
                     self._failure = (item[0], exc)
             # Every array queued before this step was one of its own (or an earlier step's).
             self._ahead.clear()
+            if self._payload is not None:  # not taken by the step: its write failed
+                self._payload.discard()
+                self._payload = None
             with self._done:
                 self._written += 1
                 self._done.notify()
+
+    def _start(self, a: np.ndarray) -> None:
+        """Work on an array of the step being recorded: its statistics, and its bytes for the payload."""
+        try:
+            self._ahead[id(a)] = (a, tensor_stats(a))
+            if self.dump_type == "tensor" and self._failure is None:
+                if self._payload is None:  # arrays queued before a step's item are that step's own
+                    room = header_room(self._last_header)
+                    self._payload = PayloadFile(self.path / f"step{self._written}.safetensors", room)
+                self._payload.add(a)
+        except Exception:  # noqa: S110 - the step's own write does it again, and reports what fails
+            pass
 
     def _raise_failure(self) -> None:
         if self._failure is not None:
@@ -252,9 +272,16 @@ class DumpWriter:
         keep_values, keep_stats = self.dump_type == "tensor", self.dump_type != "stack"
         ev_json = [_event_json(e, payload, keep_values, keep_stats, seen, keys) for e in events]
         file = None
+        ahead, self._payload = self._payload, None
         if payload:
             file = f"step{k}.safetensors"
-            save_file(payload, str(self.path / file))
+            if ahead is not None and ahead.path.name == file:
+                ahead.finish(payload)
+                self._last_header = ahead.header_size or self._last_header
+            else:
+                save_file(payload, str(self.path / file))
+        elif ahead is not None:
+            ahead.discard()
         self._last = {"step": k, "payload": file, "events": ev_json, "complete": True}
         _write_atomic(self.path / f"step{k}.json", self._last)  # after its payload: never a dangling name
 

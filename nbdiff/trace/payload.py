@@ -28,6 +28,9 @@ _DTYPES = {
     np.dtype(np.int16): "I16", np.dtype(np.uint16): "U16", np.dtype(np.int8): "I8", np.dtype(np.uint8): "U8",
     np.dtype(np.bool_): "BOOL", np.dtype(np.complex64): "C64",
 }  # fmt: skip
+_KEPT_SHARE = 0.75
+"""A file whose kept arrays are less of its bytes is written again, compactly (a partial
+gradient sum, replaced by the full one, or tensors copied for a layer no event shows)."""
 _FIRST_ROOM = 16 << 10
 """Header room of a recording's first step: about 150 tensors; later steps size theirs by the last one."""
 
@@ -59,7 +62,9 @@ class PayloadFile:
             self._abandon()  # finish writes the step whole, and reports what goes wrong then
 
     def finish(self, named: dict[str, np.ndarray]) -> None:
-        """Close the file as a safetensors payload holding ``named`` (key -> array)."""
+        """Close the file as a safetensors payload holding ``named`` (key -> array). Written whole
+        instead when its header outgrew the room, or when most of its bytes are of arrays the
+        step did not keep."""
         try:
             if self._fd is not None and all(_dtype_name(a) is not None for a in named.values()):
                 for a in named.values():
@@ -67,7 +72,8 @@ class PayloadFile:
                         self._append(a)
                 header = self._header(named)
                 self.header_size = len(header)
-                if len(header) <= self.room - 8:
+                kept = sum(a.nbytes for a in {id(a): a for a in named.values()}.values())
+                if len(header) <= self.room - 8 and kept >= self._end * _KEPT_SHARE:
                     header += b" " * (self.room - 8 - len(header))
                     pwrite_all(self._fd, memoryview(struct.pack("<Q", len(header)) + header), 0)
                     return

@@ -88,7 +88,7 @@ class record:
             self.dump_dir / f"rank{rank}", meta, layers, str(self.options["dump_type"]), self.overwrite
         )
         if self.options["mode"] == "all":  # otherwise most statistics would be of tensors not written
-            self._session.recorder.on_copy = self._writer.start_statistics
+            self._session.recorder.on_copy = self._writer.prepare
         try:
             self._session.install(self._stack, self._on_step)
         except BaseException:

@@ -114,8 +114,8 @@ def test_a_dump_writer_writes_the_bytes_before_the_step_is_handed_over(tmp_path)
                     (TensorRecord("in[0]", x.shape, "float32", x),), (TensorRecord("out", y.shape, "float32", y),))]  # fmt: skip
     meta = {"framework": "torch", "model": "M", "rank": 0}
     writer = DumpWriter(tmp_path / "ahead", meta, {}, "tensor")
-    writer.start_statistics(x)
-    writer.start_statistics(y)
+    writer.prepare(x)
+    writer.prepare(y)
     file = tmp_path / "ahead" / "step0.safetensors"
     deadline = time.monotonic() + 10
     while not (file.exists() and file.stat().st_size >= x.nbytes + y.nbytes) and time.monotonic() < deadline:
@@ -138,3 +138,21 @@ def test_a_payload_mostly_of_arrays_the_step_did_not_keep_is_written_again_compa
     f.finish(named)
     assert set(load_file(str(tmp_path / "s.safetensors"))) == {"kept"}
     assert (tmp_path / "s.safetensors").stat().st_size < 4096
+
+
+def test_a_step_that_keeps_no_values_leaves_no_payload_file(tmp_path):
+    # Its copies were written as they came (an integer tensor, then filtered out of the step).
+    from nbdiff.trace.events import Event, Kind, Phase
+    from nbdiff.trace.store import DumpWriter, read_dump
+
+    writer = DumpWriter(tmp_path / "rank0", {"framework": "torch", "model": "M", "rank": 0}, {}, "tensor")
+    writer.prepare(np.arange(1000, dtype=np.int64))
+    file = tmp_path / "rank0" / "step0.safetensors"
+    deadline = time.monotonic() + 10
+    while not file.exists() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    writer.add_step([Event(0, Phase.FORWARD, Kind.LAYER, 0, "a", "Embedding", 0, 1, None, True, (), ())])
+    writer.close()
+    assert not file.exists()
+    assert json.loads((tmp_path / "rank0" / "step0.json").read_text())["payload"] is None
+    assert len(read_dump(tmp_path / "rank0").steps) == 1

@@ -176,7 +176,7 @@ def test_statistics_started_ahead_are_computed_once_and_match_those_computed_at_
     try:
         writer = store.DumpWriter(tmp_path / "ahead", meta, {}, "statistics")
         for a in arrays:
-            writer.start_statistics(a)
+            writer.prepare(a)
         writer.add_step(ev)
         writer.close()
     finally:
@@ -196,7 +196,7 @@ def test_statistics_that_fail_ahead_are_computed_again_by_the_write_which_report
     monkeypatch.setattr(store, "tensor_stats", broken)
     writer = store.DumpWriter(tmp_path / "rank0", {"framework": "torch", "model": "M", "rank": 0}, {}, "statistics")
     ev = _events()
-    writer.start_statistics(ev[0].outputs[0].value)
+    writer.prepare(ev[0].outputs[0].value)
     monkeypatch.setattr(TensorRecord, "statistics", lambda self: broken(self.value))
     writer.add_step(ev)  # the writer thread lives on: no wait for it hangs
     with pytest.raises(DumpError, match=r"writing step 0 failed \(no room\)"):

@@ -148,7 +148,7 @@ class DumpWriter:
     With ``background`` (the default) a writer thread computes the statistics and writes each
     step while the training code runs the next one; ``add_step`` waits only when the step before
     is still being written, so at most two steps are held and one is unwritten. ``close`` waits
-    for the last one. Arrays given to :meth:`start_statistics` as they are recorded get their
+    for the last one. Arrays given to :meth:`prepare` as they are recorded get their
     statistics then, on the writer thread, and in ``tensor`` dumps their bytes go to the step's
     payload (:class:`~nbdiff.trace.payload.PayloadFile`), so the last step's wait is mostly its JSON. A failed
     write is raised, as a :class:`~nbdiff.errors.DumpError` naming the step, by the next
@@ -197,8 +197,9 @@ class DumpWriter:
             self._thread = threading.Thread(target=self._drain, name="nbdiff-dump-writer", daemon=True)
             self._thread.start()
 
-    def start_statistics(self, a: np.ndarray) -> None:
-        """Compute ``a``'s statistics now, on the writer thread (``a`` is never written to again)."""
+    def prepare(self, a: np.ndarray) -> None:
+        """Work on ``a``, an array of the step being recorded, now, on the writer thread: its
+        statistics, and in ``tensor`` dumps its bytes (``a`` is never written to again)."""
         if self._queue is not None and self.dump_type != "stack":
             self._queue.put(a)
 
@@ -228,7 +229,7 @@ class DumpWriter:
     def _drain(self) -> None:
         while (item := self._queue.get()) is not None:  # type: ignore[union-attr]
             if isinstance(item, np.ndarray):
-                self._start(item)
+                self._prepare(item)
                 continue
             if self._failure is None:
                 try:
@@ -244,7 +245,7 @@ class DumpWriter:
                 self._written += 1
                 self._done.notify()
 
-    def _start(self, a: np.ndarray) -> None:
+    def _prepare(self, a: np.ndarray) -> None:
         """Work on an array of the step being recorded: its statistics, and its bytes for the payload."""
         try:
             self._ahead[id(a)] = (a, tensor_stats(a))
@@ -271,17 +272,16 @@ class DumpWriter:
         keys: dict[int, str] = {}
         keep_values, keep_stats = self.dump_type == "tensor", self.dump_type != "stack"
         ev_json = [_event_json(e, payload, keep_values, keep_stats, seen, keys) for e in events]
-        file = None
+        file = f"step{k}.safetensors" if payload else None
         ahead, self._payload = self._payload, None
-        if payload:
-            file = f"step{k}.safetensors"
-            if ahead is not None and ahead.path.name == file:
-                ahead.finish(payload)
-                self._last_header = ahead.header_size or self._last_header
-            else:
-                save_file(payload, str(self.path / file))
-        elif ahead is not None:
+        if ahead is not None and ahead.path.name != file:
             ahead.discard()
+            ahead = None
+        if ahead is not None:
+            ahead.finish(payload)
+            self._last_header = ahead.header_size or self._last_header
+        elif file is not None:
+            save_file(payload, str(self.path / file))
         self._last = {"step": k, "payload": file, "events": ev_json, "complete": True}
         _write_atomic(self.path / f"step{k}.json", self._last)  # after its payload: never a dangling name
 

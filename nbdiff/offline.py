@@ -26,7 +26,7 @@ from nbdiff.replay import largest_shape, magnitude, param_grad_hint
 from nbdiff.result import DiffResult, StepRow, step_error_rows
 from nbdiff.step import StepRecord
 from nbdiff.stepdiff import name_parameter, update_tolerance
-from nbdiff.trace.events import Event, Kind, Phase, TensorRecord
+from nbdiff.trace.events import Event, Kind, Phase, TensorRecord, changed
 from nbdiff.trace.store import RankDump, rank_dirs, read_dump
 from nbdiff.updates import GradientSpread, discount_updates
 from nbdiff.weights.rules import find_rule
@@ -264,7 +264,8 @@ def _converted_stats(
     a: RankDump, b: RankDump, bpath: str, rpath: str, records: tuple[TensorRecord, ...]
 ) -> tuple[TensorRecord, ...]:
     """Statistics survive renames and transposes, not splits: follow each tensor through the rule
-    with a constant stand-in (tensor ``i`` filled with ``i``) and keep the outputs made of one."""
+    with a constant stand-in (tensor ``i`` filled with ``i``) and keep the outputs that are one
+    whole tensor (made of it alone, and as large)."""
     # Broadcast views: no memory is allocated from a shape the (untrusted) dump claims.
     dummies = {t.name: np.broadcast_to(np.float64(i), t.shape) for i, t in enumerate(records)}
     out = _convert(a, b, bpath, rpath, dummies)
@@ -277,7 +278,7 @@ def _converted_stats(
             if values.size != 1:
                 continue  # made of several tensors: no one tensor's statistics
         i = int(arr.flat[0])
-        if 0 <= i < len(records):
+        if 0 <= i < len(records) and arr.size == np.prod(records[i].shape):  # not a piece of it (a split)
             src = records[i]
             kept.append(TensorRecord(name, tuple(arr.shape), src.dtype, None, src.stats))
     return tuple(kept)
@@ -293,17 +294,34 @@ def _backward(
         be, re_ = bb.get((p.base.path, p.base.call)), rb.get((p.raw.path, p.raw.call))
         if be is None or re_ is None:
             continue
-        hint = _magnitude(be.outputs + be.inputs + be.params)
+        bparams, rparams = be.params, re_.params
+        found = find_rule(a.framework, a.layers.get(be.path, []), b.framework, b.layers.get(re_.path, []))
+        if found is not None and found[0].recursive:  # the rule's tensors include its sublayers'
+            bparams, rparams = _subtree_params(brec.backward, be.path), _subtree_params(rrec.backward, re_.path)
+        hint = _magnitude(be.outputs + be.inputs + bparams)
         tensors = tensor_diffs(re_.inputs, be.inputs, tol, mode, hint)
-        if be.params and re_.params:
-            base_params = {t.name: t for t in _converted_records(a, b, be.path, re_.path, be.params)}
+        if bparams and rparams:
+            base_params = {t.name: t for t in _converted_records(a, b, be.path, re_.path, bparams)}
             out_shape = largest_shape(be.outputs)
-            for r in re_.params:  # each with its own summed-terms scale, as compare_param_grads does
+            for r in rparams:  # each with its own summed-terms scale, as compare_param_grads does
                 b_t = base_params.get(r.name)
                 if b_t is not None:
                     tensors += tensor_diffs((r,), (b_t,), tol, mode, param_grad_hint(hint, tuple(r.shape), out_shape))
         diffs.append(EventDiff(be, re_, tuple(tensors)))
     return sorted(diffs, key=lambda d: d.base.order)
+
+
+def _subtree_params(events: list[Event], path: str) -> tuple[TensorRecord, ...]:
+    """Parameter gradients of the layer at ``path`` and of its sublayers, under names relative to
+    it (``q_proj.weight``), the first of each: what a recursive weight rule converts."""
+    out: dict[str, TensorRecord] = {}
+    for e in events:
+        if e.path == path or e.path.startswith(f"{path}." if path else ""):
+            rel = e.path[len(path) + 1 :] if path else e.path
+            for t in e.params:
+                name = f"{rel}.{t.name}" if rel else t.name
+                out.setdefault(name, t if t.name == name else changed(t, name=name))
+    return tuple(out.values())
 
 
 def _magnitude(records: tuple[TensorRecord, ...]) -> float:

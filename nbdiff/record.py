@@ -120,6 +120,7 @@ class record:
         for i, (forward, backward, _) in enumerate(session.recorder.take_steps(session.grads)):
             k = first + i
             updates = _updates(self.fw, self.model, k, session.weights[k], session.weights[k + 1])
+            backward = _with_uncalled_grads(self.fw, self.model, forward, backward, session.grads[k])
             self._writer.add_step(self._select(forward + backward + updates))
             session.weights[k], session.grads[k] = {}, {}  # done with them
             n += 1
@@ -208,3 +209,42 @@ def _env_rank() -> tuple[int, int]:
         if rank in os.environ:
             return int(os.environ[rank]), int(os.environ.get(world, "1"))
     return 0, 1
+
+
+def _with_uncalled_grads(
+    fw: Framework, model: Any, forward: list[Event], backward: list[Event], grads: dict[int, np.ndarray]
+) -> list[Event]:
+    """Parameter gradients of layers the step never called, in the backward event of their nearest
+    called ancestor, under dotted names (``out_proj.weight``): torch's ``MultiheadAttention`` uses
+    its ``out_proj`` weights without calling it, and a dump without them compared nothing there."""
+    called = {e.path for e in forward if e.kind is Kind.LAYER}
+    by_path = {e.path: i for i, e in reversed(list(enumerate(backward)))}  # a path's first backward event
+    layers = dict(fw.named_layers(model))
+    placed: set[int] = set()
+    for e in backward:
+        own = dict(fw.direct_params(layers[e.path])) if e.path in layers else {}
+        placed.update(id(own[t.name]) for t in e.params if t.name in own)
+    extra: dict[int, list[TensorRecord]] = {}
+    for path, layer in layers.items():
+        if path in called:
+            continue
+        owner = _ancestor(path, by_path)
+        for name, p in fw.direct_params(layer):
+            g = grads.get(id(p))
+            if owner is None or g is None or id(p) in placed or not fw.is_trainable(p):
+                continue
+            placed.add(id(p))
+            where = backward[owner].path
+            rel = path[len(where) + 1 :] if where else path
+            extra.setdefault(owner, []).append(TensorRecord(f"{rel}.{name}", fw.shape_of(p), fw.dtype_name(p), g))
+    if not extra:
+        return backward
+    return [changed(e, params=e.params + tuple(extra[i])) if i in extra else e for i, e in enumerate(backward)]
+
+
+def _ancestor(path: str, by_path: dict[str, int]) -> int | None:
+    while path:
+        path = path.rpartition(".")[0]
+        if path in by_path:
+            return by_path[path]
+    return None

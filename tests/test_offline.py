@@ -204,3 +204,43 @@ def test_each_steps_gradients_are_read_once_however_many_updates_they_explain(tm
     explained = {d.base.step for d in result.events if d.base.phase.value == "optimizer" for t in d.tensors if t.note}
     assert explained == set(range(steps))  # every step's update was redone with the gradients so far
     assert len(reads) == 2 * steps  # each step, each side: once
+
+
+def _attention_dumps(tmp_path, dump_type, grad_bug=None):
+    """One step of the fault suite's transformer block, torch and paddle, recorded; ``grad_bug``
+    scales the gradient of one of paddle's attention projections (a backward-only bug)."""
+    import numpy as np
+    import paddle
+    import torch
+
+    from tests.fault_suite.models import BUILDERS, inputs
+
+    x = inputs("transformer")
+    base, raw = BUILDERS["transformer"]("torch"), BUILDERS["transformer"]("paddle")
+    nbdiff.assign_weight(base, raw, inputs=x)
+    if grad_bug is not None:
+        getattr(raw.attn, grad_bug).weight.register_hook(lambda g: g * 1.01)
+    paths = []
+    for model, tensor in ((base, torch.tensor), (raw, paddle.to_tensor)):
+        with nbdiff.record(model, tmp_path / f"{len(paths)}", dump_type=dump_type) as rec:
+            model(tensor(np.asarray(x))).mean().backward()
+        paths.append(rec.path)
+    return paths
+
+
+@pytest.mark.parametrize("dump_type", ["tensor", "statistics"])
+def test_equivalent_attention_dumps_agree(tmp_path, dump_type):
+    # torch splits nothing; paddle's q/k/v projections are pieces of torch's in_proj: statistics
+    # of a piece are not the whole's (a false alarm once the attention's gradients were compared)
+    result = nbdiff.compare(*_attention_dumps(tmp_path, dump_type))
+    assert result, result.report()
+
+
+@pytest.mark.parametrize(
+    "dump_type,grad_bug", [("tensor", "out_proj"), ("tensor", "q_proj"), ("statistics", "out_proj")]
+)
+def test_a_backward_only_bug_in_an_attention_projection_is_blamed_on_the_attention(tmp_path, dump_type, grad_bug):
+    # torch's MultiheadAttention uses out_proj's weights without calling it, and paddle's
+    # projections are sublayers: the dumps compared no attention gradient and said SUCCESS.
+    d = nbdiff.compare(*_attention_dumps(tmp_path, dump_type, grad_bug)).first_divergence
+    assert d is not None and (d.phase.value, d.base_path, d.raw_path) == ("backward", "attn", "attn")

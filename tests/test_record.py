@@ -257,3 +257,21 @@ def test_a_recording_computes_statistics_as_it_copies_not_when_the_step_is_writt
     read_dump(train(base, tmp_path / "d", steps=2, dump_type="statistics"))
     assert len(written) == 2 and at_write
     assert set(at_write) <= set().union(*written)
+
+
+def test_gradients_of_a_layer_used_without_being_called_are_in_its_callers_backward_event(tmp_path):
+    # torch's MultiheadAttention reads out_proj.weight directly: out_proj has no event of its own.
+    import numpy as np
+    import torch
+
+    from tests.fault_suite.models import BUILDERS, inputs
+
+    model = BUILDERS["transformer"]("torch")
+    with nbdiff.record(model, tmp_path / "d") as rec:
+        model(torch.tensor(np.asarray(inputs("transformer")))).mean().backward()
+    events = read_dump(rec.path).steps[0]
+    attn = next(e for e in events if e.phase.value == "backward" and e.path == "attn")
+    grads = {t.name: t.value for t in attn.params}
+    assert {"in_proj_weight", "out_proj.weight", "out_proj.bias"} <= set(grads)
+    np.testing.assert_array_equal(grads["out_proj.weight"], model.attn.out_proj.weight.grad.numpy())
+    assert not any(e.path == "attn.out_proj" for e in events if e.phase.value == "backward")

@@ -83,7 +83,8 @@ class record:
             framework=self.fw.name, framework_version=str(self.fw.version), model=type(self.model).__name__,
             rank=rank, world_size=world, api_level=self.api_level, **{k: v for k, v in self.options.items() if k != "dump_type"},
         )  # fmt: skip
-        layers = {path: all_class_names(layer) for path, layer in self.fw.named_layers(self.model)}
+        self._layers = dict(self.fw.named_layers(self.model))
+        layers = {path: all_class_names(layer) for path, layer in self._layers.items()}
         self._writer = DumpWriter(
             self.dump_dir / f"rank{rank}", meta, layers, str(self.options["dump_type"]), self.overwrite
         )
@@ -120,7 +121,7 @@ class record:
         for i, (forward, backward, _) in enumerate(session.recorder.take_steps(session.grads)):
             k = first + i
             updates = _updates(self.fw, self.model, k, session.weights[k], session.weights[k + 1])
-            backward = _with_uncalled_grads(self.fw, self.model, forward, backward, session.grads[k])
+            backward = _with_uncalled_grads(self.fw, self._layers, forward, backward, session.grads[k])
             self._writer.add_step(self._select(forward + backward + updates))
             session.weights[k], session.grads[k] = {}, {}  # done with them
             n += 1
@@ -212,14 +213,13 @@ def _env_rank() -> tuple[int, int]:
 
 
 def _with_uncalled_grads(
-    fw: Framework, model: Any, forward: list[Event], backward: list[Event], grads: dict[int, np.ndarray]
+    fw: Framework, layers: dict[str, Any], forward: list[Event], backward: list[Event], grads: dict[int, np.ndarray]
 ) -> list[Event]:
     """Parameter gradients of layers the step never called, in the backward event of their nearest
     called ancestor, under dotted names (``out_proj.weight``): torch's ``MultiheadAttention`` uses
     its ``out_proj`` weights without calling it, and a dump without them compared nothing there."""
     called = {e.path for e in forward if e.kind is Kind.LAYER}
     by_path = {e.path: i for i, e in reversed(list(enumerate(backward)))}  # a path's first backward event
-    layers = dict(fw.named_layers(model))
     placed: set[int] = set()
     for e in backward:
         own = dict(fw.direct_params(layers[e.path])) if e.path in layers else {}

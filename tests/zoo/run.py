@@ -1,18 +1,45 @@
-"""Print the zoo table: ``python -m tests.zoo.run [substring]``."""
+"""Print the zoo table: ``python -m tests.zoo.run [substring] [--offline[=statistics]]``.
+
+``--offline`` checks ``record`` + ``compare`` instead of ``auto_diff``: each side's step is
+recorded under the default loss (cases that train are skipped), and the dumps must give the
+same verdict and blame as ``auto_diff`` is held to.
+"""
 
 from __future__ import annotations
 
 import sys
+import tempfile
 import time
 import traceback
 
 import nbdiff
+from nbdiff.frameworks import framework_of
+from nbdiff.step import loss_of
+from nbdiff.trace.inputs import split_inputs
 from tests.zoo.pairs import CASES
 
 
 def outcome(case) -> tuple[bool, str]:
     base, raw, inputs, opts = case.build()
-    result = nbdiff.auto_diff(base, raw, inputs, **opts)
+    return verdict(case, nbdiff.auto_diff(base, raw, inputs, **opts))
+
+
+def offline_outcome(case, dump_type: str) -> tuple[bool, str]:
+    base, raw, inputs, opts = case.build()
+    nbdiff.assign_weight(base, raw, inputs=inputs, **{k: v for k, v in opts.items() if k == "layer_map"})
+    sides = (framework_of(base, "base"), framework_of(raw, "raw"))
+    calls = split_inputs(inputs, *sides)
+    with tempfile.TemporaryDirectory() as folder:
+        paths = []
+        for side, fw, model, (args, kwargs) in zip(("base", "raw"), sides, (base, raw), calls):
+            fw.seed(0)
+            with nbdiff.record(model, f"{folder}/{side}", dump_type=dump_type) as rec:
+                loss_of(fw, None, model(*args, **kwargs), side).backward()
+            paths.append(rec.path)
+        return verdict(case, nbdiff.compare(*paths))
+
+
+def verdict(case, result) -> tuple[bool, str]:
     d = result.first_divergence
     if case.expect is None:
         return bool(result), "pass" if result else f"FALSE ALARM: {d.describe()}"
@@ -24,13 +51,15 @@ def outcome(case) -> tuple[bool, str]:
 
 
 def main() -> None:
-    pick = sys.argv[1] if len(sys.argv) > 1 else ""
+    words = [a for a in sys.argv[1:] if not a.startswith("-")]
+    pick = words[0] if words else ""
+    offline = next((a.partition("=")[2] or "tensor" for a in sys.argv[1:] if a.startswith("--offline")), None)
     for case in CASES:
-        if pick not in case.name:
+        if pick not in case.name or (offline and "train" in case.tags):
             continue
         t = time.time()
         try:
-            ok, text = outcome(case)
+            ok, text = outcome(case) if offline is None else offline_outcome(case, offline)
         except Exception as exc:  # the table reports errors as outcomes
             ok, text = False, f"ERROR {type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
             if "-v" in sys.argv:

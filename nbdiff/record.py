@@ -19,7 +19,8 @@ from nbdiff.errors import OptionError
 from nbdiff.frameworks import Framework, framework_of
 from nbdiff.trace.events import Event, Kind, Phase, TensorRecord, changed
 from nbdiff.trace.session import ModelSession, Weights
-from nbdiff.trace.store import DUMP_TYPES, DumpWriter
+from nbdiff.trace.store import DUMP_TYPES
+from nbdiff.trace.writer import DumpWriter
 from nbdiff.weights.plan import all_class_names
 
 __all__ = ["record", "MODES", "event_names"]

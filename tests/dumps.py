@@ -50,3 +50,15 @@ def first_step_tensor(path):
 
     dump = read_dump(path)
     return dump, np.asarray(dump.steps[0][1].outputs[0].value)
+
+
+def small_events():
+    """One forward event with a NaN and an Inf, values and a stack: the dump-format tests' step."""
+    from nbdiff.trace.events import Event, Kind, Phase, TensorRecord
+    from nbdiff.trace.stack import Frame
+
+    x = np.array([[1.0, np.nan], [np.inf, -2.0]], "float32")
+    return [
+        Event(0, Phase.FORWARD, Kind.LAYER, 0, "fc", "Linear", 0, 1, None, True, (TensorRecord("in[0]", (2, 2), "float32", x),),
+              (TensorRecord("out", (2, 2), "float32", x * 2),), args=("bias=True",), stack=(Frame("/u/m.py", 3, "forward"),)),
+    ]  # fmt: skip

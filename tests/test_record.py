@@ -230,7 +230,7 @@ def test_a_long_recording_holds_no_step_in_memory(tmp_path):
 def test_a_recording_computes_statistics_as_it_copies_not_when_the_step_is_written(tmp_path, monkeypatch):
     # Only the optimizer's updates (worked out when a step is handed over) are left to the write.
     from nbdiff.trace import events as events_module
-    from nbdiff.trace import store
+    from nbdiff.trace import writer as store
 
     writing, at_write, written = [False], [], []
     real_stats, real_write = store.tensor_stats, store.DumpWriter._write_step

@@ -11,7 +11,8 @@ pytest.importorskip("safetensors")
 from nbdiff.cli import main  # noqa: E402
 from nbdiff.errors import DumpError  # noqa: E402
 from nbdiff.trace.events import Event, Kind, Phase, TensorRecord  # noqa: E402
-from nbdiff.trace.store import read_dump, write_rank  # noqa: E402
+from nbdiff.trace.store import read_dump  # noqa: E402
+from nbdiff.trace.writer import write_rank  # noqa: E402
 
 
 def _dump(folder, dump_type="tensor", framework="torch"):

@@ -28,7 +28,8 @@ from nbdiff.errors import DumpError
 from nbdiff.result import DiffResult
 from nbdiff.trace.events import Event, Phase
 from nbdiff.trace.stack import Frame
-from nbdiff.trace.store import _event, _event_json, _json_float, _load_json, _read_float, _write_atomic
+from nbdiff.trace.store import _event, _load_json, _read_float
+from nbdiff.trace.writer import _event_json, _json_float, _write_atomic
 
 __all__ = ["save_result", "load_result", "FORMAT"]
 

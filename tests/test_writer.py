@@ -1,0 +1,104 @@
+"""The dump writer: its thread, failures reported by step, statistics worked out as copies are made."""
+
+import json
+import shutil
+
+import pytest
+
+pytest.importorskip("torch")
+pytest.importorskip("paddle")
+
+from nbdiff.errors import DumpError  # noqa: E402
+from nbdiff.trace.events import TensorRecord  # noqa: E402
+from nbdiff.trace.store import read_dump  # noqa: E402
+from nbdiff.trace.writer import write_rank  # noqa: E402
+from tests.dumps import small_events  # noqa: E402
+
+
+def test_a_failed_background_write_is_raised_by_close_naming_the_step(tmp_path):
+    from nbdiff.trace.writer import DumpWriter
+
+    writer = DumpWriter(tmp_path / "rank0", {"framework": "torch", "model": "M", "rank": 0}, {}, "tensor")
+    shutil.rmtree(tmp_path / "rank0")  # the folder is gone: writing step 0 fails in the writer thread
+    writer.add_step(small_events())
+    with pytest.raises(DumpError, match=r"rank0: writing step 0 failed"):
+        writer.close()
+    assert not writer._thread.is_alive()
+
+
+def test_the_writer_thread_writes_while_the_next_step_is_recorded(tmp_path):
+    # add_step returns before its step is written (the training code goes on), and waits only
+    # when the step before is still being written: at most two steps are held, one unwritten.
+    import threading
+
+    from nbdiff.trace import writer as store
+
+    gate, entered = threading.Event(), threading.Event()
+    real = store.DumpWriter._write_step
+
+    def slow(self, k, events):
+        entered.set()
+        gate.wait(10)
+        real(self, k, events)
+
+    writer = store.DumpWriter(tmp_path / "rank0", {"framework": "torch", "model": "M", "rank": 0}, {}, "tensor")
+    writer._write_step = slow.__get__(writer)
+    writer.add_step(small_events())  # returns at once: step 0 is being written
+    entered.wait(10)
+    second = threading.Thread(target=writer.add_step, args=(small_events(),))
+    second.start()  # waits for step 0 to be on disk before it hands over step 1
+    second.join(0.5)
+    assert second.is_alive()
+    assert not (tmp_path / "rank0" / "step0.json").exists()
+    gate.set()
+    second.join(10)
+    writer.close()
+    assert len(read_dump(tmp_path / "rank0").steps) == 2
+
+
+def test_statistics_started_ahead_are_computed_once_and_match_those_computed_at_write_time(tmp_path):
+    # A recording hands each copy to the writer thread as it is made: the step's write then
+    # uses those statistics instead of computing them again (the last step's wait was all of them).
+    from nbdiff.trace import events as events_module
+    from nbdiff.trace import writer as store
+
+    computed: list[int] = []
+    real = store.tensor_stats
+
+    def counting(a):
+        computed.append(id(a))
+        return real(a)
+
+    meta = {"framework": "torch", "model": "M", "rank": 0}
+    plain = write_rank(tmp_path / "plain", meta, {}, [small_events()], "statistics")
+    ev = small_events()
+    arrays = [t.value for e in ev for t in e.inputs + e.outputs]
+    store.tensor_stats = events_module.tensor_stats = counting
+    try:
+        writer = store.DumpWriter(tmp_path / "ahead", meta, {}, "statistics")
+        for a in arrays:
+            writer.prepare(a)
+        writer.add_step(ev)
+        writer.close()
+    finally:
+        store.tensor_stats = events_module.tensor_stats = real
+    assert sorted(computed) == sorted(id(a) for a in arrays)  # each once, none again at write time
+    assert writer._ahead == {}  # nothing held once the step is written
+    step = lambda p: json.loads((p / "step0.json").read_text())["events"]  # noqa: E731
+    assert step(tmp_path / "ahead") == step(plain)
+
+
+def test_statistics_that_fail_ahead_are_computed_again_by_the_write_which_reports_them(tmp_path, monkeypatch):
+    from nbdiff.trace import writer as store
+
+    def broken(a):
+        raise MemoryError("no room")
+
+    monkeypatch.setattr(store, "tensor_stats", broken)
+    writer = store.DumpWriter(tmp_path / "rank0", {"framework": "torch", "model": "M", "rank": 0}, {}, "statistics")
+    ev = small_events()
+    writer.prepare(ev[0].outputs[0].value)
+    monkeypatch.setattr(TensorRecord, "statistics", lambda self: broken(self.value))
+    writer.add_step(ev)  # the writer thread lives on: no wait for it hangs
+    with pytest.raises(DumpError, match=r"writing step 0 failed \(no room\)"):
+        writer.close()

@@ -220,13 +220,13 @@ def _compare_step(
     # Each step's gradients are read once, when an update first fails, and folded into ``spread``.
     raw_of = {p.base.path: p.raw.path for p in pairing.pairs}
 
+    def step_grads(s: int) -> dict[str, tuple[dict[str, np.ndarray], dict[str, np.ndarray]]]:
+        ga, gb = _param_grads(a.steps[s]), _param_grads(b.steps[s])
+        paths = {bp: raw_of.get(bp, bp) for bp in ga}
+        return {bp: (_convert(a, b, bp, rp, ga[bp]), gb.get(rp, {})) for bp, rp in paths.items()}
+
     def grads() -> GradientSpread | None:
-        if spread is not None:
-            for s in range(spread.steps, k + 1):
-                ga, gb = _param_grads(a.steps[s]), _param_grads(b.steps[s])
-                paths = ((bp, raw_of.get(bp, bp), g) for bp, g in ga.items())
-                spread.fold({bp: (_convert(a, b, bp, rp, g), gb.get(rp, {})) for bp, rp, g in paths})
-        return spread
+        return spread.catch_up(k, step_grads) if spread is not None else None
 
     upd = _updates(raw_of, by_phase(ea, Phase.OPTIMIZER), by_phase(eb, Phase.OPTIMIZER), a, b, tol, mode, grads)
     if divergence is None:

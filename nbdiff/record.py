@@ -219,6 +219,8 @@ def _with_uncalled_grads(
     """Parameter gradients of layers the step never called, in the backward event of their nearest
     called ancestor, under dotted names (``out_proj.weight``): torch's ``MultiheadAttention`` uses
     its ``out_proj`` weights without calling it, and a dump without them compared nothing there."""
+    if not backward:
+        return backward
     called = {e.path for e in forward if e.kind is Kind.LAYER}
     by_path = {e.path: i for i, e in reversed(list(enumerate(backward)))}  # a path's first backward event
     placed: set[int] = set()

@@ -58,6 +58,14 @@ class GradientSpread:
                     held[name] = _widened(held.get(name), bg, rg)
         self.steps += 1
 
+    def catch_up(
+        self, k: int, step: Callable[[int], dict[str, tuple[dict[str, np.ndarray], dict[str, np.ndarray]]]]
+    ) -> GradientSpread:
+        """Fold in every step up to ``k`` not folded yet, each read by ``step(s)`` as :meth:`fold` takes it."""
+        for s in range(self.steps, k + 1):
+            self.fold(step(s))
+        return self
+
     def of(self, key: str) -> dict[str, Spread | None]:
         return self._by_key.get(key, {})
 

@@ -314,9 +314,9 @@ class watch:
         # Each optimizer stepped from its own model's gradients: the updates may differ by what those did.
         def grads() -> GradientSpread:
             assert spread is not None
-            for s in range(spread.steps, k + 1):
-                spread.fold(in_raw_layout(plans, *self._plan_snapshot(s, lambda side, s=s: side.grads[s])))
-            return spread
+            return spread.catch_up(
+                k, lambda s: in_raw_layout(plans, *self._plan_snapshot(s, lambda side: side.grads[s]))
+            )
 
         return self._cmp.compare_updates(k, before, after, stacks, grads if spread is not None else None)
 

@@ -22,6 +22,7 @@ from nbdiff.compare.blame import Divergence, EventDiff, blame_events
 from nbdiff.compare.tolerance import Tolerance, resolve_tolerance
 from nbdiff.errors import DumpError, OptionError
 from nbdiff.forwarddiff import api_local, forward_diffs, tensor_diffs
+from nbdiff.layer_paths import relative
 from nbdiff.replay import largest_shape, magnitude, param_grad_hint
 from nbdiff.result import DiffResult, StepRow, step_error_rows
 from nbdiff.step import StepRecord
@@ -316,8 +317,8 @@ def _subtree_params(events: list[Event], path: str) -> tuple[TensorRecord, ...]:
     it (``q_proj.weight``), the first of each: what a recursive weight rule converts."""
     out: dict[str, TensorRecord] = {}
     for e in events:
-        if e.path == path or e.path.startswith(f"{path}." if path else ""):
-            rel = e.path[len(path) + 1 :] if path else e.path
+        rel = relative(e.path, path)
+        if rel is not None:
             for t in e.params:
                 name = f"{rel}.{t.name}" if rel else t.name
                 out.setdefault(name, t if t.name == name else changed(t, name=name))

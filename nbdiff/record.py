@@ -17,6 +17,7 @@ import numpy as np
 
 from nbdiff.errors import OptionError
 from nbdiff.frameworks import Framework, framework_of
+from nbdiff.layer_paths import relative
 from nbdiff.trace.events import Event, Kind, Phase, TensorRecord, changed
 from nbdiff.trace.session import ModelSession, Weights
 from nbdiff.trace.store import DUMP_TYPES
@@ -237,8 +238,7 @@ def _with_uncalled_grads(
             if owner is None or g is None or id(p) in placed or not fw.is_trainable(p):
                 continue
             placed.add(id(p))
-            where = backward[owner].path
-            rel = path[len(where) + 1 :] if where else path
+            rel = relative(path, backward[owner].path)
             extra.setdefault(owner, []).append(TensorRecord(f"{rel}.{name}", fw.shape_of(p), fw.dtype_name(p), g))
     if not extra:
         return backward

@@ -13,6 +13,7 @@ from nbdiff.align.pairing import Pairing, pair_forward
 from nbdiff.align.typemap import equivalent_types
 from nbdiff.errors import NbdiffError, WeightTransferError
 from nbdiff.frameworks import Framework, framework_of
+from nbdiff.layer_paths import relative
 from nbdiff.trace.inputs import split_inputs
 from nbdiff.trace.structure import forward_structure
 from nbdiff.weights.fused import fused_layers, plan_fused, plan_unfused
@@ -71,19 +72,10 @@ class WeightMap:
         return "WeightMap(\n" + "\n".join(rows) + "\n)"
 
 
-def _relative(path: str, root: str) -> str | None:
-    """``path`` relative to the layer at ``root`` ("" for the root itself), or None outside it."""
-    if not root:
-        return path
-    if path == root:
-        return ""
-    return path[len(root) + 1 :] if path.startswith(root + ".") else None
-
-
 def _same_place(pair: tuple[str, str], root: tuple[str, str]) -> bool:
     """Whether base and raw paths of ``pair`` lie at the same relative place under ``root``'s."""
-    rel = _relative(pair[0], root[0])
-    return rel is not None and rel == _relative(pair[1], root[1])
+    rel = relative(pair[0], root[0])
+    return rel is not None and rel == relative(pair[1], root[1])
 
 
 def _held_whole(pair: tuple[str, str], whole: set[tuple[str, str]]) -> bool:
@@ -102,7 +94,7 @@ def _held_whole(pair: tuple[str, str], whole: set[tuple[str, str]]) -> bool:
 
 def _same_subtree(root: tuple[str, str], pairs: set[tuple[str, str]]) -> bool:
     """Whether the pairs touching ``root``'s subtree on either side all keep their relative places."""
-    inside = [p for p in pairs if _relative(p[0], root[0]) is not None or _relative(p[1], root[1]) is not None]
+    inside = [p for p in pairs if relative(p[0], root[0]) is not None or relative(p[1], root[1]) is not None]
     return bool(inside) and all(_same_place(p, root) for p in inside)
 
 

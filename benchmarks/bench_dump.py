@@ -6,6 +6,9 @@ For the CNN of the fault suite (batch 32x3x32x32) in torch and in paddle: ``S`` 
 and closed, against the same ``S`` steps unrecorded, interleaved round by round in one
 process. Prints min over min (the headline) with the median ratio beside it, and the bytes
 written per step. ``--steps 1`` includes the block's fixed cost (hooks, manifest) in the step.
+Two floors run in the same rounds: every layer hooked and each output and output gradient
+copied once (``floor``), and that plus the statistics of each copy (``floor+statistics``),
+nothing written: what any recording tool pays before nbdiff's own work.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ import torch  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import nbdiff  # noqa: E402
+from nbdiff.trace.stats import tensor_stats  # noqa: E402
 from tests.fault_suite.models import BUILDERS  # noqa: E402
 
 warnings.filterwarnings("ignore")
@@ -47,6 +51,32 @@ def step(model, x, opt, fw):
         opt.clear_grad()
 
 
+def floor(model, x, opt, fw: str, steps: int, stats: bool) -> None:
+    """The least any recording tool costs: every layer hooked, each output and output gradient
+    copied once (``stats``: and its statistics computed, in the hook), nothing written."""
+
+    def keep(out):
+        if hasattr(out, "shape") and out.dtype in (torch.float32, paddle.float32):
+            copy = np.array(out.detach().numpy(), copy=True)
+            if stats:
+                tensor_stats(copy)
+            if (not out.stop_gradient) if fw == "paddle" else out.requires_grad:
+                out.register_hook(lambda g: keep(g) and None)
+        return None
+
+    if fw == "torch":
+        handles = [m.register_forward_hook(lambda m, i, o: keep(o)) for m in model.modules()]
+    else:
+        layers = [model, *model.sublayers()]
+        handles = [m.register_forward_post_hook(lambda m, i, o: keep(o)) for m in layers]
+    try:
+        for _ in range(steps):
+            step(model, x, opt, fw)
+    finally:
+        for h in handles:
+            h.remove()
+
+
 def bench(fw: str, rounds: int, steps: int) -> None:
     x = np.random.RandomState(0).randn(32, 3, 32, 32).astype("float32")
     model = BUILDERS["cnn"](fw)
@@ -62,6 +92,10 @@ def bench(fw: str, rounds: int, steps: int) -> None:
         for _ in range(steps):
             step(model, x, opt, fw)
         times["bare"].append(time.perf_counter() - t0)
+        for label, stats in (("floor", False), ("floor+statistics", True)):
+            t0 = time.perf_counter()
+            floor(model, x, opt, fw, steps, stats)
+            times.setdefault(label, []).append(time.perf_counter() - t0)
         for dump_type, api in KINDS:
             label = dump_type + (" +api" if api else "")
             d = tempfile.mkdtemp()
@@ -74,7 +108,8 @@ def bench(fw: str, rounds: int, steps: int) -> None:
             shutil.rmtree(d)
     best, median = min(times["bare"]), statistics.median(times["bare"])
     parts = [
-        f"{k} {min(v) / best:.2f}x ({statistics.median(v) / median:.2f}x), {sizes[k] / 2**20:.1f} MiB"
+        f"{k} {min(v) / best:.2f}x ({statistics.median(v) / median:.2f}x)"
+        + (f", {sizes[k] / 2**20:.1f} MiB" if k in sizes else "")
         for k, v in times.items()
         if k != "bare"
     ]

@@ -1,5 +1,9 @@
 """Per-tensor statistics: accurate to far below any comparison tolerance, whatever the dtype and size."""
 
+import os
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 
@@ -51,3 +55,33 @@ def test_values_whose_squares_overflow_float32_still_have_a_finite_spread():
 def test_a_tensor_of_one_sign_has_its_sum_as_absolute_sum(values):
     x = np.array(values, np.float32)
     assert tensor_stats(x).abs_mean == pytest.approx(np.abs(x.astype(np.float64)).mean(), rel=1e-7)
+
+
+_OTHER_THREADS_CPU = """
+import resource, time
+import numpy as np
+from nbdiff.trace.stats import tensor_stats
+
+a = np.random.default_rng(0).standard_normal(1 << 22).astype(np.float32)
+tensor_stats(a)
+usage = lambda: sum(resource.getrusage(resource.RUSAGE_SELF)[:2])  # every thread of the process
+process, own = usage(), time.thread_time()
+for _ in range(10):
+    tensor_stats(a)
+own = time.thread_time() - own
+print((usage() - process - own) / own)
+"""
+
+
+@pytest.mark.skipif(
+    (os.cpu_count() or 1) < 2 or sys.platform != "linux", reason="needs 2 cores and per-thread CPU time"
+)
+def test_statistics_start_no_threads_of_their_own():
+    # numpy's OpenBLAS splits a long dot product over every core, and its threads then spin on
+    # the cores the framework computes on: a torch CNN step recorded with default threads took
+    # 5-6x its bare time instead of 3x. The statistics run on the caller's thread alone.
+    env = {k: v for k, v in os.environ.items() if not k.endswith("_NUM_THREADS")}
+    out = subprocess.run(
+        [sys.executable, "-c", _OTHER_THREADS_CPU], env=env, capture_output=True, text=True, check=True
+    )
+    assert float(out.stdout) < 0.2, f"other threads used {float(out.stdout):.2f}x the caller's CPU time"

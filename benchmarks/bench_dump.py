@@ -32,6 +32,8 @@ import paddle  # noqa: E402
 import torch  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from floor import copies_once  # noqa: E402
+
 import nbdiff  # noqa: E402
 from nbdiff.trace.stats import tensor_stats  # noqa: E402
 from tests.fault_suite.models import BUILDERS  # noqa: E402
@@ -54,27 +56,9 @@ def step(model, x, opt, fw):
 def floor(model, x, opt, fw: str, steps: int, stats: bool) -> None:
     """The least any recording tool costs: every layer hooked, each output and output gradient
     copied once (``stats``: and its statistics computed, in the hook), nothing written."""
-
-    def keep(out):
-        if hasattr(out, "shape") and out.dtype in (torch.float32, paddle.float32):
-            copy = np.array(out.detach().numpy(), copy=True)
-            if stats:
-                tensor_stats(copy)
-            if (not out.stop_gradient) if fw == "paddle" else out.requires_grad:
-                out.register_hook(lambda g: keep(g) and None)
-        return None
-
-    if fw == "torch":
-        handles = [m.register_forward_hook(lambda m, i, o: keep(o)) for m in model.modules()]
-    else:
-        layers = [model, *model.sublayers()]
-        handles = [m.register_forward_post_hook(lambda m, i, o: keep(o)) for m in layers]
-    try:
+    with copies_once(model, tensor_stats if stats else lambda a: None):
         for _ in range(steps):
             step(model, x, opt, fw)
-    finally:
-        for h in handles:
-            h.remove()
 
 
 def bench(fw: str, rounds: int, steps: int) -> None:

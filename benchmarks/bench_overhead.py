@@ -27,6 +27,8 @@ import paddle
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from floor import copies_once  # noqa: E402
+
 import nbdiff  # noqa: E402
 from tests.fault_suite.models import BUILDERS  # noqa: E402
 
@@ -70,22 +72,8 @@ def floor(t, p, x) -> None:
     """The least a comparing tool costs: hook every layer of both models, copy each output and
     each output gradient once, then compare them pairwise in one pass."""
     kept: dict = {"torch": [], "paddle": []}
-
-    def keep(side, out, into):
-        if hasattr(out, "shape") and out.dtype in (torch.float32, paddle.float32):
-            into.append(np.array(out.detach().numpy(), copy=True))
-            needs_grad = (not out.stop_gradient) if side == "paddle" else out.requires_grad
-            if needs_grad:
-                out.register_hook(lambda g: into.append(np.array(g.numpy(), copy=True)))
-
-    handles = [m.register_forward_hook(lambda m, i, o: keep("torch", o, kept["torch"])) for m in t.modules()]
-    handles += [m.register_forward_post_hook(lambda m, i, o: keep("paddle", o, kept["paddle"])) for m in p.sublayers()]
-    handles.append(p.register_forward_post_hook(lambda m, i, o: keep("paddle", o, kept["paddle"])))
-    try:
+    with copies_once(t, kept["torch"].append), copies_once(p, kept["paddle"].append):
         bare(t, p, x)
-    finally:
-        for h in handles:
-            h.remove()
     for a, b in zip(kept["torch"], kept["paddle"]):
         if a.shape == b.shape:
             float(np.abs(a - b).max())

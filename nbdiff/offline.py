@@ -30,7 +30,7 @@ from nbdiff.stepdiff import name_parameter, update_tolerance
 from nbdiff.trace.events import Event, Kind, Phase, TensorRecord, changed
 from nbdiff.trace.store import RankDump, rank_dirs, read_dump
 from nbdiff.updates import GradientSpread, discount_updates
-from nbdiff.weights.rules import find_rule
+from nbdiff.weights.rules import WeightRule, find_rule
 
 __all__ = ["compare"]
 
@@ -224,7 +224,7 @@ def _compare_step(
     def step_grads(s: int) -> dict[str, tuple[dict[str, np.ndarray], dict[str, np.ndarray]]]:
         ga, gb = _param_grads(a.steps[s]), _param_grads(b.steps[s])
         paths = {bp: raw_of.get(bp, bp) for bp in ga}
-        return {bp: (_convert(a, b, bp, rp, ga[bp]), gb.get(rp, {})) for bp, rp in paths.items()}
+        return {bp: (_convert(_rule(a, b, bp, rp), ga[bp]), gb.get(rp, {})) for bp, rp in paths.items()}
 
     def grads() -> GradientSpread | None:
         return spread.catch_up(k, step_grads) if spread is not None else None
@@ -237,9 +237,17 @@ def _compare_step(
     return divergence, fwd + bwd + upd, pairing
 
 
-def _convert(a: RankDump, b: RankDump, bpath: str, rpath: str, arrays: dict[str, Any]) -> dict[str, Any]:
+_Rule = tuple[WeightRule, bool] | None
+"""A weight rule and whether its inverse applies (:func:`find_rule`), or None: the same layout."""
+
+
+def _rule(a: RankDump, b: RankDump, bpath: str, rpath: str) -> _Rule:
+    """The weight rule for the two layers' classes, looked up once per pair."""
+    return find_rule(a.framework, a.layers.get(bpath, []), b.framework, b.layers.get(rpath, []))
+
+
+def _convert(found: _Rule, arrays: dict[str, Any]) -> dict[str, Any]:
     """Base arrays in raw's layout, by the weight rule for the two layer classes (if any)."""
-    found = find_rule(a.framework, a.layers.get(bpath, []), b.framework, b.layers.get(rpath, []))
     if found is None:
         return arrays
     rule, inverted = found
@@ -249,27 +257,23 @@ def _convert(a: RankDump, b: RankDump, bpath: str, rpath: str, arrays: dict[str,
         return arrays
 
 
-def _converted_records(
-    a: RankDump, b: RankDump, bpath: str, rpath: str, records: tuple[TensorRecord, ...]
-) -> tuple[TensorRecord, ...]:
+def _converted_records(found: _Rule, records: tuple[TensorRecord, ...]) -> tuple[TensorRecord, ...]:
     if not records:
         return records
     if any(t.value is None for t in records):
-        return _converted_stats(a, b, bpath, rpath, records)
-    out = _convert(a, b, bpath, rpath, {t.name: t.value for t in records})
+        return _converted_stats(found, records)
+    out = _convert(found, {t.name: t.value for t in records})
     dtype = records[0].dtype
     return tuple(TensorRecord(n, tuple(v.shape), dtype, v) for n, v in out.items())
 
 
-def _converted_stats(
-    a: RankDump, b: RankDump, bpath: str, rpath: str, records: tuple[TensorRecord, ...]
-) -> tuple[TensorRecord, ...]:
+def _converted_stats(found: _Rule, records: tuple[TensorRecord, ...]) -> tuple[TensorRecord, ...]:
     """Statistics survive renames and transposes, not splits: follow each tensor through the rule
     with a constant stand-in (tensor ``i`` filled with ``i``) and keep the outputs that are one
     whole tensor (made of it alone, and as large)."""
     # Broadcast views: no memory is allocated from a shape the (untrusted) dump claims.
     dummies = {t.name: np.broadcast_to(np.float64(i), t.shape) for i, t in enumerate(records)}
-    out = _convert(a, b, bpath, rpath, dummies)
+    out = _convert(found, dummies)
     kept = []
     for name, arr in out.items():
         if arr.size == 0:
@@ -296,13 +300,13 @@ def _backward(
         if be is None or re_ is None:
             continue
         bparams, rparams = be.params, re_.params
-        found = find_rule(a.framework, a.layers.get(be.path, []), b.framework, b.layers.get(re_.path, []))
+        found = _rule(a, b, be.path, re_.path)
         if found is not None and found[0].recursive:  # the rule's tensors include its sublayers'
             bparams, rparams = _subtree_params(brec.backward, be.path), _subtree_params(rrec.backward, re_.path)
         hint = _magnitude(be.outputs + be.inputs + bparams)
         tensors = tensor_diffs(re_.inputs, be.inputs, tol, mode, hint)
         if bparams and rparams:
-            base_params = {t.name: t for t in _converted_records(a, b, be.path, re_.path, bparams)}
+            base_params = {t.name: t for t in _converted_records(found, bparams)}
             out_shape = largest_shape(be.outputs)
             for r in rparams:  # each with its own summed-terms scale, as compare_param_grads does
                 b_t = base_params.get(r.name)
@@ -367,7 +371,7 @@ def _updates(
         r = by_path.get(raw_of.get(e.path, e.path))
         if r is None:
             continue
-        converted = _converted_records(a, b, e.path, r.path, e.outputs)
+        converted = _converted_records(_rule(a, b, e.path, r.path), e.outputs)
 
         def utol(x: str, y: str) -> Tolerance:
             return update_tolerance(tol, x, y, 0.0)  # the dump keeps updates, not the weights

@@ -86,6 +86,8 @@ class record:
             rank=rank, world_size=world, api_level=self.api_level, **{k: v for k, v in self.options.items() if k != "dump_type"},
         )  # fmt: skip
         self._layers = dict(self.fw.named_layers(self.model))
+        # Each layer's own parameters, read once: every step's updates and gradients look them up.
+        self._params = {path: dict(self.fw.direct_params(layer)) for path, layer in self._layers.items()}
         layers = {path: all_class_names(layer) for path, layer in self._layers.items()}
         self._writer = DumpWriter(
             self.dump_dir / f"rank{rank}", meta, layers, str(self.options["dump_type"]), self.overwrite
@@ -122,8 +124,8 @@ class record:
         n = 0
         for i, (forward, backward, _) in enumerate(session.recorder.take_steps(session.grads)):
             k = first + i
-            updates = _updates(self.fw, self.model, k, session.weights[k], session.weights[k + 1])
-            backward = _with_uncalled_grads(self.fw, self._layers, forward, backward, session.grads[k])
+            updates = _updates(self.fw, self._layers, self._params, k, session.weights[k], session.weights[k + 1])
+            backward = _with_uncalled_grads(self.fw, self._params, forward, backward, session.grads[k])
             self._writer.add_step(self._select(forward + backward + updates))
             session.weights[k], session.grads[k] = {}, {}  # done with them
             n += 1
@@ -190,12 +192,14 @@ def _floating_only(e: Event) -> Event:
     return changed(e, inputs=keep(e.inputs), outputs=keep(e.outputs), params=keep(e.params))
 
 
-def _updates(fw: Framework, model: Any, step: int, before: Weights, after: Weights) -> list[Event]:
+def _updates(
+    fw: Framework, layers: dict[str, Any], params: dict[str, dict[str, Any]], step: int, before: Weights, after: Weights
+) -> list[Event]:
     """One optimizer event per layer whose own parameters changed during the step."""
     out: list[Event] = []
-    for path, layer in fw.named_layers(model):
+    for path, layer in layers.items():
         records = []
-        for name, p in fw.direct_params(layer):
+        for name, p in params[path].items():
             if id(p) in before and id(p) in after and not np.array_equal(before[id(p)], after[id(p)]):
                 delta = after[id(p)] - before[id(p)]
                 records.append(TensorRecord(name, tuple(delta.shape), fw.dtype_name(p), delta))
@@ -215,7 +219,11 @@ def _env_rank() -> tuple[int, int]:
 
 
 def _with_uncalled_grads(
-    fw: Framework, layers: dict[str, Any], forward: list[Event], backward: list[Event], grads: dict[int, np.ndarray]
+    fw: Framework,
+    params: dict[str, dict[str, Any]],
+    forward: list[Event],
+    backward: list[Event],
+    grads: dict[int, np.ndarray],
 ) -> list[Event]:
     """Parameter gradients of layers the step never called, in the backward event of their nearest
     called ancestor, under dotted names (``out_proj.weight``): torch's ``MultiheadAttention`` uses
@@ -226,14 +234,14 @@ def _with_uncalled_grads(
     by_path = {e.path: i for i, e in reversed(list(enumerate(backward)))}  # a path's first backward event
     placed: set[int] = set()
     for e in backward:
-        own = dict(fw.direct_params(layers[e.path])) if e.path in layers else {}
+        own = params.get(e.path, {})
         placed.update(id(own[t.name]) for t in e.params if t.name in own)
     extra: dict[int, list[TensorRecord]] = {}
-    for path, layer in layers.items():
+    for path, own in params.items():
         if path in called:
             continue
         owner = _ancestor(path, by_path)
-        for name, p in fw.direct_params(layer):
+        for name, p in own.items():
             g = grads.get(id(p))
             if owner is None or g is None or id(p) in placed or not fw.is_trainable(p):
                 continue

@@ -105,18 +105,22 @@ def _spread_around(chunks: list[np.ndarray], mean: float, n: int) -> float:
     return square_sum / n - shift * shift
 
 
+def _rows(c: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``c`` as whole rows of ``_ROW`` elements, and the rest (in float64: too few to matter)."""
+    whole = c.size // _ROW * _ROW
+    return c[:whole].reshape(-1, _ROW), c[whole:].astype(np.float64)
+
+
 def _sum(c: np.ndarray) -> float:
-    rows = c.size // _ROW * _ROW
-    head = float(np.add.reduce(np.add.reduce(c[:rows].reshape(-1, _ROW), axis=0), dtype=np.float64)) if rows else 0.0
-    return head + float(np.add.reduce(c[rows:], dtype=np.float64))
+    rows, rest = _rows(c)
+    head = float(np.add.reduce(np.add.reduce(rows, axis=0), dtype=np.float64)) if rows.size else 0.0
+    return head + float(np.add.reduce(rest))
 
 
 def _sum_of_squares(c: np.ndarray) -> float:
-    rows = c.size // _ROW * _ROW
-    head = c[:rows].reshape(-1, _ROW)
-    total = float(np.add.reduce(np.einsum("ij,ij->j", head, head), dtype=np.float64)) if rows else 0.0
-    tail = c[rows:].astype(np.float64)
-    return total + float(np.add.reduce(tail * tail))
+    rows, rest = _rows(c)
+    head = float(np.add.reduce(np.einsum("ij,ij->j", rows, rows), dtype=np.float64)) if rows.size else 0.0
+    return head + float(np.add.reduce(rest * rest))
 
 
 _ALL_FIELDS = tuple(f.name for f in fields(Stats))

@@ -19,10 +19,11 @@ from nbdiff.explain import explain
 from nbdiff.feed import feed_for, guessed_feed, same_feed
 from nbdiff.frameworks import Framework, framework_of
 from nbdiff.gc_pause import gc_paused
-from nbdiff.options import check_comparison, check_gradients, check_run
+from nbdiff.options import check_comparison, check_framework_differences, check_gradients, check_run
 from nbdiff.progress import progress
 from nbdiff.result import DiffResult
 from nbdiff.spill import SPILL_ABOVE_MIB, spilled
+from nbdiff.statediff import state_of
 from nbdiff.step import StepRecord, run_optimizer, run_step
 from nbdiff.stepdiff import StepComparer, live_param_grads
 from nbdiff.trace.calls import Feed
@@ -53,6 +54,7 @@ def auto_diff(
     api_level: bool | str = False,
     spill_above_mib: float | None = SPILL_ABOVE_MIB,
     memory_mib: float | None = MEMORY_MIB,
+    framework_differences: str = "report",
 ) -> DiffResult:
     """Find where ``raw`` first stops agreeing with ``base``.
 
@@ -69,10 +71,14 @@ def auto_diff(
     (``None``: always in memory). While it runs, a check holds at most ``memory_mib`` MiB
     of what it records in memory: the rest goes to a temporary file as it is recorded, so
     the peak stays that close to the models' own (``0``: bounded mode; ``None``: no limit).
+    A difference a known framework difference explains exactly (paddle's biased BatchNorm
+    ``running_var``) is a finding that does not fail the result; ``framework_differences="fail"``
+    makes it fail. ``result.findings`` lists every own error of the step that diverged.
     Returns a :class:`DiffResult`, truthy when the models agree.
     """
     check_comparison(base, raw, atol, rtol, compare_mode, diff_phase, layer_map)
     check_run(loss_fns, optimizers, diff_phase, steps, spill_above_mib, memory_mib)
+    check_framework_differences(framework_differences)
     bfw, rfw = framework_of(base, "base"), framework_of(raw, "raw")
     check_gradients((bfw, rfw), (base, raw), diff_phase)
     bcall, rcall = split_inputs(inputs, bfw, rfw)
@@ -128,6 +134,7 @@ def auto_diff(
         events: list[EventDiff] = []
         warnings: list[str] = []
         divergence: Divergence | None = None
+        found: list[Divergence] = []  # every finding: those of the step that diverged, and framework differences
         pairing: Pairing | None = None
         wmap: WeightMap | None = None
         done = 0
@@ -145,6 +152,7 @@ def auto_diff(
                 stack.callback(restore_state, bfw, initial[0])
                 stack.callback(lambda: restore_state(rfw, initial[1]))  # initial[1] may be replaced below
             for step in progress(range(steps), "nbdiff: steps", total=steps):
+                state_before = state_of(bfw, base)
                 brec, rrec, pairing = run_pair(step, pairing)
                 if wmap is None:
                     # Weights pair by execution order: this step's pairing decides. A structure copy
@@ -166,7 +174,7 @@ def auto_diff(
                     cmp.set_plans(wmap.by_base_path())
                 warnings += [f"base: {w}" for w in brec.warnings] + [f"raw: {w}" for w in rrec.warnings]
                 floor = _floor_of(bfw, base, bcall, losses[0], brec, cmp, backward) if not single_step else None
-                divergence, diffs = cmp.compare(pairing, brec, rrec, floor=floor)
+                findings, diffs = cmp.compare(pairing, brec, rrec, floor=floor)
                 events += diffs
                 warnings += cmp.notes
                 cmp.notes.clear()
@@ -177,11 +185,18 @@ def auto_diff(
                     run_optimizer(rfw, opts[1], "raw")
                     stacks = (log.stack_at(bfw.name, step), log.stack_at(rfw.name, step))
                     updated, odiffs = cmp.compare_updates(step, before, cmp.snapshot(), stacks)
-                    stated, sdiffs = cmp.compare_state(step)
-                    events += odiffs + sdiffs
-                    divergence = divergence or updated or stated
+                    events += odiffs
+                    findings += updated
+                if cmp.keeps_state():
+                    # Running statistics move in any train-mode forward, with or without optimizers.
+                    stated, sdiffs = cmp.compare_state(step, state_before, brec.forward)
+                    events += sdiffs
+                    findings += stated
                 done = step + 1
-                if divergence is not None:
+                failing = [f for f in findings if f.where != "framework" or framework_differences == "fail"]
+                found += findings if failing else [f for f in findings if f.where == "framework"]
+                if failing:
+                    divergence = failing[0]
                     break
         require_compared(events, type(base).__name__)
         if spool.failure:
@@ -193,6 +208,7 @@ def auto_diff(
                 base_model=type(base).__name__,
                 raw_model=type(raw).__name__,
                 first_divergence=divergence,
+                findings=tuple(found),
                 events=tuple(events),
                 steps=done,
                 unmatched_base=pairing.unmatched_base if pairing else (),
@@ -208,6 +224,7 @@ def auto_diff(
                     single_step=single_step,
                     steps=steps,
                     api_level=api_level,
+                    framework_differences=framework_differences,
                     weight_map=wmap,
                 ),
             ),

@@ -12,7 +12,7 @@ from typing import Any
 
 from nbdiff.align.arguments import ArgDiff, argument_diffs
 from nbdiff.align.optimizer_settings import OptimizerLog, optimizer_diffs, optimizer_settings
-from nbdiff.compare.blame import Divergence
+from nbdiff.compare.blame import Divergence, EventDiff
 from nbdiff.frameworks import Framework
 from nbdiff.result import DiffResult
 from nbdiff.trace.events import Kind, Phase
@@ -26,50 +26,72 @@ def explain(
     models: tuple[Any, Any] | None = None,
     optimizers: OptimizerLog | None = None,
 ) -> DiffResult:
-    """``result`` with the blamed pair's argument differences and warnings for the silent ones.
+    """``result`` with each finding's argument differences and warnings for the silent ones.
 
-    A blamed optimizer update gets the settings its two optimizers apply to that parameter
+    A finding in an optimizer update gets the settings its two optimizers apply to that parameter
     (learning rate, betas, eps, weight decay and its style and filter, grad clipping).
     """
+    findings = list(result.findings)
     blamed = result.first_divergence
-    target = (blamed.base_path, blamed.raw_path) if blamed is not None else None
-    found: tuple[ArgDiff, ...] = ()
-    if blamed is not None and blamed.where == "parameter" and frameworks and models and optimizers:
-        found = tuple(_optimizer_why(blamed, frameworks, models, optimizers))
-        target = None
+    layer_args: dict[tuple[str, str], tuple[ArgDiff, ...]] = {}
     warnings: list[str] = []
-    seen: set[tuple[str, str]] = set()
     for d in result.events:
         if d.base.phase is not Phase.FORWARD or d.base.kind is not Kind.LAYER:
             continue
         key = (d.base.path, d.raw.path)
-        if key in seen:
+        if key in layer_args:
             continue
-        seen.add(key)
-        diffs = argument_diffs(result.base_framework, d.base.layer, result.raw_framework, d.raw.layer)
-        if not diffs:
-            continue
-        if key == target:
-            found = tuple(diffs)
-        elif d.passed:
+        layer_args[key] = diffs = tuple(
+            argument_diffs(result.base_framework, d.base.layer, result.raw_framework, d.raw.layer)
+        )
+        if diffs and d.passed and not any(_names(f) == key for f in findings):
             warnings.append(
                 f"`{d.base.path or '<root>'}` ~ raw `{d.raw.path or '<root>'}` differ in "
                 f"{'; '.join(x.describe() for x in diffs)}, but its outputs agree (a branch these inputs do not take?)"
             )
-    if blamed is not None and blamed.phase is Phase.BACKWARD and blamed.event is not None:
-        key = (blamed.event.base.step, blamed.event.base.path, blamed.event.base.call)
-        fwd = next((d for d in result.events if d.base.phase is Phase.FORWARD and d.base.kind is Kind.LAYER
-                    and (d.base.step, d.base.path, d.base.call) == key), None)  # fmt: skip
-        blamed = replace(blamed, forward=fwd)
+    # Every finding says why where it can: its pair's differing arguments, or an update's optimizer settings.
+    for i, f in enumerate(findings):
+        found: tuple[ArgDiff, ...] = ()
+        if f.where == "parameter":
+            if frameworks and models and optimizers:
+                found = tuple(_optimizer_why(f, frameworks, models, optimizers))
+        elif f.where != "framework":
+            found = layer_args.get(_names(f), ())
+        if f.phase is Phase.BACKWARD and f.event is not None:
+            f = replace(f, forward=_forward_of(result, f))
+        findings[i] = replace(f, arguments=found) if found else f
+    if blamed is not None:
+        blamed = next((f for f in findings if _same(f, blamed)), blamed)
     options = result.options
     if frameworks and models and optimizers and optimizers.optimizers:
         settings = _update_settings(result, frameworks, models, optimizers)
         if settings:
             options = {**options, "optimizer_settings": settings}
-    if not found and not warnings and blamed is result.first_divergence and options is result.options:
-        return result
-    divergence = replace(blamed, arguments=found) if blamed is not None and found else blamed
-    return replace(result, first_divergence=divergence, warnings=result.warnings + tuple(warnings), options=options)
+    return replace(
+        result,
+        first_divergence=blamed,
+        findings=tuple(findings),
+        warnings=result.warnings + tuple(warnings),
+        options=options,
+    )
+
+
+def _names(f: Divergence) -> tuple[str, str]:
+    return (f.base_path, f.raw_path)
+
+
+def _same(a: Divergence, b: Divergence) -> bool:
+    return (a.step, a.phase, a.where, a.base_path, a.raw_path, a.parameter) == (
+        b.step, b.phase, b.where, b.base_path, b.raw_path, b.parameter
+    )  # fmt: skip
+
+
+def _forward_of(result: DiffResult, f: Divergence) -> EventDiff | None:
+    """For a backward finding: the same layer call's forward pair (its layers and inputs)."""
+    assert f.event is not None
+    key = (f.event.base.step, f.event.base.path, f.event.base.call)
+    return next((d for d in result.events if d.base.phase is Phase.FORWARD and d.base.kind is Kind.LAYER
+                 and (d.base.step, d.base.path, d.base.call) == key), None)  # fmt: skip
 
 
 def _update_settings(

@@ -10,7 +10,15 @@ from nbdiff.align.layer_map import LayerMap
 from nbdiff.compare.metrics import COMPARE_MODES
 from nbdiff.errors import InputError, OptionError
 
-__all__ = ["PHASES", "check_comparison", "check_gradients", "check_mib", "check_run"]
+__all__ = [
+    "PHASES",
+    "FRAMEWORK_DIFFERENCES",
+    "check_comparison",
+    "check_framework_differences",
+    "check_gradients",
+    "check_mib",
+    "check_run",
+]
 
 PHASES = ("both", "forward", "backward")
 
@@ -54,6 +62,15 @@ def check_gradients(fws: Any, models: Any, diff_phase: str) -> None:
                 f"{side} ({type(model).__name__}) has no trainable parameter, so there is no backward to compare. "
                 "Pass diff_phase='forward', or unfreeze the parameters."
             )
+
+
+FRAMEWORK_DIFFERENCES = ("report", "fail")
+"""What a verified framework difference does: reported without failing, or failing the result."""
+
+
+def check_framework_differences(value: Any) -> None:
+    if value not in FRAMEWORK_DIFFERENCES:
+        raise OptionError(f"framework_differences={value!r} is not one of {FRAMEWORK_DIFFERENCES}.")
 
 
 def check_mib(**limits: Any) -> None:

@@ -35,10 +35,18 @@ class DiffResult:
     """Findings that do not fail the result: inherited blips that vanish downstream."""
     options: dict[str, Any] = field(default_factory=dict)
     """The options used, after defaults."""
+    findings: tuple[Divergence, ...] = ()
+    """Every event whose own (local) error exceeds its tolerance, in execution order (forward,
+    backward, optimizer updates, running statistics) of the step that diverged: a port with several
+    bugs shows them all. ``first_divergence`` is the first of them."""
     step_summary: tuple[StepRow, ...] = ()
     """Every compared step's worst errors (:meth:`step_errors` rows), also of steps whose events
     were not kept: ``compare`` keeps a few steps' events so that memory stays bounded. Empty
     where every step's events are kept (``auto_diff``, ``watch``): they give the rows."""
+
+    def __post_init__(self) -> None:
+        if self.first_divergence is not None and not self.findings:
+            object.__setattr__(self, "findings", (self.first_divergence,))
 
     def __bool__(self) -> bool:
         return self.first_divergence is None

@@ -16,15 +16,16 @@ import numpy as np
 from nbdiff.align.fused import fuse_events
 from nbdiff.align.layer_map import LayerMap
 from nbdiff.align.pairing import Pairing, pair_forward
-from nbdiff.compare.blame import Divergence, EventDiff, blame_events, first_nonfinite
-from nbdiff.compare.metrics import TensorDiff, compare_tensors
+from nbdiff.compare.blame import Divergence, EventDiff, blame_all, first_nonfinite
+from nbdiff.compare.metrics import TensorDiff
 from nbdiff.conditioning import MARGIN, Floor, Noise
 from nbdiff.errors import PairingError
 from nbdiff.forwarddiff import TolFn, api_local, forward_diffs, tensor_diffs
 from nbdiff.frameworks import Framework
 from nbdiff.replay import Replayer, compare_paired_grads, largest_shape, magnitude, paired_param_grads
+from nbdiff.statediff import State, has_state, state_diffs
 from nbdiff.step import StepRecord
-from nbdiff.trace.events import Event, Kind, Phase
+from nbdiff.trace.events import Event, Kind
 from nbdiff.trace.spool import Spool
 from nbdiff.trace.stack import Frame
 from nbdiff.updates import (
@@ -32,7 +33,6 @@ from nbdiff.updates import (
     GradientSpread,
     Snapshot,
     name_parameter,
-    param_pair,
     snapshot,
     update_diffs,
     update_tolerance,
@@ -126,8 +126,11 @@ class StepComparer:
         grads: ParamGrads | None = None,
         floor: Callable[[], Floor | None] | None = None,
         drift: str | None = None,
-    ) -> tuple[Divergence | None, list[EventDiff]]:
-        """Forward then backward diffs of one step, with the first divergence among them.
+        every: bool = True,
+    ) -> tuple[list[Divergence], list[EventDiff]]:
+        """Forward then backward diffs of one step, with the findings among them: every event with an
+        own error (``every``; else the first), forward ones first, then backward. The first is the
+        step's divergence.
 
         ``floor`` measures base's own sensitivity to rounding (:mod:`nbdiff.conditioning`), asked
         for only when blame would report something: a difference within it is a note. ``drift``
@@ -138,7 +141,7 @@ class StepComparer:
         assert self.plans is not None, "set_plans first"
         if grads is None:
             grads = held_param_grads({**brec.param_grads, **rrec.param_grads})
-        divergence = None
+        found: list[Divergence] = []
         noise = Noise(floor) if floor is not None else None
 
         read = _reader(self.spool)
@@ -150,29 +153,33 @@ class StepComparer:
             kids = _paired_children(fwd)
             # The loss is computed from the model's outputs: its own error is measurable only where they agree.
             outputs_agree = all(d.passed for d in fwd if _final_forward(d) and d.base.kind is Kind.LAYER)
-            divergence, fwd = blame_events(
-                fwd, lambda d: _local_forward(self.replayer, d, kids, outputs_agree), _final_forward, noise
+            found, fwd = blame_all(
+                fwd, lambda d: _local_forward(self.replayer, d, kids, outputs_agree), _final_forward, noise, every
             )
-            divergence = self._unless_drift(divergence, drift)
-            divergence = divergence if divergence is not None else first_nonfinite(fwd, read)
-        if divergence is None and bwd:
-            divergence, bwd = blame_events(
-                bwd, lambda d: _local_backward(self.replayer, brec, rrec, d), _final_backward, noise
+            found = self._unless_drift(found, drift)
+            if not found and (nonfinite := first_nonfinite(fwd, read)) is not None:
+                found = [nonfinite]
+        # Backward is measured on base's inputs and output gradients: its own errors show after a
+        # forward one too (a backward-only bug in a port that also has a forward bug).
+        if bwd and (every or not found):
+            more, bwd = blame_all(
+                bwd, lambda d: _local_backward(self.replayer, brec, rrec, d), _final_backward, noise, every, False
             )
-            divergence = self._unless_drift(divergence, drift)
+            more = self._unless_drift(more, drift)
+            found += [m for m in more if not (found and m.where == "accumulated")]
         if self.spool is not None:
             self.spool.trim()
         if noise is not None and noise.dismissed:
             self.notes += [_conditioning_note(e, err, limit) for e, err, limit in noise.dismissed[:3]]
-        return divergence, fwd + bwd
+        return found, fwd + bwd
 
-    def _unless_drift(self, divergence: Divergence | None, drift: str | None) -> Divergence | None:
-        if divergence is None or drift is None or divergence.where != "accumulated":
-            return divergence
+    def _unless_drift(self, found: list[Divergence], drift: str | None) -> list[Divergence]:
+        if not found or drift is None or found[0].where != "accumulated":
+            return found
         if not self._drift_noted:  # once: every later step inherits the same drift
             self.notes.append(drift)
             self._drift_noted = True
-        return None
+        return []
 
     def snapshot(self) -> tuple[Snapshot, Snapshot]:
         """Trainable tensors of every planned layer, both sides, as copies."""
@@ -200,39 +207,20 @@ class StepComparer:
                 if held is not None and tuple(g[n].shape) == rfw.shape_of(held):
                     rfw.set_value(held, g[n])
 
-    def compare_state(self, step: int) -> tuple[Divergence | None, list[EventDiff]]:
-        """Running statistics after a training step, then raw's set to base's (as weights are)."""
+    def compare_state(
+        self, step: int, before: State | None = None, forward: tuple[Event, ...] | list[Event] = ()
+    ) -> tuple[list[Divergence], list[EventDiff]]:
+        """Running statistics after a train-mode step, then raw's set to base's (as weights are);
+        ``before`` and ``forward`` (base's) let known framework differences be verified (:mod:`nbdiff.statediff`)."""
         assert self.plans is not None
-        bfw, rfw = self.bfw, self.rfw
-        diffs = []
-        for order, plan in enumerate(self.plans.values()):
-            bl, rl = self.blayers[plan.base_path], self.rlayers[plan.raw_path]
-            mine = {
-                n: bfw.to_numpy(t).copy()
-                for n, t in layer_tensors(bfw, bl, plan.recursive).items()
-                if not bfw.is_trainable(t)
-            }
-            theirs = {n: t for n, t in layer_tensors(rfw, rl, plan.recursive).items() if not rfw.is_trainable(t)}
-            if not mine or not theirs:
-                continue
-            try:
-                converted = plan.convert(mine)
-            except (KeyError, ValueError):
-                continue
-            values = {n: rfw.to_numpy(t).copy() for n, t in theirs.items() if n in converted}
-            tensors = [
-                compare_tensors(n, values[n], converted[n], self.tol(str(converted[n].dtype), str(v.dtype)), self.mode)
-                for n, v in values.items()
-                if np.asarray(converted[n]).dtype.kind == "f"
-            ]
-            for n in values:
-                rfw.set_value(theirs[n], converted[n])
-            if tensors:
-                diffs.append(param_pair(step, Phase.STATE, order, plan, mine, values, tensors))
-        divergence, _ = blame_events(diffs, lambda d: d.tensors)
-        if divergence is not None:
-            divergence = replace(name_parameter(divergence, self.plans), where="state")
-        return divergence, diffs
+        return state_diffs(
+            (self.bfw, self.rfw), (self.blayers, self.rlayers), self.plans, self.tol, self.mode, step, before, forward
+        )
+
+    def keeps_state(self) -> bool:
+        """Whether a planned base layer in train mode keeps running statistics (compare them after each step)."""
+        assert self.plans is not None
+        return has_state(self.bfw, self.blayers, self.plans)
 
     def compare_updates(
         self,
@@ -241,8 +229,8 @@ class StepComparer:
         after: tuple[Snapshot, Snapshot],
         stacks: tuple[tuple[Frame, ...], tuple[Frame, ...]] = ((), ()),
         grads: Callable[[], GradientSpread] | None = None,
-    ) -> tuple[Divergence | None, list[EventDiff]]:
-        """Optimizer updates (after minus before) per planned layer; blame names the parameter.
+    ) -> tuple[list[Divergence], list[EventDiff]]:
+        """Optimizer updates (after minus before) per planned layer; every own error names its parameter.
         ``stacks``: where each side's optimizer was stepped, shown for its updates. ``grads``: how
         far apart the gradients each optimizer was given were, when they differ (not fed base's, as
         ``auto_diff`` does)."""
@@ -252,10 +240,8 @@ class StepComparer:
             diffs = [
                 replace(d, base=replace(d.base, stack=stacks[0]), raw=replace(d.raw, stack=stacks[1])) for d in diffs
             ]
-        divergence, _ = blame_events(diffs, lambda d: d.tensors)
-        if divergence is not None:
-            divergence = name_parameter(divergence, self.plans)
-        return divergence, diffs
+        found, _ = blame_all(diffs, lambda d: d.tensors)
+        return [name_parameter(f, self.plans) for f in found], diffs
 
 
 def _conditioning_note(e: Event, err: float, limit: float) -> str:

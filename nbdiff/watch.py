@@ -219,6 +219,7 @@ class watch:
             self._warnings.append(f"base ran {len(bsteps)} step(s), raw {len(rsteps)}: compared the first {n}.")
         events: list[EventDiff] = []
         divergence: Divergence | None = None
+        findings: list[Divergence] = []
         pairing: Pairing | None = None
         final = (self._b.weights_now(), self._r.weights_now())
         done = 0
@@ -250,14 +251,19 @@ class watch:
                 self._r.load(replay_weights)
                 # Every step the user ran is compared, so the error's growth can be seen (result.plot());
                 # the answer stays the first divergence.
-                found, diffs = self._cmp.compare(pairing, brec, rrec, self._grads_of(k), drift=drift)
+                # Every own error of the step that diverges; after it, steps are for the chart.
+                found, diffs = self._cmp.compare(
+                    pairing, brec, rrec, self._grads_of(k), drift=drift, every=divergence is None
+                )
                 events += diffs
                 self._warnings += self._cmp.notes
                 self._cmp.notes.clear()
                 after = self._plan_snapshot(k + 1)
                 in_update, updates = self._updates(k, now, after, spread if divergence is None else None)
                 events += updates
-                divergence = divergence or found or in_update
+                if divergence is None and (found or in_update):
+                    findings = found + in_update
+                    divergence = findings[0]
                 done = k + 1
         finally:
             self._b.load(final[0])
@@ -272,6 +278,7 @@ class watch:
                 base_model=type(self.base).__name__,
                 raw_model=type(self.raw).__name__,
                 first_divergence=divergence,
+                findings=tuple(findings),
                 events=tuple(events),
                 steps=done,
                 unmatched_base=pairing.unmatched_base if pairing else (),
@@ -295,7 +302,7 @@ class watch:
         before: tuple[Snapshot, Snapshot],
         after: tuple[Snapshot, Snapshot],
         spread: GradientSpread | None,
-    ) -> tuple[Divergence | None, list[EventDiff]]:
+    ) -> tuple[list[Divergence], list[EventDiff]]:
         """What the optimizers changed during step ``k`` (``before``, ``after``: the weights it began
         and ended with); nothing when no optimizer ran. ``spread``: the gradients each optimizer was
         given so far, to take out what they explain (until the first divergence; after it, only the
@@ -306,7 +313,7 @@ class watch:
             for i in side.weights[k]
         )
         if not changed:
-            return None, []
+            return [], []
         stacks = (self._optimizers.stack_at(self.bfw.name, k), self._optimizers.stack_at(self.rfw.name, k))
         plans = self._cmp.plans
         assert plans is not None

@@ -27,6 +27,7 @@ __all__ = [
     "EventDiff",
     "Divergence",
     "blame_events",
+    "blame_all",
     "first_nonfinite",
     "inherited_notes",
     "worst_of",
@@ -84,7 +85,8 @@ class Divergence:
     """``layer``, ``api`` (a framework call in a layer's own code, API-level tracing),
     ``between`` (the layer's own code between two sublayers), ``parameter`` (an
     optimizer update), ``state`` (a running statistic), ``inputs`` (the models were
-    given different inputs), ``nonfinite`` (the first event producing NaN/Inf) or ``accumulated``."""
+    given different inputs), ``nonfinite`` (the first event producing NaN/Inf), ``framework``
+    (a known framework difference, verified exactly: not the port's bug) or ``accumulated``."""
     between: tuple[str | None, str | None] = (None, None)
     """For ``between``: the sublayer events just before and just after the fault."""
     parameter: str | None = None
@@ -93,6 +95,8 @@ class Divergence:
     """Distributed rank of the events (compared dumps of multi-rank jobs)."""
     arguments: tuple[ArgDiff, ...] = ()
     """Constructor arguments of the blamed pair that differ (``eps: base 1e-05, raw 0.001``)."""
+    explanation: str = ""
+    """For ``framework``: what differs between the frameworks and how it was verified."""
     event: EventDiff | None = field(default=None, compare=False, repr=False)
     """The blamed pair itself (with its layers, when recorded live), for :meth:`repro`."""
     forward: EventDiff | None = field(default=None, compare=False, repr=False)
@@ -105,6 +109,8 @@ class Divergence:
         head = f"step {self.step}{f', rank {self.rank}' if self.rank else ''}, {self.phase.value}"
         if self.where == "parameter":
             return f"{head}: update of parameter `{self.parameter}` (layer `{b}` ~ raw `{r}`)"
+        if self.where == "framework":
+            return f"{head}: framework difference in `{self.parameter}` (layer `{b}` ~ raw `{r}`)"
         if self.where == "state":
             return f"{head}: running statistic `{self.parameter}` (layer `{b}` ~ raw `{r}`)"
         if self.where == "inputs":
@@ -144,6 +150,8 @@ class Divergence:
 
     def why(self) -> str:
         """What differs between the blamed pair: constructor arguments, or for an update the optimizer settings; ``""`` when nothing known does."""
+        if self.where == "framework":
+            return self.explanation
         return "; ".join(a.describe() for a in self.arguments)
 
 
@@ -177,22 +185,41 @@ def blame_events(
     final: Callable[[EventDiff], bool] = lambda d: True,
     noise: Callable[[Event, tuple[TensorDiff, ...]], bool] | None = None,
 ) -> tuple[Divergence | None, list[EventDiff]]:
+    """The first of :func:`blame_all`'s findings (it stops measuring there)."""
+    found, diffs = blame_all(diffs, local_fn, final, noise, every=False)
+    return (found[0] if found else None), diffs
+
+
+def blame_all(
+    diffs: Sequence[EventDiff],
+    local_fn: Callable[[EventDiff], tuple[TensorDiff, ...] | None],
+    final: Callable[[EventDiff], bool] = lambda d: True,
+    noise: Callable[[Event, tuple[TensorDiff, ...]], bool] | None = None,
+    every: bool = True,
+    isolated: bool = True,
+) -> tuple[list[Divergence], list[EventDiff]]:
     """Blame within one step and phase. ``diffs`` must be in completion order.
 
-    Returns the divergence (or ``None``) and the diffs with local errors filled
-    in where they were measured. When no event exceeds its tolerance on its own, the
-    accumulated error fails the step only if it reaches a ``final`` event (the model's
+    Returns every event whose own (local) error exceeds its tolerance, in order (with ``every``;
+    else the first), and the diffs with local errors filled in where they were measured. A port
+    often has several bugs: an event downstream of the first is measured on base's inputs, so
+    its own error shows apart from what it inherited. When no event exceeds its tolerance on its
+    own, the accumulated error fails the step only if it reaches a ``final`` event (the model's
     outputs, the loss, a parameter gradient); a blip that vanishes downstream is not a
     divergence (:func:`inherited_notes` describes it). ``noise(event, tensors)`` says whether an
     error is within the model's own sensitivity to rounding (:mod:`nbdiff.conditioning`);
-    such an error is never blamed.
+    such an error is never blamed. ``isolated``: a layer's local error leaves out its sublayers'
+    (forward replays force their outputs); where not (backward), a layer with a sublayer found
+    at fault is not blamed for its own code as well.
     """
     diffs = list(diffs)
+    blamed: set[int] = set()
     children: dict[int, list[int]] = {}
     order_to_i = {d.base.order: i for i, d in enumerate(diffs)}
     for i, d in enumerate(diffs):
         if d.base.parent is not None and d.base.parent in order_to_i:
             children.setdefault(order_to_i[d.base.parent], []).append(i)
+    found: list[Divergence] = []
     first_acc: int | None = None
     for i, d in enumerate(diffs):
         if d.passed:
@@ -208,15 +235,25 @@ def blame_events(
         kids = sorted(children.get(i, []), key=lambda k: diffs[k].base.order)
         if not kids:
             where = {Kind.API: "api", Kind.INPUT: "inputs"}.get(d.base.kind, "layer")
-            return divergence_of(d, where), diffs
-        if any(diffs[k].local is None and not diffs[k].passed for k in kids):
+            found.append(divergence_of(d, where))
+            blamed.add(i)
+        elif any(diffs[k].local is None and not diffs[k].passed for k in kids):
             continue  # a sublayer could not be measured; do not blame the parent's code
-        return divergence_of(d, "between", _neighbours([diffs[k] for k in kids])), diffs
+        elif not isolated and any(k in blamed for k in kids):
+            blamed.add(i)  # its local error holds the sublayer's; its ancestors' too
+            continue
+        else:
+            found.append(divergence_of(d, "between", _neighbours([diffs[k] for k in kids])))
+            blamed.add(i)
+        if not every:
+            return found, diffs
+    if found:
+        return found, diffs
     if first_acc is not None and any(
         not d.passed and final(d) and not (noise is not None and noise(d.base, d.tensors)) for d in diffs
     ):
-        return divergence_of(diffs[first_acc], "accumulated", inherited=True), diffs
-    return None, diffs
+        return [divergence_of(diffs[first_acc], "accumulated", inherited=True)], diffs
+    return [], diffs
 
 
 def require_compared(diffs: Sequence[EventDiff], base_model: str) -> None:

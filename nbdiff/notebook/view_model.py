@@ -69,9 +69,11 @@ def _ratio(x: float | None) -> float | None:
     return x if math.isfinite(x) else 1e300  # JSON has no inf; the view shows it as "inf"
 
 
-def _status(d: EventDiff, is_first: bool) -> str:
+def _status(d: EventDiff, is_first: bool, framework: set[tuple[int, str, str]] = set()) -> str:  # noqa: B006
     if is_first:
         return "blamed"
+    if (d.base.step, d.base.phase.value, d.base.path) in framework:
+        return "framework"  # a known framework difference, verified: not the port's bug
     if not d.tensors and d.local is None:
         return "none"  # nothing to compare (a backward root, a container): not a green 0
     local = d.local_ratio
@@ -100,6 +102,7 @@ def build_tree(result: DiffResult) -> TreeData:
     events: list[EventDiff] = []
     first = -1
     steps = sorted({d.base.step for d in result.events})
+    framework = {(f.step, f.phase.value, f.base_path) for f in result.findings if f.where == "framework"}
     for step in steps:
         for phase in _PHASES:
             diffs = [d for d in result.events if d.base.step == step and d.base.phase == phase]
@@ -124,7 +127,7 @@ def build_tree(result: DiffResult) -> TreeData:
                     dict(id=nid, parent=parent, depth=nodes[parent]["depth"] + 1, label=_label(d), base=d.base.path,
                          raw=d.raw.path, base_type=d.base.type_name, raw_type=d.raw.type_name, phase=phase.value,
                          step=step, ratio=_ratio(d.ratio) if d.tensors else None,
-                         local=_ratio(d.local_ratio), status=_status(d, is_first), event=len(events))
+                         local=_ratio(d.local_ratio), status=_status(d, is_first, framework), event=len(events))
                 )  # fmt: skip
                 events.append(d)
                 if d.base.kind is Kind.LAYER:

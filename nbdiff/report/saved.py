@@ -104,6 +104,7 @@ def save_result(result: DiffResult, path: str | os.PathLike[str]) -> Path:
         "notes": list(result.notes),
         "options": _plain(result.options),
         "first_divergence": None if div is None else _divergence_json(div),
+        "findings": [_divergence_json(f) for f in result.findings],
         "events": pairs,
         "unmatched_base": [event(e, f"ub{i}.") for i, e in enumerate(result.unmatched_base)],
         "unmatched_raw": [event(e, f"ur{i}.") for i, e in enumerate(result.unmatched_raw)],
@@ -125,10 +126,26 @@ def _divergence_json(d: Divergence) -> dict[str, Any]:
         "raw_stack": [[f.filename, f.lineno, f.function] for f in d.raw_stack],
         "between": list(d.between),
         "arguments": [[a.name, _plain(a.base), _plain(a.raw)] for a in d.arguments],
+        "explanation": d.explanation,
     }
 
 
 _DIV_PLAIN = ("step", "base_path", "raw_path", "base_type", "raw_type", "inherited", "where", "parameter", "rank")
+
+
+def _divergence(d: dict[str, Any]) -> Divergence:
+    return Divergence(
+        **{k: d[k] for k in _DIV_PLAIN},
+        phase=Phase(d["phase"]),
+        metrics=_diff(d["metrics"]),
+        tolerance=Tolerance(**d["tolerance"]),
+        local_error=None if d["local_error"] is None else _diff(d["local_error"]),
+        base_stack=tuple(Frame(str(f[0]), int(f[1]), str(f[2])) for f in d["base_stack"]),
+        raw_stack=tuple(Frame(str(f[0]), int(f[1]), str(f[2])) for f in d["raw_stack"]),
+        between=tuple(d["between"]),  # type: ignore[arg-type]
+        arguments=tuple(ArgDiff(n, _restore_args(b), _restore_args(r)) for n, b, r in d["arguments"]),
+        explanation=str(d.get("explanation", "")),
+    )
 
 
 def _restore_args(v: Any) -> Any:
@@ -171,22 +188,11 @@ def load_result(path: str | os.PathLike[str]) -> DiffResult:
             for p in data["events"]
         )
         d = data["first_divergence"]
-        div = None
-        if d is not None:
-            div = Divergence(
-                **{k: d[k] for k in _DIV_PLAIN},
-                phase=Phase(d["phase"]),
-                metrics=_diff(d["metrics"]),
-                tolerance=Tolerance(**d["tolerance"]),
-                local_error=None if d["local_error"] is None else _diff(d["local_error"]),
-                base_stack=tuple(Frame(str(f[0]), int(f[1]), str(f[2])) for f in d["base_stack"]),
-                raw_stack=tuple(Frame(str(f[0]), int(f[1]), str(f[2])) for f in d["raw_stack"]),
-                between=tuple(d["between"]),  # type: ignore[arg-type]
-                arguments=tuple(ArgDiff(n, _restore_args(b), _restore_args(r)) for n, b, r in d["arguments"]),
-            )
+        div = None if d is None else _divergence(d)
         return DiffResult(
             **{k: data[k] for k in ("base_framework", "raw_framework", "base_model", "raw_model", "steps")},
             first_divergence=div,
+            findings=tuple(_divergence(f) for f in data.get("findings", [])),
             events=events,
             unmatched_base=tuple(event(e) for e in data["unmatched_base"]),
             unmatched_raw=tuple(event(e) for e in data["unmatched_raw"]),

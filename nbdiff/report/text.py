@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from nbdiff.compare.blame import EventDiff
+from nbdiff.compare.blame import Divergence, EventDiff
 from nbdiff.compare.metrics import TensorDiff
 from nbdiff.trace.built import construction_site, root_layers
+from nbdiff.trace.events import Phase
 from nbdiff.trace.stack import Frame, cell_number, frame_label
 
 if TYPE_CHECKING:
@@ -88,6 +89,7 @@ def render_text(result: DiffResult) -> str:
         lines.append(f"  warning: {w}")
     for n in result.notes[:10]:
         lines.append(f"  note: {n}")
+    lines += _findings(result)
     d = result.first_divergence
     if d is None:
         return "\n".join(lines)
@@ -114,3 +116,32 @@ def render_text(result: DiffResult) -> str:
         *_stack(d.raw_stack),
     ]
     return "\n".join(lines)
+
+
+def _findings(result: DiffResult) -> list[str]:
+    """Every own error (a port often has several bugs), and the framework differences, one line each.
+    A layer's backward finding folds into its forward one: the same layer, most often the same bug."""
+    rows: list[tuple[Divergence, list[Divergence]]] = []
+    forward: dict[tuple[int, str, str], list[Divergence]] = {}
+    for f in result.findings:
+        key = (f.step, f.base_path, f.raw_path)
+        if f.phase is Phase.BACKWARD and f.where == "layer" and key in forward:
+            forward[key].append(f)
+            continue
+        rows.append((f, []))
+        if f.phase is Phase.FORWARD and f.where == "layer":
+            forward[key] = rows[-1][1]
+    if len(rows) < 2 and all(f.where != "framework" for f, _ in rows):
+        return []
+    out = ["", f"Findings ({len(rows)}, in execution order):"]
+    for i, (f, also) in enumerate(rows, 1):
+        kind = "framework difference, does not fail" if f.where == "framework" else f"own error {_own(f):.3g}x"
+        kind += "".join(f"; its backward too, {_own(b):.3g}x" for b in also)
+        out.append(f"  {i}. {f.describe()} [{kind}]")
+        if f.why():
+            out.append(f"       why: {f.why()}")
+    return out
+
+
+def _own(f: Divergence) -> float:
+    return f.local_error.ratio if f.local_error is not None else f.metrics.ratio

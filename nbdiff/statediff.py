@@ -1,0 +1,127 @@
+"""Running statistics after a train-mode step: compared, known framework differences told apart.
+
+Running statistics move in every train-mode forward, with or without an optimizer, so they
+are compared after each such step; raw's are then set to base's, as weights are. A difference
+a :mod:`nbdiff.compare.framework_differences` entry explains exactly (paddle's biased
+``running_var``) is a finding of its own kind, ``framework``, not a divergence.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+from typing import Any
+
+import numpy as np
+
+from nbdiff.compare.blame import Divergence, EventDiff, blame_all, divergence_of
+from nbdiff.compare.framework_differences import StateUpdate, explaining, momentum_of
+from nbdiff.compare.metrics import compare_tensors
+from nbdiff.frameworks import Framework
+from nbdiff.trace.events import Event, Kind, Phase
+from nbdiff.trace.modes import save_state
+from nbdiff.updates import name_parameter, param_pair
+from nbdiff.weights.plan import LayerWeights, layer_tensors
+
+__all__ = ["state_of", "state_diffs", "has_state"]
+
+State = dict[int, np.ndarray]
+"""``id`` of a non-trainable tensor -> a copy of its value."""
+
+
+def _buffers(fw: Framework, layer: Any, recursive: bool) -> dict[str, Any]:
+    return {n: t for n, t in layer_tensors(fw, layer, recursive).items() if not fw.is_trainable(t)}
+
+
+def has_state(fw: Framework, layers: dict[str, Any], plans: dict[str, LayerWeights]) -> bool:
+    """Whether any planned layer keeps running statistics (a float buffer) and is in train mode."""
+    for plan in plans.values():
+        layer = layers[plan.base_path]
+        if fw.is_training(layer) and any(
+            fw.to_numpy(t).dtype.kind == "f" for t in _buffers(fw, layer, plan.recursive).values()
+        ):
+            return True
+    return False
+
+
+def state_of(fw: Framework, model: Any) -> State:
+    """A model's running statistics now, by tensor (before a step: what a framework difference is verified from)."""
+    return {id(t): v for t, v in save_state(fw, model)}
+
+
+def state_diffs(
+    fws: tuple[Framework, Framework],
+    layers: tuple[dict[str, Any], dict[str, Any]],
+    plans: dict[str, LayerWeights],
+    tol: Any,
+    mode: str,
+    step: int,
+    before: State | None = None,
+    forward: tuple[Event, ...] | list[Event] = (),
+) -> tuple[list[Divergence], list[EventDiff]]:
+    """Findings and compared pairs of every planned layer's running statistics after ``step``.
+
+    ``before``: base's statistics when the step began (:func:`state_of`); ``forward``: base's
+    forward events of the step (how many values each call normalised over). With both, a
+    difference is checked against the known framework differences.
+    """
+    bfw, rfw = fws
+    diffs, explained = [], []
+    for order, plan in enumerate(plans.values()):
+        bl, rl = layers[0][plan.base_path], layers[1][plan.raw_path]
+        own = _buffers(bfw, bl, plan.recursive)
+        mine = {n: bfw.to_numpy(t).copy() for n, t in own.items()}
+        theirs = _buffers(rfw, rl, plan.recursive)
+        if not mine or not theirs:
+            continue
+        try:
+            converted = plan.convert(mine)
+            known = before is not None and all(id(t) in before for t in own.values())
+            start = plan.convert({n: before[id(t)] for n, t in own.items()}) if known and before else None
+        except (KeyError, ValueError):
+            continue
+        values = {n: rfw.to_numpy(t).copy() for n, t in theirs.items() if n in converted}
+        tensors = []
+        for n, v in values.items():
+            if np.asarray(converted[n]).dtype.kind != "f":
+                continue
+            t = tol(str(converted[n].dtype), str(v.dtype))
+            tensors.append(compare_tensors(n, v, converted[n], t, mode))
+            if not tensors[-1].passed and start is not None and n in start:
+                update = StateUpdate(
+                    bfw.name, rfw.name, plan.base_type, n, start[n], converted[n],
+                    momentum_of(bfw.name, bl), _count(forward, plan.base_path, converted[n].size),
+                )  # fmt: skip
+                entry = explaining(update, v, lambda a, b, t=t, n=n: compare_tensors(n, b, a, t, mode).passed)
+                if entry is not None:
+                    explained.append((order, n, entry.sentence.format(base=bfw.name, raw=rfw.name)))
+        for n in values:
+            rfw.set_value(theirs[n], converted[n])
+        if tensors:
+            diffs.append(param_pair(step, Phase.STATE, order, plan, mine, values, tensors))
+    return _findings(diffs, explained, plans), diffs
+
+
+def _findings(
+    diffs: list[EventDiff], explained: list[tuple[int, str, str]], plans: dict[str, LayerWeights]
+) -> list[Divergence]:
+    """State divergences (blame over what no entry explains), then the framework differences."""
+    why = {(o, n): s for o, n, s in explained}
+    unexplained = [replace(d, tensors=tuple(t for t in d.tensors if (d.base.order, t.name) not in why)) for d in diffs]
+    found, _ = blame_all([d for d in unexplained if d.tensors], lambda d: d.tensors)
+    out = [replace(name_parameter(f, plans), where="state") for f in found]
+    for d in diffs:
+        for t in d.tensors:
+            if (d.base.order, t.name) in why:
+                f = name_parameter(replace(divergence_of(d, "framework"), metrics=t, tolerance=t.tolerance), plans)
+                out.append(replace(f, where="framework", explanation=why[(d.base.order, t.name)]))
+    return out
+
+
+def _count(forward: tuple[Event, ...] | list[Event], path: str, channels: int) -> int | None:
+    """Values per channel the layer's one call of the step normalised over; ``None`` unless called once."""
+    calls = [e for e in forward if e.kind is Kind.LAYER and e.path == path]
+    if len(calls) != 1 or not calls[0].inputs or not channels:
+        return None
+    n = math.prod(calls[0].inputs[0].shape) // channels
+    return n if n * channels == math.prod(calls[0].inputs[0].shape) else None

@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from nbdiff.align.fused import FusedLayers
 from nbdiff.compare.blame import Divergence, EventDiff, blame_all, divergence_of
 from nbdiff.compare.framework_differences import StateUpdate, explaining, momentum_of
 from nbdiff.compare.metrics import compare_tensors
@@ -37,7 +38,8 @@ def has_state(fw: Framework, layers: dict[str, Any], plans: dict[str, LayerWeigh
     """Whether any planned layer keeps running statistics (a float buffer) and is in train mode."""
     for plan in plans.values():
         layer = layers[plan.base_path]
-        if fw.is_training(layer) and any(
+        members = layer.members.values() if isinstance(layer, FusedLayers) else (layer,)
+        if any(fw.is_training(m) for m in members) and any(
             fw.to_numpy(t).dtype.kind == "f" for t in _buffers(fw, layer, plan.recursive).values()
         ):
             return True

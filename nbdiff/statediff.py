@@ -19,6 +19,7 @@ from nbdiff.compare.blame import Divergence, EventDiff, blame_all, divergence_of
 from nbdiff.compare.framework_differences import StateUpdate, explaining, momentum_of
 from nbdiff.compare.metrics import compare_tensors
 from nbdiff.frameworks import Framework
+from nbdiff.replay import magnitude
 from nbdiff.trace.events import Event, Kind, Phase
 from nbdiff.trace.modes import save_state
 from nbdiff.updates import name_parameter, param_pair
@@ -83,16 +84,26 @@ def state_diffs(
         except (KeyError, ValueError):
             continue
         values = {n: rfw.to_numpy(t).copy() for n, t in theirs.items() if n in converted}
+        # A running mean is a sum that cancels to ~0 behind a centred input: it rounds relative to
+        # the values it was computed from, not to itself.
+        paths = {plan.base_path}
+        if isinstance(bl, FusedLayers):
+            paths |= {_member_path(plan.base_path, bl, m) for m in bl.members.values()}
+        hint = magnitude([t.value for e in forward if e.path in paths for t in e.inputs[:1] if t.value is not None])
         tensors = []
         for n, v in values.items():
             if np.asarray(converted[n]).dtype.kind != "f":
                 continue
             t = tol(str(converted[n].dtype), str(v.dtype))
-            tensors.append(compare_tensors(n, v, converted[n], t, mode))
+            tensors.append(compare_tensors(n, v, converted[n], t, mode, hint))
             if not tensors[-1].passed and start is not None and n in start:
+                # A fused group (BatchNorm+ReLU) keeps its members' statistics under their names.
+                member, _, _ = n.rpartition(".")
+                layer = _member(bfw, bl, member)
+                path = _member_path(plan.base_path, bl, layer)
                 update = StateUpdate(
-                    bfw.name, rfw.name, plan.base_type, n, start[n], converted[n],
-                    momentum_of(bfw.name, bl), _count(forward, plan.base_path, converted[n].size),
+                    bfw.name, rfw.name, type(layer).__name__, n.rpartition(".")[2], start[n], converted[n],
+                    momentum_of(bfw.name, layer), _count(forward, path, converted[n].size),
                 )  # fmt: skip
                 entry = explaining(update, v, lambda a, b, t=t, n=n: compare_tensors(n, b, a, t, mode).passed)
                 if entry is not None:
@@ -118,6 +129,24 @@ def _findings(
                 f = name_parameter(replace(divergence_of(d, "framework"), metrics=t, tolerance=t.tolerance), plans)
                 out.append(replace(f, where="framework", explanation=why[(d.base.order, t.name)]))
     return out
+
+
+def _member(fw: Framework, layer: Any, name: str) -> Any:
+    """The layer a statistic belongs to: in a fused group (BatchNorm+ReLU), the member keeping it."""
+    if not isinstance(layer, FusedLayers):
+        return layer
+    if name in layer.members:
+        return layer.members[name]
+    return next((m for m in layer.members.values() if _buffers(fw, m, False)), layer)
+
+
+def _member_path(group: str, layer: Any, member: Any) -> str:
+    """The dotted path of a fused group's member (``blocks.0.bn+relu`` -> ``blocks.0.bn``)."""
+    if not isinstance(layer, FusedLayers):
+        return group
+    name = next((n for n, m in layer.members.items() if m is member), "")
+    parent = group.rpartition(".")[0]
+    return f"{parent}.{name}" if parent else name
 
 
 def _count(forward: tuple[Event, ...] | list[Event], path: str, channels: int) -> int | None:

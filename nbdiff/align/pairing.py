@@ -9,13 +9,16 @@ another order still pairs right. Linear in the number of events.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+import numpy as np
+
 from nbdiff.align.fused import FusedGroup, find_fused_groups, fuse_events
 from nbdiff.align.layer_map import LayerMap
-from nbdiff.align.typemap import type_affinity
-from nbdiff.trace.events import Event
+from nbdiff.align.typemap import canonical_type, type_affinity
+from nbdiff.trace.events import Event, TensorRecord
 
 __all__ = ["Pair", "Pairing", "pair_forward", "LOOKAHEAD", "LOOKBACK"]
 
@@ -68,7 +71,45 @@ def _broadcastable(a: tuple[int, ...], b: tuple[int, ...]) -> bool:
     return len(a) == len(b) and all(x == y or 1 in (x, y) for x, y in zip(a, b))
 
 
-def _score(a: Event, b: Event) -> float:
+def _comparable(a: Event, b: Event) -> bool:
+    """Whether the first inputs and main outputs can be compared at all: the same shape, broadcastable,
+    or the same number of values (another layout)."""
+    for x, y in ((a.outputs, b.outputs), (_floats(a.inputs), _floats(b.inputs))):
+        # A container pairs only where its first input and its last output correspond.
+        if x and y and not _fits(x[0].shape, y[0].shape):
+            return False
+    return True
+
+
+def _fits(sa: tuple[int, ...], sb: tuple[int, ...]) -> bool:
+    return sa == sb or _broadcastable(sa, sb) or math.prod(sa) == math.prod(sb)
+
+
+def _floats(records: tuple[TensorRecord, ...]) -> tuple[TensorRecord, ...]:
+    return tuple(t for t in records if t.dtype.startswith(("float", "bfloat", "paddle.float")))
+
+
+_CONTAINERS = frozenset({"sequential", "modulelist", "layerlist", "moduledict", "layerdict"})
+"""Library classes that only hold other layers: never a user's layer in place of a library one."""
+
+
+def _container(e: Event) -> bool:
+    return e.library and any(canonical_type(n) in _CONTAINERS for n in (e.type_name, *e.bases))
+
+
+def _same_input(a: Event, b: Event) -> bool:
+    """Whether both calls were handed the same values (weights copied, upstream agreeing): a
+    sample of the first input, so it stays cheap."""
+    if not a.inputs or not b.inputs or a.inputs[0].shape != b.inputs[0].shape:
+        return False
+    x, y = a.inputs[0].value, b.inputs[0].value
+    if x is None or y is None or x.dtype.kind != "f" or y.dtype.kind != "f" or not x.size:
+        return False
+    x, y = x.reshape(-1)[:256].astype(np.float64), y.reshape(-1)[:256].astype(np.float64)
+    return bool(np.allclose(x, y, rtol=1e-3, atol=1e-3 * float(np.abs(x).max() or 1.0)))
+
+
+def _score(a: Event, b: Event, kids: dict[int, int] | None = None) -> float:
     """How well ``b`` does ``a``'s job; 0 when it cannot.
 
     The class counts most, then output shapes, weight shapes and the attribute name. A
@@ -77,12 +118,29 @@ def _score(a: Event, b: Event) -> float:
     if a.parent is None and b.parent is None and a.depth == 0 and b.depth == 0:
         return 2 * STRONG  # the two models the user handed in
     affinity = type_affinity(a.type_name, a.bases, b.type_name, b.bases)
-    shapes = _same_shapes(a, b)
-    if affinity == 0 and not (shapes and a.outputs and not a.library and not b.library):
+    holds = kids is not None and (kids.get(id(a), 0) > 0 or kids.get(id(b), 0) > 0)
+    if (holds or affinity < 2) and not _comparable(a, b):
+        # Outputs that cannot be compared: a wrong pairing (a container against its first child, a
+        # layer that concatenates inside itself against one that does not). Two layers of one class
+        # stay paired: a changed padding changes every later shape, and blame must name it.
         return 0.0
+    if kids is not None and _container(a) and _container(b) and kids.get(id(a), -1) != kids.get(id(b), -1):
+        return 0.0  # Sequentials of different lengths hold different work (a flat branch against wrappers)
+    shapes = _same_shapes(a, b)
+    same_input = False
+    if affinity == 0:
+        # A user's own layer in place of a library one (a custom activation, a PyLayer): class
+        # names say nothing, so it pairs only by shapes and by where it sits or what it is given.
+        if not (shapes and a.outputs) or (a.library and b.library) or _container(a) or _container(b):
+            return 0.0
+        if a.weights != b.weights:
+            return 0.0  # a user's block of layers against one library layer
+        same_input = _same_input(a, b)
+        if not same_input and a.path.rsplit(".", 1)[-1] != b.path.rsplit(".", 1)[-1]:
+            return 0.0
     if affinity <= 1 and not shapes:
         return 0.0
-    score = 4.0 * affinity + (4.0 if shapes else 0.0)
+    score = 4.0 * affinity + (4.0 if shapes else 0.0) + (4.0 if same_input else 0.0)
     if a.weights and b.weights:
         score += 3.0 if a.weights == b.weights else -3.0
     elif a.weights or b.weights:
@@ -197,6 +255,7 @@ def _match(
     """
     b_parent = {e.order: e.parent for e in b_all}
     r_parent = {e.order: e.parent for e in r_all}
+    kids = _direct_calls(b_seq, b_all) | _direct_calls(r_seq, r_all)
     partner: dict[int, int] = {b.order: r.order for b, r in zip(fixed_b, fixed_r)}
     used = [False] * len(r_seq)
     pairs: list[Pair] = []
@@ -208,7 +267,7 @@ def _match(
         for j in range(max(0, cursor - LOOKBACK), min(len(r_seq), cursor + LOOKAHEAD)):
             if used[j] or (scope is not None and not _inside(r_seq[j].order, scope, r_parent)):
                 continue
-            s = _score(a, r_seq[j]) - 0.01 * abs(j - cursor)
+            s = _score(a, r_seq[j], kids) - 0.01 * abs(j - cursor)
             if first < 0 and j >= cursor and s >= MIN_SCORE:
                 first = j
             if s > best_score:
@@ -218,10 +277,14 @@ def _match(
             continue
         if cursor <= first < best:
             ahead = [r for j, r in enumerate(r_seq[first : first + AHEAD], first) if not used[j]]
-            if _keeps_order(a, b_seq[i + 1 : i + 1 + AHEAD], ahead, r_seq[first], r_seq[best]):
-                best, best_score = first, _score(a, r_seq[first])
+            if _keeps_order(a, b_seq[i + 1 : i + 1 + AHEAD], ahead, r_seq[first], r_seq[best], kids):
+                best, best_score = first, _score(a, r_seq[first], kids)
         nxt = b_seq[i + 1] if i + 1 < len(b_seq) else None
-        if best_score < STRONG and nxt is not None and _better_for_next(a, nxt, best, best_score, r_seq, used, cursor):
+        if (
+            best_score < STRONG
+            and nxt is not None
+            and _better_for_next(a, nxt, best, best_score, r_seq, used, cursor, kids)
+        ):
             lost_b.append(a)  # e.g. an extra activation on the base side before a swapped one
             continue
         used[best] = True
@@ -233,22 +296,31 @@ def _match(
 
 
 def _better_for_next(
-    a: Event, nxt: Event, best: int, best_score: float, r_seq: list[Event], used: list[bool], cursor: int
+    a: Event,
+    nxt: Event,
+    best: int,
+    best_score: float,
+    r_seq: list[Event],
+    used: list[bool],
+    cursor: int,
+    kids: dict[int, int] | None = None,
 ) -> bool:
     """Whether ``r_seq[best]`` is better left to the next base call, ``a`` staying unpaired.
 
     Only when the next call fits it clearly better and has no other counterpart of its own:
     ReLU, GELU against GELU (swapped), GELU must pair both, not leave the ReLU out.
     """
-    taken = _score(nxt, r_seq[best])
+    taken = _score(nxt, r_seq[best], kids)
     if taken <= best_score + 2:
         return False
     window = range(max(0, cursor - LOOKBACK), min(len(r_seq), cursor + LOOKAHEAD))
-    other = max((_score(nxt, r_seq[j]) for j in window if j != best and not used[j]), default=0.0)
+    other = max((_score(nxt, r_seq[j], kids) for j in window if j != best and not used[j]), default=0.0)
     return taken > best_score + other + 2
 
 
-def _keeps_order(a: Event, later: list[Event], ahead: list[Event], first: Event, best: Event) -> bool:
+def _keeps_order(
+    a: Event, later: list[Event], ahead: list[Event], first: Event, best: Event, kids: dict[int, int] | None = None
+) -> bool:
     """Whether pairing ``a`` with ``first`` (where it ran) does as well as with ``best`` (later).
 
     Each choice is scored with the best in-order pairing of the ``later`` base calls to the
@@ -257,21 +329,30 @@ def _keeps_order(a: Event, later: list[Event], ahead: list[Event], first: Event,
     where it ran, which would cross the pairs. Crossing stays when it scores higher, as for
     independent embeddings whose names say they ran in another order.
     """
-    with_first = _score(a, first) + _aligned(later, [r for r in ahead if r is not first])
-    with_best = _score(a, best) + _aligned(later, [r for r in ahead if r is not best])
+    with_first = _score(a, first, kids) + _aligned(later, [r for r in ahead if r is not first], kids)
+    with_best = _score(a, best, kids) + _aligned(later, [r for r in ahead if r is not best], kids)
     return with_first >= with_best
 
 
-def _aligned(base: list[Event], raw: list[Event]) -> float:
+def _aligned(base: list[Event], raw: list[Event], kids: dict[int, int] | None = None) -> float:
     """The highest total score of an order-keeping pairing of two short sequences (dynamic programming)."""
     row = [0.0] * (len(raw) + 1)
     for b in base:
         new = [0.0] * (len(raw) + 1)
         for j, r in enumerate(raw, 1):
-            s = _score(b, r)
+            s = _score(b, r, kids)
             new[j] = max(row[j], new[j - 1], row[j - 1] + s if s >= MIN_SCORE else 0.0)
         row = new
     return row[-1]
+
+
+def _direct_calls(seq: list[Event], everything: list[Event]) -> dict[int, int]:
+    """``id`` of each event -> how many layer calls ran directly inside it (a container's length)."""
+    count: dict[int, int] = {}
+    for e in everything:
+        if e.parent is not None:
+            count[e.parent] = count.get(e.parent, 0) + 1
+    return {id(e): count.get(e.order, 0) for e in seq}
 
 
 def _paired_ancestor(order: int, parent: dict[int, int | None], partner: dict[int, int]) -> int | None:

@@ -224,3 +224,66 @@ def test_a_swapped_activation_among_renamed_ones_pairs_in_order():
     base = torch.nn.Sequential(torch.nn.Linear(8, 3), torch.nn.GELU(), CustomTanh(), torch.nn.GELU())
     raw = _renamed(paddle.nn.Linear(8, 3), paddle.nn.Tanh(), PCustomTanh(), paddle.nn.GELU())
     assert _paths(_pairing(base, raw)) == [("", ""), ("0", "p0"), ("1", "p1"), ("2", "p2"), ("3", "p3")]
+
+
+# -- Trees not built alike (tests/structure_models.py), both directions -----------------------------
+from tests.structure_models import STRUCTURES, build  # noqa: E402
+
+_BUGS = {"boundaries": "eps", "dense": "eps", "wrappers": "eps", "custom": "grad"}
+_BLAMED_RAW = {  # the raw layer that holds the bug, by raw's structure
+    "one": "features.2.conv.4", "split": "blocks.1.conv.4",
+    "outside": "layers.1.norm", "inside": "layers.1.norm",
+    "flat": "stage2.1.branch.3", "nested": "stage2.1.branch.1.1",
+    "own": "b1.act",  # backward order: the second block's activation is reached first
+}  # fmt: skip
+_STRUCTURE_CASES = [
+    pytest.param(case, fw, style, id=f"{case}-{fw}->{'paddle' if fw == 'torch' else 'torch'}-base {style}")
+    for case, (_, styles) in STRUCTURES.items()
+    for fw in ("torch", "paddle")
+    for style in styles
+]
+
+
+def _unpaired_weights(result):
+    return [w for w in result.warnings if "was not paired" in w or "nothing was copied" in w]
+
+
+@pytest.mark.parametrize(("case", "fw", "style"), _STRUCTURE_CASES)
+def test_trees_built_differently_pair_every_weighted_layer_and_pass(case, fw, style):
+    import nbdiff
+
+    base, raw, x = build(case, fw, style)
+    result = nbdiff.auto_diff(base, raw, x)
+    assert result, result.report()
+    assert not _unpaired_weights(result), result.warnings
+
+
+@pytest.mark.parametrize(("case", "fw", "style"), _STRUCTURE_CASES)
+def test_trees_built_differently_blame_the_bug(case, fw, style):
+    import nbdiff
+
+    raw_style = next(s for s in STRUCTURES[case][1] if s != style)
+    if case == "custom" and raw_style != "own":
+        pytest.skip("the bug is in the user's own layer, which this side does not have")
+    base, raw, x = build(case, fw, style, _BUGS[case])
+    result = nbdiff.auto_diff(base, raw, x)
+    d = result.first_divergence
+    assert d is not None and d.where == "layer" and d.raw_path == _BLAMED_RAW[raw_style], result.report()
+    assert not d.inherited
+    if case == "custom":  # both blocks' activations have the wrong gradient: both are findings
+        assert d.phase.value == "backward"
+        assert [f.raw_path for f in result.findings] == ["b1.act", "b0.act"], result.report()
+
+
+def test_a_custom_activation_pairs_where_it_sits_not_with_a_library_activation_nearby():
+    # Base `b0.act` is a ReLU; raw's is a user's `Rectifier`, and raw's GELU sibling runs two calls
+    # later: the pairing must not take the GELU because its class looks like an activation.
+    base, raw, _ = build("custom", "torch", "library")
+    got = _paths(_pairing_x(base, raw, np.random.RandomState(0).randn(4, 16).astype("float32")))
+    assert ("b0.act", "b0.act") in got and ("b0.gelu", "b0.gelu") in got
+
+
+def _pairing_x(base, raw, x):
+    bfw, rfw = framework_of(base, "base"), framework_of(raw, "raw")
+    bcall, rcall = split_inputs(x, bfw, rfw)
+    return pair_forward(forward_structure(bfw, base, bcall, "base"), forward_structure(rfw, raw, rcall, "raw"))

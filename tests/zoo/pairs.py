@@ -319,8 +319,9 @@ CASES: list[Case] = [
     Case("resnet eps", resnet("eps"), ("forward", "layer2.0.bn2", None)),
     Case("resnet padding", resnet("padding"), ("forward", "conv1", None)),
     Case("resnet momentum", resnet("momentum"), ("state", "layer1.0.bn1", None), tags=("train",)),
-    # paddle updates running_var with the biased batch variance, torch with the unbiased one: real.
-    Case("resnet adamw", resnet(train="adamw"), ("state", "layer2.0.bn1", None), tags=("train",)),
+    # paddle updates running_var with the biased batch variance, torch with the unbiased one: a
+    # verified framework difference (a finding that does not fail), not the port's bug.
+    Case("resnet adamw", resnet(train="adamw"), tags=("train",)),
     Case("mobilenet", mobilenet()),
     Case("mobilenet act", mobilenet("act"), ("forward", "features.2.conv.1.2", None)),
     Case("mobilenet eps", mobilenet("eps"), ("forward", "features.3.conv.3", None)),

@@ -119,27 +119,39 @@ def render_text(result: DiffResult) -> str:
 
 
 def _findings(result: DiffResult) -> list[str]:
-    """Every own error (a port often has several bugs), and the framework differences, one line each.
-    A layer's backward finding folds into its forward one: the same layer, most often the same bug."""
+    """Every own error (a port often has several bugs), one line each, then the framework differences,
+    one line per kind. A layer's backward finding folds into its forward one: the same layer, most
+    often the same bug."""
     rows: list[tuple[Divergence, list[Divergence]]] = []
     forward: dict[tuple[int, str, str], list[Divergence]] = {}
+    framework: dict[str, list[Divergence]] = {}
     for f in result.findings:
         key = (f.step, f.base_path, f.raw_path)
-        if f.phase is Phase.BACKWARD and f.where == "layer" and key in forward:
+        if f.where == "framework":
+            framework.setdefault(f.explanation, []).append(f)
+        elif f.phase is Phase.BACKWARD and f.where == "layer" and key in forward:
             forward[key].append(f)
-            continue
-        rows.append((f, []))
-        if f.phase is Phase.FORWARD and f.where == "layer":
-            forward[key] = rows[-1][1]
-    if len(rows) < 2 and all(f.where != "framework" for f, _ in rows):
-        return []
-    out = ["", f"Findings ({len(rows)}, in execution order):"]
-    for i, (f, also) in enumerate(rows, 1):
-        kind = "framework difference, does not fail" if f.where == "framework" else f"own error {_own(f):.3g}x"
-        kind += "".join(f"; its backward too, {_own(b):.3g}x" for b in also)
-        out.append(f"  {i}. {f.describe()} [{kind}]")
-        if f.why():
-            out.append(f"       why: {f.why()}")
+        else:
+            rows.append((f, []))
+            if f.phase is Phase.FORWARD and f.where == "layer":
+                forward[key] = rows[-1][1]
+    out = []
+    if len(rows) > 1:
+        out += ["", f"Findings ({len(rows)}, in execution order):"]
+        for i, (f, also) in enumerate(rows, 1):
+            more = "".join(f"; its backward too, {_own(b):.3g}x" for b in also)
+            out.append(f"  {i}. {f.describe()} [own error {_own(f):.3g}x{more}]")
+            if f.why():
+                out.append(f"       why: {f.why()}")
+    for why, found in framework.items():
+        steps = sorted({f.step for f in found})
+        tensors = sorted({f.parameter or f.base_path for f in found})
+        out += [
+            "",
+            f"Framework differences (do not fail; framework_differences='fail' makes them): {len(tensors)} "
+            f"tensor(s) over {len(steps)} step(s), first `{found[0].parameter}` at step {found[0].step}",
+            f"  {why}",
+        ]
     return out
 
 

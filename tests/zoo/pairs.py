@@ -292,6 +292,67 @@ def mobilenet(bug: str | None = None, train: str | None = None) -> Callable[[], 
     return build
 
 
+# -- torchvision-style ShuffleNetV2 <-> paddle.vision: trees built differently ---------------------
+def _user_relu(wrong_grad: bool) -> Any:
+    """A porter's own activation in place of ``paddle.nn.ReLU`` (a PyLayer; with ``wrong_grad``, a
+    gradient scaled by 1.5: a backward-only bug)."""
+    import paddle
+
+    class _Rectify(paddle.autograd.PyLayer):
+        @staticmethod
+        def forward(ctx, x):  # type: ignore[override]
+            ctx.save_for_backward(x)
+            return paddle.clip(x, min=0)
+
+        @staticmethod
+        def backward(ctx, g):  # type: ignore[override]
+            (x,) = ctx.saved_tensor()
+            return g * (x > 0).astype(g.dtype) * (1.5 if wrong_grad else 1.0)
+
+    class Rectifier(paddle.nn.Layer):
+        def forward(self, x: Any) -> Any:
+            return _Rectify.apply(x)
+
+    return Rectifier()
+
+
+def _concat_swapped(unit: Any) -> None:
+    """A unit whose port concatenates its two halves in the wrong order (a bug in its own code)."""
+    import paddle
+    from paddle.vision.models.shufflenetv2 import channel_shuffle
+
+    def forward(inputs: Any) -> Any:
+        x1, x2 = paddle.split(inputs, num_or_sections=[inputs.shape[1] // 2] * 2, axis=1)
+        x2 = unit._conv_linear(unit._conv_dw(unit._conv_pw(x2)))
+        return channel_shuffle(paddle.concat([x2, x1], axis=1), 2)
+
+    unit.forward = forward
+
+
+def shufflenet(bug: str | None = None, train: str | None = None) -> Callable[[], tuple[Any, Any, Any, dict[str, Any]]]:
+    """torchvision keeps stages in Sequentials and each branch as one flat Sequential; paddle.vision
+    keeps the units as siblings of the stem and wraps each conv in a Conv-Norm-Activation."""
+
+    def build() -> tuple[Any, Any, Any, dict[str, Any]]:
+        import paddle
+
+        from tests.zoo.vision import ShuffleNetV2
+
+        _seed()
+        base = ShuffleNetV2()
+        raw = paddle.vision.models.shufflenet_v2_x0_25(num_classes=10)
+        if bug == "concat":
+            _concat_swapped(raw._block_list[1])
+        if bug == "maxpool":
+            raw._max_pool = paddle.nn.MaxPool2D(3, 2, 0)  # torchvision's padding=1 dropped
+        if bug in ("custom", "custom grad"):
+            raw._conv1[2] = _user_relu(wrong_grad=bug == "custom grad")
+        x = np.random.RandomState(0).randn(4, 3, 64, 64).astype("float32")
+        return base, raw, x, _training(train, base, raw)
+
+    return build
+
+
 CASES: list[Case] = [
     Case("llama", llama()),
     Case("llama eps", llama("eps"), ("forward", "model.layers.0.input_layernorm", None)),
@@ -325,4 +386,10 @@ CASES: list[Case] = [
     Case("mobilenet", mobilenet()),
     Case("mobilenet act", mobilenet("act"), ("forward", "features.2.conv.1.2", None)),
     Case("mobilenet eps", mobilenet("eps"), ("forward", "features.3.conv.3", None)),
+    Case("shufflenet", shufflenet()),
+    Case("shufflenet concat", shufflenet("concat"), ("forward", "stage2.1", None)),
+    Case("shufflenet maxpool", shufflenet("maxpool"), ("forward", "maxpool", None)),
+    Case("shufflenet custom layer", shufflenet("custom")),
+    Case("shufflenet custom layer grad", shufflenet("custom grad"), ("backward", "conv1.2", None)),
+    Case("shufflenet adamw", shufflenet(train="adamw"), tags=("train",)),
 ]  # fmt: skip

@@ -126,3 +126,75 @@ class MobileNetV2(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = self.pool2d_avg(self.features(x))
         return self.classifier(torch.flatten(x, 1))
+
+
+def channel_shuffle(x: torch.Tensor, groups: int) -> torch.Tensor:
+    b, c, h, w = x.size()
+    x = x.view(b, groups, c // groups, h, w)
+    x = torch.transpose(x, 1, 2).contiguous()
+    return x.view(b, -1, h, w)
+
+
+class ShuffleUnit(nn.Module):
+    """torchvision's ShuffleNetV2 unit: each branch one flat ``Sequential`` (paddle.vision wraps each
+    conv in a Conv-Norm-Activation), the split and concatenation in the unit's own code."""
+
+    def __init__(self, inp: int, oup: int, stride: int) -> None:
+        super().__init__()
+        self.stride = stride
+        branch = oup // 2
+        if stride > 1:
+            self.branch1 = nn.Sequential(
+                nn.Conv2d(inp, inp, 3, stride, 1, groups=inp, bias=False),
+                nn.BatchNorm2d(inp),
+                nn.Conv2d(inp, branch, 1, 1, 0, bias=False),
+                nn.BatchNorm2d(branch),
+                nn.ReLU(inplace=True),
+            )
+        else:
+            self.branch1 = nn.Sequential()
+        self.branch2 = nn.Sequential(
+            nn.Conv2d(inp if stride > 1 else branch, branch, 1, 1, 0, bias=False),
+            nn.BatchNorm2d(branch),
+            nn.ReLU(inplace=True),
+            nn.Conv2d(branch, branch, 3, stride, 1, groups=branch, bias=False),
+            nn.BatchNorm2d(branch),
+            nn.Conv2d(branch, branch, 1, 1, 0, bias=False),
+            nn.BatchNorm2d(branch),
+            nn.ReLU(inplace=True),
+        )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.stride == 1:
+            x1, x2 = x.chunk(2, dim=1)
+            out = torch.cat((x1, self.branch2(x2)), dim=1)
+        else:
+            out = torch.cat((self.branch1(x), self.branch2(x)), dim=1)
+        return channel_shuffle(out, 2)
+
+
+class ShuffleNetV2(nn.Module):
+    """torchvision's layout: ``conv1``, ``maxpool``, ``stage2..4`` Sequentials, ``conv5``, ``fc``;
+    paddle.vision keeps the units as siblings of the stem (``2_1``, ``2_2``...)."""
+
+    def __init__(self, repeats=(4, 8, 4), channels=(24, 24, 48, 96, 512), num_classes: int = 10) -> None:
+        super().__init__()
+        cin = channels[0]
+        self.conv1 = nn.Sequential(nn.Conv2d(3, cin, 3, 2, 1, bias=False), nn.BatchNorm2d(cin), nn.ReLU(inplace=True))
+        self.maxpool = nn.MaxPool2d(3, 2, 1)
+        for name, n, cout in zip(("stage2", "stage3", "stage4"), repeats, channels[1:]):
+            setattr(
+                self,
+                name,
+                nn.Sequential(ShuffleUnit(cin, cout, 2), *[ShuffleUnit(cout, cout, 1) for _ in range(n - 1)]),
+            )
+            cin = cout
+        self.conv5 = nn.Sequential(
+            nn.Conv2d(cin, channels[-1], 1, 1, 0, bias=False), nn.BatchNorm2d(channels[-1]), nn.ReLU(inplace=True)
+        )
+        self.fc = nn.Linear(channels[-1], num_classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.maxpool(self.conv1(x))
+        x = self.stage4(self.stage3(self.stage2(x)))
+        return self.fc(self.conv5(x).mean([2, 3]))

@@ -97,6 +97,9 @@ class Divergence:
     """Constructor arguments of the blamed pair that differ (``eps: base 1e-05, raw 0.001``)."""
     explanation: str = ""
     """For ``framework``: what differs between the frameworks and how it was verified."""
+    unpaired: tuple[str, ...] = ()
+    """For ``between``: the calls that stayed unpaired there (``raw `act` (BadAct)``): the code at fault
+    may be theirs."""
     event: EventDiff | None = field(default=None, compare=False, repr=False)
     """The blamed pair itself (with its layers, when recorded live), for :meth:`repro`."""
     forward: EventDiff | None = field(default=None, compare=False, repr=False)
@@ -137,7 +140,10 @@ class Divergence:
                 if prev
                 else "before any sublayer"
             )
-            return f"{head}: code of `{b}` ({self.base_type}) itself, {place} (raw `{r}`)"
+            found = f"code of `{b}` ({self.base_type}) itself, {place} (raw `{r}`)"
+            if self.unpaired:
+                found = f"the unpaired calls {', '.join(self.unpaired)} or the {found}"
+            return f"{head}: {found}"
         tail = " (inherited: no single layer exceeds tolerance on its own)" if self.inherited else ""
         return f"{head}: layer `{b}` ({self.base_type}) ~ raw `{r}` ({self.raw_type}){tail}"
 

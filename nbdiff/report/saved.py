@@ -127,6 +127,7 @@ def _divergence_json(d: Divergence) -> dict[str, Any]:
         "between": list(d.between),
         "arguments": [[a.name, _plain(a.base), _plain(a.raw)] for a in d.arguments],
         "explanation": d.explanation,
+        "unpaired": list(d.unpaired),
     }
 
 
@@ -145,6 +146,7 @@ def _divergence(d: dict[str, Any]) -> Divergence:
         between=tuple(d["between"]),  # type: ignore[arg-type]
         arguments=tuple(ArgDiff(n, _restore_args(b), _restore_args(r)) for n, b, r in d["arguments"]),
         explanation=str(d.get("explanation", "")),
+        unpaired=tuple(str(x) for x in d.get("unpaired", [])),
     )
 
 

@@ -127,6 +127,58 @@ def qwen2(bug: str | None = None, train: str | None = None) -> Callable[[], tupl
     return build
 
 
+# -- transformers Qwen3 <-> paddleformers Qwen3: q/k/v and gate/up fused on one side only ----------
+QWEN3 = dict(
+    vocab_size=96, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+    num_key_value_heads=2, head_dim=8, max_position_embeddings=64, rms_norm_eps=1e-6, tie_word_embeddings=False,
+)  # fmt: skip
+
+
+def _user_rmsnorm(weight: Any, eps: float, eps_outside: bool) -> Any:
+    """A porter's own RMSNorm in place of paddleformers' (``eps_outside``: added after the square
+    root, a real slip when porting by hand)."""
+    import paddle
+
+    class UserRMSNorm(paddle.nn.Layer):
+        def __init__(self) -> None:
+            super().__init__()
+            init = paddle.nn.initializer.Assign(weight.numpy())
+            self.weight = paddle.create_parameter(weight.shape, "float32", default_initializer=init)
+
+        def forward(self, x: Any) -> Any:
+            ms = (x * x).mean(-1, keepdim=True)
+            return self.weight * (x / (paddle.sqrt(ms) + eps) if eps_outside else x * paddle.rsqrt(ms + eps))
+
+    return UserRMSNorm()
+
+
+def qwen3(bug: str | None = None, train: str | None = None) -> Callable[[], tuple[Any, Any, Any, dict[str, Any]]]:
+    def build() -> tuple[Any, Any, Any, dict[str, Any]]:
+        from transformers import Qwen3Config, Qwen3ForCausalLM
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            _paddleformers_qwen2()  # the same fleet-only stand-in
+            from paddleformers.transformers import Qwen3Config as PConfig
+            from paddleformers.transformers.qwen3.modeling import Qwen3ForCausalLMDeprecated as PQwen3
+        _seed()
+        base = Qwen3ForCausalLM(Qwen3Config(**QWEN3))
+        pcfg = dict(QWEN3, fuse_rms_norm=False)
+        if bug == "rope_theta":
+            pcfg["rope_theta"] = 1e6  # Qwen3's released checkpoints use 1e6; this config's base keeps 1e4
+        if bug == "act":
+            pcfg["hidden_act"] = "gelu"
+        raw = PQwen3(PConfig(**pcfg))
+        if bug in ("custom norm", "custom norm eps"):
+            for layer in raw.model.layers:
+                q = layer.self_attn.q_norm
+                layer.self_attn.q_norm = _user_rmsnorm(q.weight, 1e-6, eps_outside=bug == "custom norm eps")
+        inputs = _token_inputs(QWEN3["vocab_size"])
+        return base, raw, inputs, _training(train, base, raw)
+
+    return build
+
+
 # -- transformers Ernie 4.5 <-> paddleformers Ernie 4.5: fused qkv_proj and up_gate_proj ---------
 ERNIE = dict(
     vocab_size=96, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
@@ -363,6 +415,12 @@ CASES: list[Case] = [
     Case("qwen2", qwen2()),
     Case("qwen2 eps", qwen2("eps"), ("forward", "model.layers.0.input_layernorm", None)),
     Case("qwen2 adamw", qwen2(train="adamw"), tags=("train",)),
+    Case("qwen3", qwen3()),
+    Case("qwen3 rope_theta", qwen3("rope_theta"), ("forward", "model.rotary_emb", None)),
+    Case("qwen3 act", qwen3("act"), ("forward", "model.layers.0.mlp.act_fn", None)),
+    Case("qwen3 custom norm", qwen3("custom norm")),
+    Case("qwen3 custom norm eps", qwen3("custom norm eps"), ("forward", "model.layers.0.self_attn.q_norm", None)),
+    Case("qwen3 adamw", qwen3(train="adamw"), tags=("train",)),
     Case("ernie", ernie()),
     Case("ernie split", ernie("split"), ("forward", "model.layers.0.self_attn", None)),
     Case("ernie reshape", ernie("reshape"), ("forward", "model.layers.0.self_attn", None)),

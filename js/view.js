@@ -36,13 +36,15 @@ const FILTERS = [
   ["fail", "diverging (own or inherited)", (n) => ["blamed", "local", "inherited"].includes(n.status)],
   ["pass", "passing", (n) => n.status === "ok"],
   ["framework", "framework difference (not a bug)", (n) => n.status === "framework"],
+  ["explained", "over tolerance, explained (inherited in a result that agrees)", (n) => n.status === "explained"],
   ["unpaired", "unpaired", (n) => n.status === "unpaired"],
   ["none", "not compared", (n) => n.status === "none"],
 ];
 const LEGEND =
   "error / tol: the worst tensor's error over what the tolerance allows; above 1 fails. " +
   "(local x): the error the layer adds on identical inputs. Red: own error; orange: inherited from " +
-  "earlier layers; blue: a known framework difference, verified (not the port's bug); green: passes; " +
+  "earlier layers; blue: a known framework difference, verified (not the port's bug); pale yellow: over " +
+  "tolerance by inherited error in a result that agrees (see its warnings); green: passes; " +
   "grey: unpaired or not compared.";
 
 function colour(node) {
@@ -52,6 +54,7 @@ function colour(node) {
   const k = Math.min(1, Math.log10(Math.max(r, 1)) / 4); // 1x .. 10^4x
   if (node.status === "inherited") return `rgba(240, 173, 78, ${0.25 + 0.5 * k})`;
   if (node.status === "framework") return "rgba(91, 192, 222, 0.45)";
+  if (node.status === "explained") return "rgba(240, 210, 120, 0.3)";
   return `rgba(217, 83, 79, ${0.35 + 0.55 * k})`;
 }
 

@@ -10,7 +10,7 @@ from typing import Any
 from nbdiff.align.layer_map import LayerMap
 from nbdiff.align.optimizer_settings import OptimizerLog
 from nbdiff.align.pairing import Pairing
-from nbdiff.compare.blame import Divergence, EventDiff, inherited_notes, require_compared
+from nbdiff.compare.blame import Divergence, EventDiff, inherited_notes, inherited_warning, require_compared
 from nbdiff.compare.tolerance import Tolerance, resolve_tolerance
 from nbdiff.conditioning import Floor, measure_floor
 from nbdiff.constants import constant_differences
@@ -152,6 +152,10 @@ def auto_diff(
                 stack.callback(restore_state, bfw, initial[0])
                 stack.callback(lambda: restore_state(rfw, initial[1]))  # initial[1] may be replaced below
             for step in progress(range(steps), "nbdiff: steps", total=steps):
+                if step and opts is not None and backward:
+                    # Each step starts where base's does: the last update's own error was compared, and
+                    # weights drifted by it (Adam: lr-sized) would flip ReLU masks and fail the next step.
+                    cmp.feed_optimizer(grads=None)
                 state_before = state_of(bfw, base)
                 brec, rrec, pairing = run_pair(step, pairing)
                 if wmap is None:
@@ -201,6 +205,8 @@ def auto_diff(
         require_compared(events, type(base).__name__)
         if spool.failure:
             warnings.append(f"{spool.failure}: the rest of the recording was held in memory")
+        if divergence is None:
+            warnings += inherited_warning(events)
         result = explain(
             DiffResult(
                 base_framework=bfw.name,

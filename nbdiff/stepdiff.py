@@ -187,10 +187,11 @@ class StepComparer:
         assert self.plans is not None
         return snapshot(self.bfw, self.blayers, self.plans, "base"), snapshot(self.rfw, self.rlayers, self.plans, "raw")
 
-    def feed_optimizer(self, grads: ParamGrads = live_param_grads) -> None:
+    def feed_optimizer(self, grads: ParamGrads | None = live_param_grads) -> None:
         """Give raw base's weights and gradients (converted), so both optimizers step from the same
         point: their updates then differ only by the optimizers' own error. Without this, Adam turns
-        rounding-level gradients (a key bias whose true gradient is 0) into lr-sized differences."""
+        rounding-level gradients (a key bias whose true gradient is 0) into lr-sized differences.
+        ``grads=None``: the weights only (before a step, so it starts where base's does)."""
         assert self.plans is not None
         bfw, rfw = self.bfw, self.rfw
         for plan in self.plans.values():
@@ -198,7 +199,8 @@ class StepComparer:
             weights = {n: bfw.to_numpy(t) for n, t in layer_tensors(bfw, bl, plan.recursive).items()}
             theirs = layer_tensors(rfw, rl, plan.recursive)
             try:
-                w, g = plan.convert(weights), plan.convert(grads(bfw, bl, plan.recursive))
+                w = plan.convert(weights)
+                g = plan.convert(grads(bfw, bl, plan.recursive)) if grads is not None else {}
             except (KeyError, ValueError):
                 continue
             for n, t in theirs.items():

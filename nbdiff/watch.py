@@ -17,7 +17,7 @@ import numpy as np
 from nbdiff.align.layer_map import LayerMap
 from nbdiff.align.optimizer_settings import OptimizerLog
 from nbdiff.align.pairing import Pairing
-from nbdiff.compare.blame import Divergence, EventDiff, require_compared
+from nbdiff.compare.blame import Divergence, EventDiff, inherited_warning, require_compared
 from nbdiff.compare.tolerance import Tolerance, resolve_tolerance
 from nbdiff.drift import drift_note, followed
 from nbdiff.errors import InputError, WeightTransferError
@@ -271,6 +271,8 @@ class watch:
         require_compared(events, type(self.base).__name__)
         if self._spool.failure:
             self._warnings.append(f"{self._spool.failure}: the rest of the recording was held in memory")
+        if divergence is None:
+            self._warnings += inherited_warning(events)
         result = explain(
             DiffResult(
                 base_framework=self.bfw.name,

@@ -121,3 +121,18 @@ def test_an_update_row_says_update_and_shows_both_optimizers_settings():
     assert settings["weight_decay"]["differs"] and not settings["lr"]["differs"]
     assert [s["name"] for s in detail["settings"] if s["differs"]] == ["weight_decay"]
     json.dumps(detail["settings"])
+
+
+def test_a_result_that_agrees_draws_inherited_excess_as_explained_and_says_why():
+    # An equivalent ShuffleNetV2 port: a few rows exceed their tolerance by inherited rounding only.
+    # The view must not show orange in a SUCCESS, and result.warnings says what those rows are.
+    import nbdiff
+    from nbdiff.notebook.view_model import build_tree
+    from tests.zoo.pairs import shufflenet
+
+    base, raw, x, _ = shufflenet()()
+    result = nbdiff.auto_diff(base, raw, x)
+    assert result, result.report()
+    statuses = {n["status"] for n in build_tree(result).nodes}
+    assert "inherited" not in statuses and "explained" in statuses
+    assert any("exceed their tolerance only by error inherited" in w for w in result.warnings)

@@ -30,6 +30,7 @@ __all__ = [
     "blame_all",
     "first_nonfinite",
     "inherited_notes",
+    "inherited_warning",
     "worst_of",
     "post_order",
     "divergence_of",
@@ -319,6 +320,21 @@ def inherited_notes(diffs: Sequence[EventDiff]) -> list[str]:
                 "within the model's own sensitivity to rounding"
             )
     return out
+
+
+def inherited_warning(diffs: Sequence[EventDiff]) -> list[str]:
+    """One line for a result that agrees while some rows exceed their tolerance: they are explained
+    (inherited, no own error), and the view draws them so; say it where the user reads warnings."""
+    over = [d for d in diffs if not d.passed and (d.local_ratio is None or d.local_ratio <= 1.0)]
+    if not over:
+        return []
+    worst = max(over, key=lambda d: d.ratio)
+    return [
+        f"{len(over)} compared row(s) exceed their tolerance only by error inherited from earlier events (worst "
+        f"`{worst.base.path or '<root>'}`, step {worst.base.step} {worst.base.phase.value}, {worst.ratio:.3g}x; no "
+        "event's own error does): rounding that grew through the model, or weights that drifted through updates "
+        "that agreed. They do not fail the result; the view draws them as explained"
+    ]
 
 
 def _neighbours(kids: list[EventDiff]) -> tuple[str | None, str | None]:

@@ -69,7 +69,12 @@ def _ratio(x: float | None) -> float | None:
     return x if math.isfinite(x) else 1e300  # JSON has no inf; the view shows it as "inf"
 
 
-def _status(d: EventDiff, is_first: bool, framework: set[tuple[int, str, str]] = set()) -> str:  # noqa: B006
+def _status(
+    d: EventDiff,
+    is_first: bool,
+    framework: set[tuple[int, str, str]] = set(),  # noqa: B006
+    agreed: bool = False,
+) -> str:
     if is_first:
         return "blamed"
     if (d.base.step, d.base.phase.value, d.base.path) in framework:
@@ -80,7 +85,8 @@ def _status(d: EventDiff, is_first: bool, framework: set[tuple[int, str, str]] =
     if local is not None and local > 1:
         return "local"
     if d.ratio > 1:
-        return "inherited"
+        # In a result that agrees, an inherited excess is explained (result.warnings says why): no orange.
+        return "explained" if agreed else "inherited"
     return "ok"
 
 
@@ -103,6 +109,7 @@ def build_tree(result: DiffResult) -> TreeData:
     first = -1
     steps = sorted({d.base.step for d in result.events})
     framework = {(f.step, f.phase.value, f.base_path) for f in result.findings if f.where == "framework"}
+    agreed = result.first_divergence is None
     for step in steps:
         for phase in _PHASES:
             diffs = [d for d in result.events if d.base.step == step and d.base.phase == phase]
@@ -113,7 +120,7 @@ def build_tree(result: DiffResult) -> TreeData:
             nodes.append(
                 dict(id=group, parent=-1, depth=0, label=f"step {step} · {phase.value}", base="", raw="",
                      base_type="", raw_type="", phase=phase.value, step=step, ratio=_ratio(worst), local=None,
-                     status="inherited" if worst > 1 else "ok", event=-1)
+                     status=("explained" if agreed else "inherited") if worst > 1 else "ok", event=-1)
             )  # fmt: skip
             by_order: dict[int, int] = {}
             raw_order: dict[int, int] = {}
@@ -127,7 +134,7 @@ def build_tree(result: DiffResult) -> TreeData:
                     dict(id=nid, parent=parent, depth=nodes[parent]["depth"] + 1, label=_label(d), base=d.base.path,
                          raw=d.raw.path, base_type=d.base.type_name, raw_type=d.raw.type_name, phase=phase.value,
                          step=step, ratio=_ratio(d.ratio) if d.tensors else None,
-                         local=_ratio(d.local_ratio), status=_status(d, is_first, framework), event=len(events))
+                         local=_ratio(d.local_ratio), status=_status(d, is_first, framework, agreed), event=len(events))
                 )  # fmt: skip
                 events.append(d)
                 if d.base.kind is Kind.LAYER:

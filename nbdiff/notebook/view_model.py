@@ -55,7 +55,9 @@ def summary_line(result: DiffResult) -> str:
         return head + f"SUCCESS ({len(result.events)} paired events, {result.steps} step(s))"
     d = result.first_divergence
     what = "optimizer settings differ" if d.where == "parameter" else "arguments differ"
-    return head + "FAILED at " + d.describe() + (f" · {what}: {d.why()}" if d.arguments else "")
+    own = sum(1 for f in result.findings if f.where != "framework")
+    more = f" · {own} findings in all (the 'own error' filter lists them)" if own > 1 else ""
+    return head + "FAILED at " + d.describe() + (f" · {what}: {d.why()}" if d.arguments else "") + more
 
 
 def step_rows(result: DiffResult) -> list[dict[str, Any]]:

@@ -330,7 +330,11 @@ def test_navigation_by_keys_and_divergence_buttons(page, jupyter_server, ui):
     assert agree.locator(".nbd-filter").input_value() == "all"  # nothing has its own error: every row
     _show_all(failed)
     failed.locator(".nbd-row", has_text="fc2").first.click()
+    # From forward fc2, the next own error is the LayerNorm's backward (every finding is reached),
+    # and the previous one is the blamed forward row.
     failed.locator(".nbd-btn[title^='next divergence']").click()
+    failed.locator(".nbd-row.nbd-selected.nbd-local", has_text="norm").wait_for()
+    failed.locator(".nbd-btn[title^='previous divergence']").click()
     failed.locator(".nbd-row.nbd-selected.nbd-blamed").wait_for()
     label = failed.locator(".nbd-replay-label").inner_text()
     assert "step 0 forward" in label, label

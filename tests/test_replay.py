@@ -14,17 +14,21 @@ from nbdiff.trace.inputs import split_inputs  # noqa: E402
 from nbdiff.weights.assign import plan_weights  # noqa: E402
 
 
+def _recorded_bn_relu(backward):
+    """A step of Linear, train-mode BatchNorm and ReLU(inplace=True), and a replayer of it against itself."""
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.BatchNorm1d(4), torch.nn.ReLU(inplace=True))
+    fw = framework_of(model, "m")
+    call, _ = split_inputs(np.random.RandomState(0).randn(8, 4).astype("float32"), fw, fw)
+    rec = run_step(fw, model, call, None, side="base", step=0, backward=backward)
+    tol = lambda a, b: resolve_tolerance(None, None, a, b)  # noqa: E731
+    return rec, Replayer(fw, fw, plan_weights(model, model)[2].by_base_path(), tol, "strict")
+
+
 @pytest.mark.parametrize("path", ["1", "2"])
 def test_train_mode_batchnorm_and_inplace_layers_have_a_measured_backward(path):
     # BatchNorm in train mode: running statistics were restored before autograd.grad ran
     # ("modified by an inplace operation"); ReLU(inplace=True) could not write a leaf input.
-    model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.BatchNorm1d(4), torch.nn.ReLU(inplace=True))
-    fw = framework_of(model, "m")
-    call, _ = split_inputs(np.random.RandomState(0).randn(8, 4).astype("float32"), fw, fw)
-    rec = run_step(fw, model, call, None, side="base", step=0, backward=True)
-    replayer = Replayer(
-        fw, fw, plan_weights(model, model)[2].by_base_path(), lambda a, b: resolve_tolerance(None, None, a, b), "strict"
-    )
+    rec, replayer = _recorded_bn_relu(backward=True)
     fwd = next(e for e in rec.forward if e.path == path and e.kind is Kind.LAYER)
     bwd = next(e for e in rec.backward if e.path == path)
     local = replayer.backward(fwd, fwd, bwd)
@@ -100,13 +104,7 @@ def test_a_parents_local_error_reads_what_an_inplace_sublayer_was_handed_before_
     # ReLU(inplace=True) writes its output over its input: read after it ran, the input it was
     # handed looked like the ReLU's output, and the parent's own code was blamed (torchvision's
     # ShuffleNetV2 against paddle.vision's, 8,000x "between" two sublayers of an equivalent port).
-    model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.BatchNorm1d(4), torch.nn.ReLU(inplace=True))
-    fw = framework_of(model, "m")
-    call, _ = split_inputs(np.random.RandomState(0).randn(8, 4).astype("float32"), fw, fw)
-    rec = run_step(fw, model, call, None, side="base", step=0, backward=False)
-    replayer = Replayer(
-        fw, fw, plan_weights(model, model)[2].by_base_path(), lambda a, b: resolve_tolerance(None, None, a, b), "strict"
-    )
+    rec, replayer = _recorded_bn_relu(backward=False)
     layers = [e for e in rec.forward if e.kind is Kind.LAYER]
     root = next(e for e in layers if e.path == "")
     kids = [(e, e) for e in layers if e.parent == root.order]

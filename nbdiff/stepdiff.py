@@ -18,6 +18,7 @@ from nbdiff.align.layer_map import LayerMap
 from nbdiff.align.pairing import Pairing, pair_forward
 from nbdiff.compare.blame import Divergence, EventDiff, blame_all, first_nonfinite
 from nbdiff.compare.metrics import TensorDiff
+from nbdiff.compare.unpaired import with_unpaired
 from nbdiff.conditioning import MARGIN, Floor, Noise
 from nbdiff.errors import PairingError
 from nbdiff.forwarddiff import TolFn, api_local, forward_diffs, tensor_diffs
@@ -167,7 +168,7 @@ class StepComparer:
             )
             more = self._unless_drift(more, drift)
             found += [m for m in more if not (found and m.where == "accumulated")]
-        found = [_with_unpaired(f, pairing) if f.where == "between" else f for f in found]
+        found = [with_unpaired(f, pairing) if f.where == "between" else f for f in found]
         if self.spool is not None:
             self.spool.trim()
         if noise is not None and noise.dismissed:
@@ -245,43 +246,6 @@ class StepComparer:
             ]
         found, _ = blame_all(diffs, lambda d: d.tensors)
         return [name_parameter(f, self.plans) for f in found], diffs
-
-
-def _with_unpaired(f: Divergence, pairing: Pairing) -> Divergence:
-    """A blame of a layer's own code names the calls that stayed unpaired inside it, between the two
-    sublayers: a user's layer nothing could pair with is where such an error usually comes from."""
-    if f.event is None or not (pairing.unmatched_base or pairing.unmatched_raw):
-        return f
-    by_label = {_call_label(p.base): p for p in pairing.pairs}
-    ends = [by_label.get(x) for x in f.between if x is not None]
-    names = []
-    for side, lost, owner in (
-        ("base", pairing.unmatched_base, f.event.base.order),
-        ("raw", pairing.unmatched_raw, f.event.raw.order),
-    ):
-        inside = [getattr(p, side).order for p in ends if p is not None]
-        lo, hi = (min(inside), max(inside)) if len(inside) == 2 else (owner, None)
-        if len(inside) == 1:
-            lo, hi = (inside[0], None) if f.between[1] is None else (owner, inside[0])
-        names += [
-            f"{side} `{e.path}` ({e.type_name})"
-            for e in lost
-            if e.parent is not None and _under(e, owner, lost) and lo < e.order and (hi is None or e.order < hi)
-        ]
-    return replace(f, unpaired=tuple(names[:6])) if names else f
-
-
-def _call_label(e: Event) -> str:
-    return (e.path or "<root>") + (f"#{e.call}" if e.call else "")
-
-
-def _under(e: Event, owner: int, lost: tuple[Event, ...]) -> bool:
-    """Whether ``e`` runs inside ``owner``, through unpaired calls only."""
-    parents = {x.order: x.parent for x in lost}
-    p = e.parent
-    while p is not None and p != owner:
-        p = parents.get(p)
-    return p == owner
 
 
 def _conditioning_note(e: Event, err: float, limit: float) -> str:

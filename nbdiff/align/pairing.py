@@ -5,6 +5,13 @@ layers actually ran. Each base call takes the best raw call in a short window
 (by class, output and weight shapes, name, and inside its parent's counterpart),
 so a wrapper present on one side only is skipped, and independent work done in
 another order still pairs right. Linear in the number of events.
+
+The two trees need not be built alike: a call that holds others pairs only where its first
+input and main output can be compared with the other's (one ``features`` Sequential never
+pairs with the stem it starts with), two Sequentials only when they hold as many calls (a
+flat branch against Conv-Norm-Activation wrappers), and a user's own layer pairs with the
+library layer it replaces by shapes and where it sits or what it is handed, not by how its
+class is named.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from nbdiff.compare.blame import Divergence, EventDiff, blame_events, post_order
+from nbdiff.compare.blame import Divergence, EventDiff, blame_all, blame_events, post_order
 from nbdiff.compare.metrics import COMPARE_MODES, TensorDiff, compare_tensors
 from nbdiff.compare.tolerance import Tolerance, resolve_tolerance
 
@@ -12,6 +12,7 @@ __all__ = [
     "EventDiff",
     "TensorDiff",
     "Tolerance",
+    "blame_all",
     "blame_events",
     "compare_tensors",
     "post_order",

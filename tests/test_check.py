@@ -80,3 +80,26 @@ def test_a_swapped_activation_class_is_listed_when_paired_by_execution():
         "`act` (ReLU6) ~ raw `act` (Hardswish): activation: base 'ReLU6', raw 'Hardswish'"
     ]
     assert nbdiff.check_config(T(torch.nn.ReLU6()), P(paddle.nn.ReLU6()), X)
+
+
+@pytest.mark.parametrize("direction", ["torch->paddle", "paddle->torch"])
+def test_with_inputs_trees_built_differently_pair_every_layer_with_weights(direction):
+    # torchvision's ShuffleNetV2 against paddle.vision's (stages in Sequentials, flat branches, against
+    # sibling units and Conv-Norm-Activation wrappers): pairing used to drift and pair a later stage's
+    # depthwise conv with an earlier 1x1 conv. Only containers may stay unpaired now.
+    from tests.zoo.pairs import shufflenet
+
+    base, raw, x, _ = shufflenet()()
+    if direction == "paddle->torch":
+        base, raw = raw, base
+    found = nbdiff.check_config(base, raw, inputs=x)
+    assert found.by == "execution" and found.paired == 170, found.report()
+    assert not found.mismatches, found.report()
+    for model, unpaired in ((base, found.unpaired_base), (raw, found.unpaired_raw)):
+        if isinstance(model, torch.nn.Module):
+            layers = dict(model.named_modules())
+            own = {p: list(layers[p].parameters(recurse=False)) for p in unpaired}
+        else:
+            layers = dict(model.named_sublayers())
+            own = {p: list(layers[p].parameters(include_sublayers=False)) for p in unpaired}
+        assert not [p for p, ws in own.items() if ws], own  # only containers and weightless layers stay unpaired

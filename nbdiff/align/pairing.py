@@ -143,11 +143,17 @@ def _score(a: Event, b: Event, kids: dict[int, int] | None = None) -> float:
         if a.weights != b.weights:
             return 0.0  # a user's block of layers against one library layer
         same_input = _same_input(a, b)
-        if not same_input and a.path.rsplit(".", 1)[-1] != b.path.rsplit(".", 1)[-1]:
+        # Two user classes, or two blocks that both hold calls (torchvision's ShuffleNet unit against
+        # paddle.vision's), pair by shapes; a leaf against a library leaf needs more evidence.
+        either = a.library or b.library
+        blocks = kids is not None and kids.get(id(a), 0) > 0 and kids.get(id(b), 0) > 0
+        if either and not blocks and not same_input and a.path.rsplit(".", 1)[-1] != b.path.rsplit(".", 1)[-1]:
             return 0.0
     if affinity <= 1 and not shapes:
         return 0.0
     score = 4.0 * affinity + (4.0 if shapes else 0.0) + (4.0 if same_input else 0.0)
+    if affinity == 0 and holds and shapes:
+        score += 2.0  # two blocks that take and give the same shapes: their own calls decide the rest
     if a.weights and b.weights:
         score += 3.0 if a.weights == b.weights else -3.0
     elif a.weights or b.weights:
@@ -156,7 +162,8 @@ def _score(a: Event, b: Event, kids: dict[int, int] | None = None) -> float:
         # The same dotted path, same call: a port that kept the names. Worth more than the
         # exact class, so a swapped activation pairs where it is, not with the next of its class.
         score += FULL_NAME
-    elif a.path.rsplit(".", 1)[-1] == b.path.rsplit(".", 1)[-1]:
+    elif (leaf := a.path.rsplit(".", 1)[-1]) == b.path.rsplit(".", 1)[-1] and not leaf.isdigit():
+        # The same attribute name; a Sequential's index says nothing where the nesting differs.
         score += 2.0
     return max(score, 0.1)
 

@@ -28,7 +28,7 @@ from nbdiff.step import StepRecord, run_optimizer, run_step
 from nbdiff.stepdiff import StepComparer, live_param_grads
 from nbdiff.trace.calls import Feed
 from nbdiff.trace.inputs import split_inputs
-from nbdiff.trace.modes import no_dropout, restore_state, save_state, save_weights, training_flags
+from nbdiff.trace.modes import kept_rng, no_dropout, restore_state, save_state, save_weights, training_flags
 from nbdiff.trace.spool import MEMORY_MIB, Spool
 from nbdiff.weights.assign import WeightMap, assign_weight, execution_pairs, plan_pairing, plan_weights, write_weights
 
@@ -141,6 +141,7 @@ def auto_diff(
         log = OptimizerLog()  # the optimizers that step, and their learning rates, to say why an update differs
         with ExitStack() as stack:
             stack.callback(spool.close)
+            stack.enter_context(kept_rng((bfw, rfw)))
             log.listen(stack, (bfw, rfw))
             for fw, model in ((bfw, base), (rfw, raw)):
                 stack.enter_context(training_flags(fw, model))

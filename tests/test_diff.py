@@ -487,3 +487,19 @@ def test_a_same_framework_model_with_a_sequential_runs_step_zero_once():
     opts = [torch.optim.SGD(m.parameters(), lr=0.1) for m in (base, raw)]
     assert nbdiff.auto_diff(base, raw, np.ones((2, 8), "float32"), steps=2, optimizers=opts)
     assert (base.calls, raw.calls) == (2, 2)
+
+
+@pytest.mark.parametrize("bfw,rfw", [("torch", "paddle"), ("paddle", "torch")])
+def test_the_users_random_generators_are_left_as_they_were(bfw, rfw):
+    # auto_diff seeds each step on both sides; the user's next draw was then a seed-0 draw.
+    def draws():
+        return torch.rand(3).numpy().tolist(), paddle.rand([3]).numpy().tolist()
+
+    base, raw = BUILDERS["mlp"](bfw), BUILDERS["mlp"](rfw)  # building draws too
+    torch.manual_seed(123)
+    paddle.seed(123)
+    expected = draws()
+    torch.manual_seed(123)
+    paddle.seed(123)
+    nbdiff.auto_diff(base, raw, X)
+    assert draws() == expected

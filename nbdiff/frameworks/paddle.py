@@ -210,6 +210,12 @@ class PaddleFramework:
     def seed(self, seed: int) -> None:
         paddle.seed(seed)
 
+    def rng_state(self) -> Any:
+        return paddle.get_rng_state()  # the generators of the current device (paddle.seed sets them)
+
+    def set_rng_state(self, state: Any) -> None:
+        paddle.set_rng_state(state)
+
     def backward(self, loss: Any) -> None:
         loss.backward()
 

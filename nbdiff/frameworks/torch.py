@@ -168,6 +168,17 @@ class TorchFramework:
     def seed(self, seed: int) -> None:
         torch.manual_seed(seed)
 
+    def rng_state(self) -> Any:
+        # CPU and every initialised accelerator, as torch.random.fork_rng keeps them.
+        cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_available() and torch.cuda.is_initialized() else None
+        return torch.random.get_rng_state(), cuda
+
+    def set_rng_state(self, state: Any) -> None:
+        cpu, cuda = state
+        torch.random.set_rng_state(cpu)
+        if cuda is not None:
+            torch.cuda.set_rng_state_all(cuda)
+
     def backward(self, loss: Any) -> None:
         loss.backward()
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -89,3 +89,15 @@ def no_dropout(fw: Framework, model: Any) -> Iterator[None]:
     finally:
         for layer, attr, value in reversed(saved):
             setattr(layer, attr, value)
+
+
+@contextmanager
+def kept_rng(fws: Iterable[Framework]) -> Iterator[None]:
+    """The frameworks' random generators as they were: nbdiff seeds each step (both sides must draw the
+    same), and the user's next draw must not be a seed-0 draw (``torch.random.fork_rng`` does this)."""
+    saved = {fw.name: (fw, fw.rng_state()) for fw in fws}
+    try:
+        yield
+    finally:
+        for fw, state in saved.values():
+            fw.set_rng_state(state)

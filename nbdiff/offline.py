@@ -23,6 +23,7 @@ from nbdiff.compare.tolerance import Tolerance, resolve_tolerance
 from nbdiff.errors import DumpError, OptionError
 from nbdiff.forwarddiff import api_local, forward_diffs, tensor_diffs
 from nbdiff.layer_paths import relative
+from nbdiff.options import check_tolerances
 from nbdiff.replay import largest_shape, magnitude, param_grad_hint
 from nbdiff.result import DiffResult, StepRow, step_error_rows
 from nbdiff.step import StepRecord
@@ -56,6 +57,7 @@ def compare(
     Every step's worst errors are kept (``result.step_errors()``); events are kept for the first
     ``keep_steps`` steps and for the blamed step, so memory stays bounded by a few steps.
     """
+    check_tolerances(atol, rtol, compare_mode)
     if isinstance(keep_steps, bool) or not isinstance(keep_steps, int) or keep_steps < 0:
         raise OptionError(f"keep_steps={keep_steps!r}: expected a whole number >= 0 (steps whose events are kept).")
     ranks_a, ranks_b = rank_dirs(dir_a), rank_dirs(dir_b)

@@ -18,6 +18,7 @@ __all__ = [
     "check_gradients",
     "check_mib",
     "check_run",
+    "check_tolerances",
 ]
 
 PHASES = ("both", "forward", "backward")
@@ -32,6 +33,17 @@ def check_comparison(
             "base and raw are the same object, so they agree by construction and nothing would be checked. "
             "Compare two models: raw = copy.deepcopy(base), then change raw."
         )
+    check_tolerances(atol, rtol, compare_mode)
+    if diff_phase not in PHASES:
+        raise OptionError(f"diff_phase={diff_phase!r} is not one of {PHASES}.")
+    if layer_map is not None and not isinstance(layer_map, LayerMap):
+        hint = f"LayerMap({layer_map!r:.80})" if isinstance(layer_map, dict) else "LayerMap({...})"
+        raise OptionError(f"layer_map must be a nbdiff.LayerMap, not {type(layer_map).__name__}: use {hint}.")
+
+
+def check_tolerances(atol: Any, rtol: Any, compare_mode: Any) -> None:
+    """Tolerances and the comparison mode, for every verb (``compare`` and the CLI too: ``--atol inf``
+    or ``rtol=-1`` would pass any divergence)."""
     for name, value in (("atol", atol), ("rtol", rtol)):
         if value is None:
             continue
@@ -39,11 +51,6 @@ def check_comparison(
             raise OptionError(f"{name}={value!r} must be a finite number >= 0 (or None for dtype-aware defaults).")
     if compare_mode not in COMPARE_MODES:
         raise OptionError(f"compare_mode={compare_mode!r} is not one of {COMPARE_MODES}.")
-    if diff_phase not in PHASES:
-        raise OptionError(f"diff_phase={diff_phase!r} is not one of {PHASES}.")
-    if layer_map is not None and not isinstance(layer_map, LayerMap):
-        hint = f"LayerMap({layer_map!r:.80})" if isinstance(layer_map, dict) else "LayerMap({...})"
-        raise OptionError(f"layer_map must be a nbdiff.LayerMap, not {type(layer_map).__name__}: use {hint}.")
 
 
 def check_gradients(fws: Any, models: Any, diff_phase: str) -> None:

@@ -55,3 +55,9 @@ def test_keep_steps_bounds_the_steps_kept_event_by_event(dumps, tmp_path, capsys
     assert main(["compare", str(dumps / "a"), str(dumps / "b"), "--keep-steps", "1", "--csv", str(tmp_path)]) == 0
     assert "1 step(s) from step 1 on are summarised" in capsys.readouterr().out
     assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("mapping")) == ["mapping_0.csv"]
+
+
+def test_a_tolerance_that_would_pass_anything_is_an_error(dumps, capsys):
+    assert main(["compare", str(dumps / "c"), str(dumps / "d"), "--atol", "inf"]) == 2
+    assert "atol=inf" in capsys.readouterr().err
+    assert main(["compare", str(dumps / "c"), str(dumps / "d"), "--rtol", "-1"]) == 2

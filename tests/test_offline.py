@@ -244,3 +244,14 @@ def test_a_backward_only_bug_in_an_attention_projection_is_blamed_on_the_attenti
     # projections are sublayers: the dumps compared no attention gradient and said SUCCESS.
     d = nbdiff.compare(*_attention_dumps(tmp_path, dump_type, grad_bug)).first_divergence
     assert d is not None and (d.phase.value, d.base_path, d.raw_path) == ("backward", "attn", "attn")
+
+
+@pytest.mark.parametrize(("name", "bad"), [("atol", float("nan")), ("atol", float("inf")), ("rtol", -1), ("atol", "1")])
+def test_tolerances_are_checked_at_the_door(tmp_path, name, bad):
+    # rtol=-1 or atol=inf gave SUCCESS on a real divergence.
+    from nbdiff.errors import OptionError
+
+    with pytest.raises(OptionError, match=name):
+        nbdiff.compare(tmp_path, tmp_path, **{name: bad})
+    with pytest.raises(OptionError, match="compare_mode"):
+        nbdiff.compare(tmp_path, tmp_path, compare_mode="loose")

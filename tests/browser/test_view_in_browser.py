@@ -54,7 +54,7 @@ def test_a_file_frame_links_into_the_ui_it_runs_in(page, jupyter_server, ui):
     open_notebook(page, jupyter_server, f"link_{ui}.ipynb", ui)
     run_cell(page, 0, timeout=120_000)
     _show_all(page.locator(VIEW))
-    page.locator(f"{VIEW} .nbd-row", has_text="fc").first.click()  # called from netdef.py's forward
+    _select_row(page.locator(VIEW), "fc")  # called from netdef.py's forward
     page.locator(f"{VIEW} .nbd-title", has_text="fc").wait_for()
     page.locator(f"{VIEW} .nbd-frame[data-side='base']", has_text="netdef.py").first.click()
     link = page.locator(f"{VIEW} a.nbd-open")
@@ -97,6 +97,22 @@ CURSOR_LINE = """(() => {
 def _show_all(view):
     """A diverging view opens on the rows with their own error: show every row, to click the others."""
     view.locator(".nbd-filter").select_option("all")
+
+
+def _select_row(view, text):
+    """Click a row until it is the selected one. A click can land on a row that a re-render (a chart
+    click's, a panel's) is replacing, and be lost: the test waits on the selection, never on time."""
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
+    selected = view.locator(".nbd-row.nbd-selected", has_text=text).first
+    for _ in range(30):
+        view.locator(".nbd-row", has_text=text).first.click()
+        try:
+            selected.wait_for(timeout=3_000)
+            return
+        except PlaywrightTimeout:
+            continue
+    selected.wait_for()
 
 
 def _dataset(page, key):
@@ -236,7 +252,7 @@ def test_html_report_works_without_a_kernel(page, tmp_path):
     page.locator(f"{VIEW} .nbd-plots svg.nbd-hist").first.wait_for()
     page.locator(f"{VIEW} .nbd-plots canvas.nbd-map").first.wait_for()
     _show_all(page.locator(VIEW))
-    page.locator(f"{VIEW} .nbd-row", has_text="fc2").first.click()
+    _select_row(page.locator(VIEW), "fc2")
     page.locator(f"{VIEW} .nbd-title", has_text="fc2").wait_for()
     # Any row's pictures, drawn in the page from the embedded data (not only the first divergence's).
     assert page.locator(f"{VIEW} .nbd-plots svg.nbd-hist").count() == 1
@@ -329,7 +345,7 @@ def test_navigation_by_keys_and_divergence_buttons(page, jupyter_server, ui):
     failed.locator(".nbd-row.nbd-blamed").wait_for()
     assert agree.locator(".nbd-filter").input_value() == "all"  # nothing has its own error: every row
     _show_all(failed)
-    failed.locator(".nbd-row", has_text="fc2").first.click()
+    _select_row(failed, "fc2")
     # From forward fc2, the next own error is the LayerNorm's backward (every finding is reached),
     # and the previous one is the blamed forward row.
     failed.locator(".nbd-btn[title^='next divergence']").click()
@@ -382,7 +398,7 @@ def test_step_chart_dark_theme_and_cell_frames(page, jupyter_server):
     assert view.locator(".nbd-filter").input_value() == "all"
     # Frames are named by cell, with the line of the user's loop in that cell.
     _show_all(view)
-    view.locator(".nbd-row", has_text="fc1").first.click()
+    _select_row(view, "fc1")
     view.locator(".nbd-frame", has_text="Cell In [2], line 5").first.wait_for()
     view.locator(".nbd-frame[data-side='base']", has_text="Cell In [2]").first.click()
     view.locator(".nbd-src-here", has_text="tnet(torch.tensor(x))").wait_for()

@@ -44,9 +44,12 @@ def loss_weights(n: int) -> np.ndarray:
 
 
 def loss_of(fw: Framework, loss_fn: Callable[[Any], Any] | None, output: Any, side: str) -> Any:
-    """The step's loss: ``loss_fn(output)``, or a fixed weighted mean of every floating output."""
+    """The step's loss: ``loss_fn(output)``, or a fixed weighted mean of every floating output.
+
+    The weights go by each output's place, a dict's by key: two models returning the same keys
+    in another order get the same loss."""
     if loss_fn is None:
-        floats = [t for _, t in flatten(output, fw.is_tensor)[0] if fw.is_floating(t)]
+        floats = [t for _, t in flatten(_keys_sorted(output), fw.is_tensor)[0] if fw.is_floating(t)]
         if not floats:
             raise InputError(
                 f"The {side} model returned no floating tensor, so there is no default loss; pass loss_fns."
@@ -59,6 +62,15 @@ def loss_of(fw: Framework, loss_fn: Callable[[Any], Any] | None, output: Any, si
     if not fw.is_tensor(loss) or fw.shape_of(loss) not in ((), (1,)):
         raise InputError(f"The {side} loss function must return a scalar tensor; it returned {type(loss).__name__}.")
     return loss
+
+
+def _keys_sorted(output: Any) -> Any:
+    """The output with every plain dict's keys in sorted order (a ``ModelOutput`` keeps its fields')."""
+    if type(output) is dict:
+        return {k: _keys_sorted(output[k]) for k in sorted(output, key=str)}
+    if type(output) in (tuple, list):
+        return type(output)(_keys_sorted(v) for v in output)
+    return output
 
 
 def run_step(

@@ -158,8 +158,11 @@ class StepComparer:
                 fwd, lambda d: _local_forward(self.replayer, d, kids, outputs_agree), _final_forward, noise, every
             )
             found = self._unless_drift(found, drift)
-            if not found and (nonfinite := first_nonfinite(fwd, read)) is not None:
-                found = [nonfinite]
+            # The first event that produces NaN/Inf comes first, even where both sides agree on it (a
+            # NaN weight copied into both): what the frameworks then do with NaN differs downstream.
+            nonfinite = first_nonfinite(fwd, read)
+            if nonfinite is not None and (not found or _before(nonfinite, found[0])):
+                found = [nonfinite, *(f for f in found if f.where != "accumulated")]
         # Backward is measured on base's inputs and output gradients: its own errors show after a
         # forward one too (a backward-only bug in a port that also has a forward bug).
         if bwd and (every or not found):
@@ -246,6 +249,11 @@ class StepComparer:
             ]
         found, _ = blame_all(diffs, lambda d: d.tensors)
         return [name_parameter(f, self.plans) for f in found], diffs
+
+
+def _before(a: Divergence, b: Divergence) -> bool:
+    """Whether ``a``'s event ran before ``b``'s (both forward events of one step)."""
+    return a.event is not None and b.event is not None and a.event.base.order < b.event.base.order
 
 
 def _conditioning_note(e: Event, err: float, limit: float) -> str:

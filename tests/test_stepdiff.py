@@ -1,4 +1,6 @@
 import numpy as np
+import paddle
+import pytest
 import torch
 
 from nbdiff.compare.tolerance import resolve_tolerance
@@ -55,3 +57,29 @@ def test_held_gradients_fall_back_to_live_ones_only_when_asked():
     assert not np.shares_memory(live["weight"], base[0].weight.grad.numpy())
     assert np.shares_memory(live_param_grads(fw, base[0], False)["weight"], base[0].weight.grad.numpy())
     assert held_param_grads({}, live=False)(fw, base[0], False) == {}
+
+
+@pytest.mark.parametrize("direction", ["torch->paddle", "paddle->torch"])
+def test_a_nan_weight_is_blamed_where_it_produces_nan_not_on_the_activation_after_it(direction):
+    # The NaN is copied into both sides, so fc1's outputs agree (NaN for NaN); torch's ReLU passes NaN
+    # on and paddle's gives 0, so the ReLU was blamed and fc1 read as ok.
+    import nbdiff
+
+    def net(fw):
+        if fw == "torch":
+            return torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 2))
+        return paddle.nn.Sequential(paddle.nn.Linear(4, 8), paddle.nn.ReLU(), paddle.nn.Linear(8, 2))
+
+    bfw, rfw = direction.split("->")
+    base, raw = net(bfw), net(rfw)
+    w = base[0].weight
+    value = w.detach().numpy().copy() if bfw == "torch" else w.numpy().copy()
+    value[0, 0] = np.nan
+    if bfw == "torch":
+        with torch.no_grad():
+            w.copy_(torch.from_numpy(value))
+    else:
+        w.set_value(value)
+    result = nbdiff.auto_diff(base, raw, np.random.RandomState(0).randn(3, 4).astype("float32"))
+    d = result.first_divergence
+    assert (d.where, d.base_path) == ("nonfinite", "0"), result.report()

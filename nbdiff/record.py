@@ -19,6 +19,7 @@ from nbdiff.errors import OptionError
 from nbdiff.frameworks import Framework, framework_of
 from nbdiff.layer_paths import relative
 from nbdiff.trace.events import Event, Kind, Phase, TensorRecord, changed
+from nbdiff.trace.interrupts import interrupts_deferred
 from nbdiff.trace.session import ModelSession, Weights
 from nbdiff.trace.store import DUMP_TYPES
 from nbdiff.trace.writer import DumpWriter
@@ -109,13 +110,19 @@ class record:
         self._flush()
 
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
-        try:
-            self._session.end()
-        finally:
-            self._stack.close()
-        # The step running when the code raised is kept, marked as cut short: never read as agreement.
-        written = self._flush()
-        self.path = self._writer.close(interrupted=exc_type is not None and written > 0)
+        # Hooks off, modes back, the last steps written and the dump closed: whole, even under Ctrl-C.
+        with interrupts_deferred():
+            try:
+                self._session.end()
+            finally:
+                self._stack.close()
+            # The step running when the code raised is kept, marked as cut short: never read as agreement.
+            written, flushed = 0, False
+            try:
+                written = self._flush()
+                flushed = True
+            finally:
+                self.path = self._writer.close(interrupted=(exc_type is not None and written > 0) or not flushed)
 
     def _flush(self) -> int:
         """Write the steps recorded since the last flush; returns how many."""

@@ -275,3 +275,31 @@ def test_gradients_of_a_layer_used_without_being_called_are_in_its_callers_backw
     assert {"in_proj_weight", "out_proj.weight", "out_proj.bias"} <= set(grads)
     np.testing.assert_array_equal(grads["out_proj.weight"], model.attn.out_proj.weight.grad.numpy())
     assert not any(e.path == "attn.out_proj" for e in events if e.phase.value == "backward")
+
+
+def test_a_ctrl_c_during_the_last_flush_still_closes_the_dump(tmp_path, monkeypatch):
+    # The writer thread stayed alive and the dump was never marked complete.
+    import os
+    import signal
+
+    import torch
+
+    from nbdiff.trace.writer import DumpWriter
+
+    add_step = DumpWriter.add_step
+    sent = []
+
+    def interrupted(self, events):
+        if not sent:
+            sent.append(True)
+            os.kill(os.getpid(), signal.SIGINT)
+        return add_step(self, events)
+
+    monkeypatch.setattr(DumpWriter, "add_step", interrupted)
+    base, _ = pair()
+    with pytest.raises(KeyboardInterrupt):
+        with nbdiff.record(base, tmp_path / "d") as rec:
+            base(torch.from_numpy(X)).mean().backward()
+    manifest = json.loads((rec.path / "manifest.json").read_text())
+    assert manifest["complete"] is True and manifest["steps"] == 1
+    read_dump(rec.path)  # a closed dump reads

@@ -291,3 +291,30 @@ def test_a_backward_after_the_hooks_are_removed_records_nothing(fw_name):
     rec.remove_tensor_hooks()
     fw.backward(out.sum())
     assert all(not c.grad_out for c in rec.calls)
+
+
+@pytest.mark.parametrize("fw_name", ["torch", "paddle"])
+def test_a_ctrl_c_while_hooks_are_removed_removes_them_all_then_raises(fw_name):
+    # A real SIGINT there left a hook on every layer, never removed later.
+    import os
+    import signal
+
+    if fw_name == "torch":
+        model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Tanh(), torch.nn.Linear(4, 2))
+        hooked = lambda: [m for m in model.modules() if m._forward_pre_hooks or m._forward_hooks]  # noqa: E731
+    else:
+        model = paddle.nn.Sequential(paddle.nn.Linear(4, 4), paddle.nn.Tanh(), paddle.nn.Linear(4, 2))
+        hooked = lambda: [m for m in model.sublayers(True) if m._forward_pre_hooks or m._forward_post_hooks]  # noqa: E731
+    rec = Recorder(framework_of(model, "m"), model)
+    rec.__enter__()
+    first = rec._handles[0]
+    remove = first.remove
+
+    def interrupted():
+        os.kill(os.getpid(), signal.SIGINT)
+        remove()
+
+    first.remove = interrupted
+    with pytest.raises(KeyboardInterrupt):
+        rec.__exit__(None, None, None)
+    assert not hooked()

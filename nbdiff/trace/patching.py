@@ -15,6 +15,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
+from nbdiff.trace.interrupts import interrupts_deferred
+
 __all__ = ["patched", "ApiCallback", "active_patches"]
 
 ApiCallback = Callable[[str, tuple, dict, Any], None]
@@ -101,6 +103,6 @@ def patched(targets: Sequence[tuple[Any, str, str]], callback: ApiCallback) -> I
                     mine.append(patch)
         yield
     finally:
-        with _LOCK:
+        with interrupts_deferred(), _LOCK:  # every patch undone, even if Ctrl-C comes meanwhile
             for patch in reversed(mine):
                 _remove(patch, callback)

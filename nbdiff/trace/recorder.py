@@ -20,6 +20,7 @@ from nbdiff.trace.apis import SKIPPED_OPS, canonical_op
 from nbdiff.trace.build import build_events
 from nbdiff.trace.calls import Call, Feed, input_name
 from nbdiff.trace.events import Event, TensorRecord, changed
+from nbdiff.trace.interrupts import interrupts_deferred
 from nbdiff.trace.nest import describe_non_tensors, flatten, unflatten
 from nbdiff.trace.spool import Spool
 from nbdiff.trace.stack import Frame, tool_roots, user_stack
@@ -111,14 +112,16 @@ class Recorder:
         self.remove()
 
     def remove(self) -> None:
-        """Remove every forward hook and the API interception. Tensor hooks die with their graph."""
-        if self._api_ctx is not None:
-            ctx, self._api_ctx = self._api_ctx, None
-            ctx.__exit__(None, None, None)
-        for h in self._handles:
-            h.remove()
-        self._handles.clear()
-        self._active.clear()
+        """Remove every forward hook and the API interception, whole even under Ctrl-C. Tensor hooks
+        die with their graph."""
+        with interrupts_deferred():
+            if self._api_ctx is not None:
+                ctx, self._api_ctx = self._api_ctx, None
+                ctx.__exit__(None, None, None)
+            for h in self._handles:
+                h.remove()
+            self._handles.clear()
+            self._active.clear()
 
     def call_counts(self) -> dict[str, int]:
         """How many calls of each layer path were recorded so far."""

@@ -19,6 +19,7 @@ from nbdiff.frameworks import Framework
 from nbdiff.trace.events import Event, TensorRecord
 from nbdiff.trace.modes import kept_state
 from nbdiff.trace.nest import flatten, unflatten
+from nbdiff.trace.user_state import kept_user_state
 from nbdiff.weights.plan import LayerWeights, layer_tensors
 
 __all__ = [
@@ -195,13 +196,15 @@ class Replayer:
         (args, kwargs), _ = built
         handles, fed = self._force_outputs(children)
         try:
-            with kept_state(fw, raw.layer), fw.no_grad():
+            with kept_state(fw, raw.layer), kept_user_state(fw, raw.layer) as state, fw.no_grad():
                 out = raw.layer(*args, **kwargs)
         except Exception:
             return None
         finally:
             for h in handles:
                 h.remove()
+        if state.changed:
+            return None  # it keeps state between calls (a KV cache): run again, it is not the call of the step
         leaves, _ = flatten(out, fw.is_tensor, "out")
         diffs = list(fed)
         for (_, t), b in zip(leaves, base.outputs):
@@ -271,7 +274,7 @@ class Replayer:
         params = {n: p for n, p in layer_tensors(fw, fwd.layer, plan_recursive).items() if fw.is_trainable(p)}
         # Gradients inside kept_state: restoring a train-mode BatchNorm's running statistics writes
         # tensors its backward still holds ("modified by an inplace operation").
-        with kept_state(fw, fwd.layer):
+        with kept_state(fw, fwd.layer), kept_user_state(fw, fwd.layer) as state:
             out = fwd.layer(*args, **kwargs)
             leaves, _ = flatten(out, fw.is_tensor, "out")
             by_name = {t.name: t.data for t in grad_out.outputs}
@@ -287,6 +290,8 @@ class Replayer:
             if not outs or not targets:
                 return None
             grads = fw.grad(outs, targets, gouts)
+        if state.changed:
+            return None  # it keeps state between calls: run again, it is not the call of the step
         k = sum(1 for x in ins if fw.requires_grad(x))
         in_grads = [None if g is None else fw.to_numpy(g) for g in grads[:k]]
         p_grads = {n: fw.to_numpy(g) for n, g in zip(params, grads[k:]) if g is not None}

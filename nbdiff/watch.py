@@ -7,6 +7,7 @@ loss, backward and optimizer steps, in any arrangement after that).
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import replace
@@ -182,11 +183,21 @@ class watch:
             self._r.recorder.feed = self._feed(k)
 
     def _probe(self, args: tuple, kwargs: dict) -> Pairing:
-        """Pair raw's layer calls (one no-grad forward on the same arguments) with base's step 0."""
+        """Pair raw's layer calls with base's step 0, from one no-grad forward of a copy of raw on a copy
+        of the arguments: the user's model runs only as often as the user's code calls it, and its state
+        (a KV cache, a counter, a cache object passed in) stays the user's."""
+        try:
+            model, call = copy.deepcopy(self.raw), copy.deepcopy((args, kwargs))
+        except Exception as exc:  # a model holding what cannot be copied (a lock, a process group)
+            model, call = self.raw, (args, kwargs)
+            self._warnings.append(
+                f"raw could not be copied for the pairing probe ({type(exc).__name__}: {exc}); it was called once "
+                "more before its first step, its Python-side state put back"
+            )
         self._probing = True
         self._r.recorder.paused = True
         try:
-            raw_fwd = forward_structure(self.rfw, self.raw, (args, kwargs), "raw", train=True, root=False)
+            raw_fwd = forward_structure(self.rfw, model, call, "raw", train=True, root=False)
         finally:
             self._probing = False
             self._r.recorder.paused = False

@@ -290,3 +290,35 @@ def sgd(model: Any, head_lr: float = 0.1) -> Any:
     # paddle's group learning_rate scales the optimizer's
     groups = [{"params": rest}, {"params": list(model.head.parameters()), "learning_rate": head_lr / 0.1}]
     return paddle.optimizer.SGD(learning_rate=0.1, parameters=groups)
+
+
+def decoder(fw: str, bug: bool = False) -> Any:
+    """A one-head attention decoder that keeps its own KV cache (a Python list) and counts its calls:
+    each call takes one new token and attends over every cached one, as a decode loop does. ``bug``:
+    its own code scales the attention by 1.1."""
+    n = _ns(fw)
+    if fw == "torch":
+        import torch
+
+        cat, softmax = (lambda xs: torch.cat(xs, 1)), (lambda s: torch.softmax(s, -1))
+    else:
+        import paddle
+
+        cat, softmax = (lambda xs: paddle.concat(xs, 1)), (lambda s: paddle.nn.functional.softmax(s, -1))
+
+    class Decoder(n.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.qkv, self.proj, self.head = n.linear(8, 24), n.linear(8, 8), n.linear(8, 5)
+            self.cache: list[Any] = []
+            self.calls = 0
+
+        def forward(self, x):  # x: (batch, 1, 8), the newest token
+            self.calls += 1
+            q, k, v = self.qkv(x).split([8, 8, 8], -1) if fw == "torch" else self.qkv(x).split(3, -1)
+            self.cache.append((k, v))
+            keys, values = cat([c[0] for c in self.cache]), cat([c[1] for c in self.cache])
+            att = softmax((q @ keys.transpose(1, 2) if fw == "torch" else q @ keys.transpose([0, 2, 1])) / 8**0.5)
+            return self.head(x + self.proj(att @ values * (1.1 if bug else 1.0)))
+
+    return Decoder()

@@ -103,3 +103,17 @@ def test_with_inputs_trees_built_differently_pair_every_layer_with_weights(direc
             layers = dict(model.named_sublayers())
             own = {p: list(layers[p].parameters(include_sublayers=False)) for p in unpaired}
         assert not [p for p, ws in own.items() if ws], own  # only containers and weightless layers stay unpaired
+
+
+def test_with_inputs_a_stateful_models_python_state_is_left_as_found():
+    # check_config runs each model once to pair by execution: a KV cache grew and a counter moved.
+    from tests.structure_models import decoder
+
+    base, raw = decoder("torch"), decoder("paddle")
+    entry = (torch.zeros(2, 1, 8), torch.zeros(2, 1, 8))  # the user's earlier token
+    base.cache.append(entry)
+    x = np.random.RandomState(0).randn(2, 1, 8).astype("float32")
+    nbdiff.check_config(base, raw, inputs=x)
+    assert (base.calls, raw.calls, len(raw.cache)) == (0, 0, 0) and base.cache == [entry]
+    assert nbdiff.LayerMap.auto(base, raw, x) is not None
+    assert (base.calls, raw.calls, len(raw.cache)) == (0, 0, 0) and base.cache == [entry]

@@ -30,3 +30,28 @@ def test_raw_gets_base_weights_from_before_base_stepped():
     assert w.result, w.result.report()
     for b, r in zip(base.parameters(), raw.parameters()):
         torch.testing.assert_close(b, r, rtol=0, atol=1e-6)
+
+
+@pytest.mark.parametrize("direction", ["torch->paddle", "paddle->torch"])
+def test_a_decode_loop_with_a_kv_cache_calls_raw_only_as_often_as_the_loop(direction):
+    # watch's pairing probe ran raw once more, which appended to raw's cache: an equivalent pair of
+    # decode loops then failed at step 0 ("code of <root> between qkv and proj").
+    paddle = pytest.importorskip("paddle")
+    from tests.structure_models import decoder
+
+    bfw, rfw = direction.split("->")
+    torch.manual_seed(0)
+    paddle.seed(0)
+    base, raw = decoder(bfw), decoder(rfw)
+    tokens = np.random.RandomState(0).randn(8, 2, 1, 8).astype("float32")
+
+    def tensor(fw, a):
+        return torch.from_numpy(a) if fw == "torch" else paddle.to_tensor(a)
+
+    with nbdiff.watch(base, raw) as w:
+        for t in tokens:
+            with torch.no_grad(), paddle.no_grad():
+                base(tensor(bfw, t))
+                raw(tensor(rfw, t))
+    assert raw.calls == base.calls == 8 and len(raw.cache) == len(base.cache) == 8
+    assert w.result and w.result.steps == 8, w.result.report()

@@ -142,6 +142,8 @@ class Divergence:
                 else "before any sublayer"
             )
             found = f"code of `{b}` ({self.base_type}) itself, {place} (raw `{r}`)"
+            if self.local_error is None:
+                found += " (not measured: it could not be run again, e.g. it keeps state between calls; the error first appears there)"
             if self.unpaired:
                 found = f"the unpaired calls {', '.join(self.unpaired)} or the {found}"
             return f"{head}: {found}"
@@ -259,8 +261,28 @@ def blame_all(
     if first_acc is not None and any(
         not d.passed and final(d) and not (noise is not None and noise(d.base, d.tensors)) for d in diffs
     ):
-        return [divergence_of(diffs[first_acc], "accumulated", inherited=True)], diffs
+        return [
+            _unmeasured_parent(diffs, first_acc, children)
+            or divergence_of(diffs[first_acc], "accumulated", inherited=True)
+        ], diffs
     return [], diffs
+
+
+def _unmeasured_parent(diffs: list[EventDiff], first: int, children: dict[int, list[int]]) -> Divergence | None:
+    """Where the first failing event is fine on its own, inside a parent that could not be run again (it
+    keeps state between calls, a KV cache): the error arose in the parent's code just before it."""
+    d = diffs[first]
+    if d.local is None or d.local_ratio is None or d.local_ratio > 1.0:
+        return None
+    parent = next((i for i, kids in children.items() if first in kids), None)
+    if parent is None or diffs[parent].local is not None or diffs[parent].passed:
+        return None
+    kids = sorted(children[parent], key=lambda k: diffs[k].base.order)
+    before = [diffs[k] for k in kids if diffs[k].base.order < d.base.order]
+    if any(not k.passed for k in before):
+        return None
+    prev = _label(before[-1]) if before else None
+    return divergence_of(diffs[parent], "between", (prev, _label(d)))
 
 
 def require_compared(diffs: Sequence[EventDiff], base_model: str) -> None:

@@ -210,6 +210,9 @@ class PaddleFramework:
     def seed(self, seed: int) -> None:
         paddle.seed(seed)
 
+    def layer_internals(self) -> frozenset[str]:
+        return _LAYER_INTERNALS
+
     def rng_state(self) -> Any:
         return paddle.get_rng_state()  # the generators of the current device (paddle.seed sets them)
 
@@ -247,3 +250,7 @@ class PaddleFramework:
             yield "p"
         elif "MultiHeadAttention" in names:
             yield "dropout"
+
+
+_LAYER_INTERNALS = frozenset(vars(paddle.nn.Layer())) | {"training"}
+"""Attributes every paddle layer keeps for itself (hooks, parameters, sublayers): not the user's state."""

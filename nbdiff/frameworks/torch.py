@@ -168,6 +168,9 @@ class TorchFramework:
     def seed(self, seed: int) -> None:
         torch.manual_seed(seed)
 
+    def layer_internals(self) -> frozenset[str]:
+        return _MODULE_INTERNALS
+
     def rng_state(self) -> Any:
         # CPU and every initialised accelerator, as torch.random.fork_rng keeps them.
         cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_available() and torch.cuda.is_initialized() else None
@@ -209,3 +212,7 @@ class TorchFramework:
             yield "p"
         elif isinstance(layer, torch.nn.MultiheadAttention):
             yield "dropout"
+
+
+_MODULE_INTERNALS = frozenset(vars(torch.nn.Module())) | {"training"}
+"""Attributes every torch module keeps for itself (hooks, parameters, submodules): not the user's state."""

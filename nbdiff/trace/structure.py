@@ -9,6 +9,7 @@ from nbdiff.trace.events import Event
 from nbdiff.trace.inputs import CallArgs, call_model
 from nbdiff.trace.modes import eval_mode, kept_state
 from nbdiff.trace.recorder import Recorder
+from nbdiff.trace.user_state import kept_user_state
 
 __all__ = ["forward_structure"]
 
@@ -24,7 +25,9 @@ def forward_structure(
     """
     modes = kept_state(fw, model) if train else eval_mode(fw, model)
     keep = None if root else (lambda path, layer: path != "")
-    with modes, fw.no_grad(), Recorder(fw, model, backward=False, stacks=False, keep=keep) as rec:
-        call_model(model, call, side)
+    # The user's own state (a KV cache, a counter) is put back: this call is nbdiff's, not the user's.
+    with modes, kept_user_state(fw, model), fw.no_grad():
+        with Recorder(fw, model, backward=False, stacks=False, keep=keep) as rec:
+            call_model(model, call, side)
     forward, _, _ = rec.events()
     return forward

@@ -67,3 +67,28 @@ def test_findings_survive_save_and_load(tmp_path):
     loaded = nbdiff.load(result.save(str(tmp_path / "r")))
     assert [f.describe() for f in loaded.findings] == [f.describe() for f in result.findings]
     assert [f.why() for f in loaded.findings] == [f.why() for f in result.findings]
+
+
+def test_a_blame_of_a_layers_own_code_says_what_is_known():
+    # why() returned "" for a code blame: say that no argument differs and how to name the call.
+    class T(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc1, self.fc2 = torch.nn.Linear(8, 8), torch.nn.Linear(8, 4)
+
+        def forward(self, x):
+            return self.fc2(self.fc1(x) * 2)
+
+    class P(paddle.nn.Layer):
+        def __init__(self):
+            super().__init__()
+            self.fc1, self.fc2 = paddle.nn.Linear(8, 8), paddle.nn.Linear(8, 4)
+
+        def forward(self, x):
+            return self.fc2(self.fc1(x) * 3)  # the bug, in the root's own code
+
+    result = nbdiff.auto_diff(T(), P(), X)
+    d = result.first_divergence
+    assert d.where == "between" and d.why().startswith("no constructor argument differs")
+    assert "api_level=True" in d.why() and "`fc1` and `fc2`" in d.why()
+    assert "why          no constructor argument differs" in result.report()

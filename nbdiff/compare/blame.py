@@ -161,6 +161,13 @@ class Divergence:
         """What differs between the blamed pair: constructor arguments, or for an update the optimizer settings; ``""`` when nothing known does."""
         if self.where == "framework":
             return self.explanation
+        if self.where == "between" and not self.arguments:
+            prev, nxt = self.between
+            place = " and ".join(f"`{x}`" for x in (prev, nxt) if x) or "its sublayers"
+            return (
+                f"no constructor argument differs; the code of `{self.base_path or '<root>'}` itself around {place} "
+                "computes something else: api_level=True (%modeldiff --api) names the framework call that differs"
+            )
         return "; ".join(a.describe() for a in self.arguments)
 
 

@@ -97,6 +97,8 @@ def render_text(result: DiffResult) -> str:
     if d.arguments:
         what = "optimizer settings differ" if d.where == "parameter" else "arguments differ"
         lines.append(f"  why          {what}: {d.why()}")
+    elif d.why():
+        lines.append(f"  why          {d.why()}")
     lines.append(f"  accumulated  {format_diff(d.metrics)}")
     if d.local_error is not None:
         lines.append(f"  local        {format_diff(d.local_error)}")

@@ -251,3 +251,40 @@ def test_a_whole_copy_is_not_covered_by_layers_paired_elsewhere():
     assert not _wmap(whole=[("enc", "encoder")]).covers(_wmap(("enc.0", "encoder.1")))
     # a registered recursive rule may rename: only same-framework copies by name are compared by place
     assert not _wmap(("body.0", "body.0")).covers(_wmap(whole=[("body", "body")], rule="torch MHA"))
+
+
+@pytest.mark.parametrize("direction", ["torch->paddle", "paddle->torch"])
+def test_a_layer_name_holding_a_plus_is_not_split(direction):
+    # A ModuleDict key `lin+act` was read as a LayerMap pair of `d.lin` and `act`: a bare KeyError.
+    import nbdiff
+
+    def net(fw):
+        if fw == "torch":
+            body = torch.nn.ModuleDict({"lin+act": torch.nn.Linear(4, 4)})
+            head = torch.nn.Linear(4, 2)
+
+            class T(torch.nn.Module):
+                def __init__(self):
+                    super().__init__()
+                    self.d, self.out = body, head
+
+                def forward(self, x):
+                    return self.out(self.d["lin+act"](x))
+
+            return T()
+        body, head = paddle.nn.LayerDict({"lin+act": paddle.nn.Linear(4, 4)}), paddle.nn.Linear(4, 2)
+
+        class P(paddle.nn.Layer):
+            def __init__(self):
+                super().__init__()
+                self.d, self.out = body, head
+
+            def forward(self, x):
+                return self.out(self.d["lin+act"](x))
+
+        return P()
+
+    bfw, rfw = direction.split("->")
+    result = nbdiff.auto_diff(net(bfw), net(rfw), np.random.RandomState(0).randn(3, 4).astype("float32"))
+    assert result, result.report()
+    assert ("d.lin+act", "d.lin+act") in {(w.base_path, w.raw_path) for w in result.options["weight_map"].layers}

@@ -45,6 +45,9 @@ class Pair:
     raw: Event
     explicit: bool = False
     """Paired by the user's LayerMap rather than automatically."""
+    members: tuple[str, ...] = ()
+    """For a LayerMap pair of several base layers run back to back (shown as ``a+b``): their paths.
+    Kept apart, so a path holding ``+`` itself (a ModuleDict key) is never split."""
 
 
 @dataclass(frozen=True)
@@ -223,7 +226,7 @@ def _explicit(base: list[Event], raw: list[Event], groups: list[tuple[tuple[str,
                     outputs=lasts[k].outputs,
                     type_name="+".join(next(e.type_name for e in base if e.path == p) for p in base_paths),
                 )
-            pairs.append(Pair(b, r, explicit=True))
+            pairs.append(Pair(b, r, explicit=True, members=tuple(base_paths) if len(base_paths) > 1 else ()))
     return pairs
 
 

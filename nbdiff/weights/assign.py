@@ -112,7 +112,7 @@ def execution_pairs(pairing: Pairing) -> list[tuple[str, str]]:
     seen: set[str] = set()
     out = []
     for p in pairing.pairs:
-        for bp in [p.base.path] if p.base.path in fused else p.base.path.split("+"):
+        for bp in p.members if p.members and p.base.path not in fused else [p.base.path]:
             if bp not in seen:
                 seen.add(bp)
                 out.append((bp, p.raw.path))

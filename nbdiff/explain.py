@@ -141,4 +141,8 @@ def _optimizer_why(
     if None in opts:
         return []
     lrs = (log.lr_at(opts[0], blamed.step), log.lr_at(opts[1], blamed.step))
-    return optimizer_diffs(opts[0], params[0], opts[1], params[1], lrs)
+    found = optimizer_diffs(opts[0], params[0], opts[1], params[1], lrs)
+    trainable = [p is not None and fw.is_trainable(p) for fw, p in zip(fws, params)]
+    if params[0] is not None and params[1] is not None and trainable[0] != trainable[1]:
+        found.insert(0, ArgDiff("trainable", trainable[0], trainable[1]))  # frozen on one side only
+    return found

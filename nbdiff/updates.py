@@ -96,12 +96,16 @@ def in_raw_layout(
 
 
 def snapshot(fw: Framework, layers: dict[str, Any], plans: dict[str, LayerWeights], side: str) -> Snapshot:
-    """Copies of the trainable tensors of every planned layer of one side, by base path."""
+    """Copies of the parameters of every planned layer of one side, by base path: frozen ones too, so a
+    parameter frozen on one side only shows as an update that differs (not a later forward)."""
     out = {}
     for plan in plans.values():
         layer = layers[plan.base_path if side == "base" else plan.raw_path]
+        params = {id(p) for _, sub in fw.named_layers(layer) for _, p in fw.direct_params(sub)}
         out[plan.base_path] = {
-            n: fw.to_numpy(p).copy() for n, p in layer_tensors(fw, layer, plan.recursive).items() if fw.is_trainable(p)
+            n: fw.to_numpy(p).copy()
+            for n, p in layer_tensors(fw, layer, plan.recursive).items()
+            if fw.is_trainable(p) or id(p) in params
         }
     return out
 

@@ -1,6 +1,7 @@
 """Optimizer updates given gradients that differ: what the gradients explain is not a divergence."""
 
 import numpy as np
+import pytest
 
 from nbdiff.compare.metrics import compare_tensors
 from nbdiff.compare.tolerance import resolve_tolerance
@@ -82,3 +83,33 @@ def test_a_spread_folded_one_step_at_a_time_discounts_as_all_the_steps_together(
     assert spread.steps == 2 and folded.passed and together.passed and folded.note == together.note
     spread.fold({"fc": ({"weight": bg.T}, {"weight": rg.T})})  # the shapes changed: no discount any more
     assert discount_updates([t], {"weight": bu}, {"weight": ru}, spread.of("fc"), "strict") == [t]
+
+
+@pytest.mark.parametrize("direction", ["torch->paddle", "paddle->torch"])
+def test_a_parameter_frozen_on_one_side_only_is_its_update_at_step_0(direction):
+    # The missing update was never reported: the blame went to step 1's forward.
+    paddle = pytest.importorskip("paddle")
+    torch = pytest.importorskip("torch")
+    import nbdiff
+
+    def net(fw):
+        if fw == "torch":
+            return torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Tanh(), torch.nn.Linear(8, 2))
+        return paddle.nn.Sequential(paddle.nn.Linear(4, 8), paddle.nn.Tanh(), paddle.nn.Linear(8, 2))
+
+    def sgd(fw, model):
+        if fw == "torch":
+            return torch.optim.SGD(model.parameters(), lr=0.1)
+        return paddle.optimizer.SGD(learning_rate=0.1, parameters=model.parameters())
+
+    bfw, rfw = direction.split("->")
+    base, raw = net(bfw), net(rfw)
+    if rfw == "torch":
+        raw[0].weight.requires_grad_(False)
+    else:
+        raw[0].weight.stop_gradient = True
+    x = np.random.RandomState(0).randn(3, 4).astype("float32")
+    result = nbdiff.auto_diff(base, raw, x, optimizers=[sgd(bfw, base), sgd(rfw, raw)], steps=2)
+    d = result.first_divergence
+    assert (d.step, d.phase.value, d.parameter) == (0, "optimizer", "0.weight"), result.report()
+    assert d.why() == "trainable: base True, raw False"

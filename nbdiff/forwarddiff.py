@@ -19,7 +19,7 @@ from nbdiff.replay import magnitude
 from nbdiff.step import StepRecord
 from nbdiff.trace.events import Event, Kind, TensorRecord
 
-__all__ = ["TolFn", "tensor_diffs", "forward_diffs", "api_local"]
+__all__ = ["TolFn", "tensor_diffs", "forward_diffs", "api_local", "at_least_as_loose"]
 
 TolFn = Callable[[str, str], Tolerance]
 
@@ -75,7 +75,11 @@ def forward_diffs(
         # value (the mean of LayerNorm outputs is about 0).
         roots = [e for e in brec.forward if e.kind is Kind.LAYER and e.parent is None]
         hint = _reduction_scale([t.value for e in roots for t in e.outputs if t.value is not None], tol)
-        ordered.append(EventDiff(bl[0], rl[0], tuple(tensor_diffs(rl[0].outputs, bl[0].outputs, tol, mode, hint))))
+        # ... and it is as precise as the outputs it reduces: bf16 outputs give a bf16-precise loss,
+        # whatever dtype the mean was taken in.
+        raw_roots = [e for e in rrec.forward if e.kind is Kind.LAYER and e.parent is None]
+        loss_tol = at_least_as_loose(tol, [t.dtype for e in roots + raw_roots for t in e.outputs])
+        ordered.append(EventDiff(bl[0], rl[0], tuple(tensor_diffs(rl[0].outputs, bl[0].outputs, loss_tol, mode, hint))))
     return ordered
 
 
@@ -125,8 +129,14 @@ def _reduction_scale(outputs: list[np.ndarray], tol: TolFn) -> float:
 
 def _input_tol(tol: TolFn, b: Event, r: Event) -> TolFn:
     """The tolerance of an event's outputs also allows for its inputs' dtype (fp16 in, fp32 out)."""
-    ins = loosest([t.dtype for t in b.inputs + r.inputs])
-    return lambda x, y: tol(loosest([x, y, ins]), ins)
+    return at_least_as_loose(tol, [t.dtype for t in b.inputs + r.inputs])
+
+
+def at_least_as_loose(tol: TolFn, dtypes: Sequence[str]) -> TolFn:
+    """``tol``, at least as loose as the loosest of ``dtypes``: what a result is computed from (a loss
+    from bf16 outputs, a gradient whose array is float32 only because numpy has no bfloat16)."""
+    worst = loosest(list(dtypes))
+    return lambda x, y: tol(loosest([x, y, worst]), worst)
 
 
 def api_local(d: EventDiff, tol: TolFn, mode: str, received: str = "inputs") -> tuple[TensorDiff, ...] | None:

@@ -21,7 +21,7 @@ from nbdiff.compare.metrics import TensorDiff
 from nbdiff.compare.unpaired import with_unpaired
 from nbdiff.conditioning import MARGIN, Floor, Noise
 from nbdiff.errors import PairingError
-from nbdiff.forwarddiff import TolFn, api_local, forward_diffs, tensor_diffs
+from nbdiff.forwarddiff import TolFn, api_local, at_least_as_loose, forward_diffs, tensor_diffs
 from nbdiff.frameworks import Framework
 from nbdiff.replay import Replayer, compare_paired_grads, largest_shape, magnitude, paired_param_grads
 from nbdiff.statediff import State, has_state, state_diffs
@@ -327,7 +327,9 @@ def _backward_diffs(
         arriving = max(arriving, magnitude([t.data for t in b.outputs], magnitudes))
         hint = max(arriving, magnitude([t.data for t in b.inputs] + [g for _, _, g in paired], magnitudes))
         tensors = tensor_diffs(r.inputs, b.inputs, tol, mode, hint, hint_covers=True)
-        tensors += compare_paired_grads(paired, tol, mode, hint, largest_shape(b.outputs), hint_covers=True)
+        # Parameter gradients arrive as arrays (bf16 as float32): judge them at the layer's gradients' dtype.
+        gtol = at_least_as_loose(tol, [t.dtype for e in (b, r) for t in (*e.inputs, *e.outputs)])
+        tensors += compare_paired_grads(paired, gtol, mode, hint, largest_shape(b.outputs), hint_covers=True)
         diffs.append(EventDiff(b, r, tuple(tensors)))
         read(b, r)
     return sorted(diffs, key=lambda d: d.base.order)

@@ -1,6 +1,7 @@
 """Tensors of paired events are compared by name, else by position; dumps by their statistics."""
 
 import numpy as np
+import pytest
 
 from nbdiff.compare.tolerance import resolve_tolerance
 from nbdiff.forwarddiff import tensor_diffs
@@ -32,3 +33,19 @@ def test_statistics_only_records_are_compared_by_their_statistics():
     assert not d.passed
     (same,) = tensor_diffs(base, base, _tol, "strict")
     assert same.passed
+
+
+@pytest.mark.parametrize("bf16_side", ["base", "raw"])
+def test_bf16_torch_against_fp32_paddle_passes_at_bf16_precision(bf16_side):
+    # Every layer passed, then <loss> was blamed: the loss (a float32 mean of bf16 outputs) and the
+    # parameter gradients (bf16 read as float32 arrays) were judged at float32's tolerance.
+    import nbdiff
+
+    torch_ = pytest.importorskip("torch")
+    paddle_ = pytest.importorskip("paddle")
+    t = torch_.nn.Sequential(torch_.nn.Linear(16, 32), torch_.nn.Tanh(), torch_.nn.Linear(32, 4)).to(torch_.bfloat16)
+    p = paddle_.nn.Sequential(paddle_.nn.Linear(16, 32), paddle_.nn.Tanh(), paddle_.nn.Linear(32, 4))
+    x = np.random.RandomState(0).randn(8, 16).astype("float32")
+    tx, px = torch_.from_numpy(x).to(torch_.bfloat16), paddle_.to_tensor(x)
+    result = nbdiff.auto_diff(t, p, (tx, px)) if bf16_side == "base" else nbdiff.auto_diff(p, t, (px, tx))
+    assert result, result.report()

@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 
+from nbdiff.align.fused import FusedLayers
 from nbdiff.compare.blame import Divergence, EventDiff
 from nbdiff.compare.metrics import TensorDiff, compare_tensors
 from nbdiff.compare.tolerance import Tolerance
@@ -101,7 +102,8 @@ def snapshot(fw: Framework, layers: dict[str, Any], plans: dict[str, LayerWeight
     out = {}
     for plan in plans.values():
         layer = layers[plan.base_path if side == "base" else plan.raw_path]
-        params = {id(p) for _, sub in fw.named_layers(layer) for _, p in fw.direct_params(sub)}
+        members = layer.members.values() if isinstance(layer, FusedLayers) else (layer,)
+        params = {id(p) for m in members for _, sub in fw.named_layers(m) for _, p in fw.direct_params(sub)}
         out[plan.base_path] = {
             n: fw.to_numpy(p).copy()
             for n, p in layer_tensors(fw, layer, plan.recursive).items()

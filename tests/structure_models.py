@@ -322,3 +322,14 @@ def decoder(fw: str, bug: bool = False) -> Any:
             return self.head(x + self.proj(att @ values * (1.1 if bug else 1.0)))
 
     return Decoder()
+
+
+def decoders(direction: str, bug: bool = False) -> tuple[Any, Any]:
+    """``(base, raw)`` decoders for ``"torch->paddle"`` or ``"paddle->torch"``, seeded; ``bug`` in raw."""
+    import paddle
+    import torch
+
+    bfw, rfw = direction.split("->")
+    torch.manual_seed(0)
+    paddle.seed(0)
+    return decoder(bfw), decoder(rfw, bug)

@@ -117,13 +117,10 @@ def test_replays_leave_a_stateful_models_python_state_as_they_found_it(direction
     # Measuring the root's own error ran it again: its KV cache grew and its call counter moved, and the
     # replay itself attended over a cache one entry longer than the step's (a wrong local error).
     import nbdiff
-    from tests.structure_models import decoder
+    from tests.structure_models import decoders
 
-    paddle = pytest.importorskip("paddle")
-    bfw, rfw = direction.split("->")
-    torch.manual_seed(0)
-    paddle.seed(0)
-    base, raw = decoder(bfw), decoder(rfw, bug=True)
+    pytest.importorskip("paddle")
+    base, raw = decoders(direction, bug=True)
     result = nbdiff.auto_diff(base, raw, np.random.RandomState(0).randn(2, 1, 8).astype("float32"))
     assert not result
     assert (base.calls, raw.calls, len(base.cache), len(raw.cache)) == (1, 1, 1, 1)

@@ -37,12 +37,10 @@ def test_a_decode_loop_with_a_kv_cache_calls_raw_only_as_often_as_the_loop(direc
     # watch's pairing probe ran raw once more, which appended to raw's cache: an equivalent pair of
     # decode loops then failed at step 0 ("code of <root> between qkv and proj").
     paddle = pytest.importorskip("paddle")
-    from tests.structure_models import decoder
+    from tests.structure_models import decoders
 
     bfw, rfw = direction.split("->")
-    torch.manual_seed(0)
-    paddle.seed(0)
-    base, raw = decoder(bfw), decoder(rfw)
+    base, raw = decoders(direction)
     tokens = np.random.RandomState(0).randn(8, 2, 1, 8).astype("float32")
 
     def tensor(fw, a):

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from nbdiff.align.pairing import Pairing, pair_forward
-from nbdiff.compare.blame import Divergence, EventDiff, blame_events
+from nbdiff.compare.blame import Divergence, EventDiff, blame_events, first_nonfinite
 from nbdiff.compare.tolerance import Tolerance, resolve_tolerance
 from nbdiff.errors import DumpError, OptionError
 from nbdiff.forwarddiff import api_local, forward_diffs, tensor_diffs
@@ -215,6 +215,10 @@ def _compare_step(
     brec, rrec = StepRecord(fa, by_phase(ea, Phase.BACKWARD), []), StepRecord(fb, by_phase(eb, Phase.BACKWARD), [])
     fwd = forward_diffs(pairing, brec, rrec, tol, mode)
     divergence, fwd = blame_events(fwd, lambda d: d.tensors if d.base.kind is Kind.LOSS else api_local(d, tol, mode))
+    # The first event producing NaN/Inf is a finding even where both runs agree on it, as in auto_diff.
+    nonfinite = first_nonfinite(fwd)
+    if nonfinite is not None and (divergence is None or _ran_before(nonfinite, divergence)):
+        divergence = nonfinite
     bwd = _backward(pairing, brec, rrec, a, b, tol, mode)
     if divergence is None:
         divergence, bwd = blame_events(bwd, lambda d: api_local(d, tol, mode, "outputs"))
@@ -237,6 +241,10 @@ def _compare_step(
         if divergence is not None:
             divergence = name_parameter(divergence, {})
     return divergence, fwd + bwd + upd, pairing
+
+
+def _ran_before(a: Divergence, b: Divergence) -> bool:
+    return a.event is not None and b.event is not None and a.event.base.order < b.event.base.order
 
 
 _Rule = tuple[WeightRule, bool] | None

@@ -1,5 +1,6 @@
 """nbdiff.compare on dumps: every step, every rank, statistics-only, and mismatched dumps."""
 
+import numpy as np
 import pytest
 
 pytest.importorskip("torch")
@@ -255,3 +256,25 @@ def test_tolerances_are_checked_at_the_door(tmp_path, name, bad):
         nbdiff.compare(tmp_path, tmp_path, **{name: bad})
     with pytest.raises(OptionError, match="compare_mode"):
         nbdiff.compare(tmp_path, tmp_path, compare_mode="loose")
+
+
+@pytest.mark.parametrize("direction", ["torch->paddle", "paddle->torch"])
+def test_the_same_nan_in_both_runs_is_a_finding_not_agreement(tmp_path, direction):
+    # A NaN weight copied into both: both runs agree NaN for NaN, and compare said SUCCESS where
+    # auto_diff names the layer that produces it.
+    bfw, rfw = direction.split("->")
+    base, raw = pair(base_fw=bfw, raw_fw=rfw)
+    for model, fw in ((base, bfw), (raw, rfw)):
+        w = model.fc1.weight
+        value = (w.detach().numpy() if fw == "torch" else w.numpy()).copy()
+        value[0, 0] = np.nan
+        if fw == "torch":
+            import torch
+
+            with torch.no_grad():
+                w.copy_(torch.from_numpy(value))
+        else:
+            w.set_value(value)
+    result = nbdiff.compare(train(base, tmp_path / "a", steps=1), train(raw, tmp_path / "b", steps=1))
+    d = result.first_divergence
+    assert d is not None and (d.where, d.base_path) == ("nonfinite", "fc1"), result.report()

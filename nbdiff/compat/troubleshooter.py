@@ -90,8 +90,7 @@ def api_dump_compare(
     With ``equal_nan=False`` a NaN on both sides at the same place is still a difference.
     """
     result = compare(origin_path, target_path, atol=atol, rtol=rtol, ignore_unmatched=ignore_unmatched)
-    if not equal_nan:
-        result = _nan_is_a_difference(result)
+    result = _nan_is_a_difference(result) if not equal_nan else _nan_agrees(result)
     if output_path is not None:
         result_tables = result.to_csv(output_path)
         for f in result_tables:
@@ -99,6 +98,17 @@ def api_dump_compare(
             p.rename(p.with_name("ts_api_" + p.name))
     print(result.report())
     return result
+
+
+def _nan_agrees(result: DiffResult) -> DiffResult:
+    """TroubleShooter's ``equal_nan=True``: NaN where both sides hold it at the same place is agreement,
+    so nbdiff's "first event producing NaN" finding is dropped when nothing else differs."""
+    d = result.first_divergence
+    if d is None or d.where != "nonfinite" or not all(t.passed for e in result.events for t in e.tensors):
+        return result
+    from dataclasses import replace
+
+    return replace(result, first_divergence=None, findings=())
 
 
 def _nan_is_a_difference(result: DiffResult) -> DiffResult:

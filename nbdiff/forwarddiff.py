@@ -79,7 +79,16 @@ def forward_diffs(
         # whatever dtype the mean was taken in.
         raw_roots = [e for e in rrec.forward if e.kind is Kind.LAYER and e.parent is None]
         loss_tol = at_least_as_loose(tol, [t.dtype for e in roots + raw_roots for t in e.outputs])
-        ordered.append(EventDiff(bl[0], rl[0], tuple(tensor_diffs(rl[0].outputs, bl[0].outputs, loss_tol, mode, hint))))
+        loss = tensor_diffs(rl[0].outputs, bl[0].outputs, loss_tol, mode, hint)
+        counts = [
+            sum(1 for e in side for t in e.outputs if t.dtype.startswith(("float", "bfloat")))
+            for side in (roots, raw_roots)
+        ]
+        if counts[0] != counts[1]:
+            note = (f"the models return {counts[0]} (base) and {counts[1]} (raw) floating outputs, and the default "
+                    "loss weighs them all: return the same outputs, or pass loss_fns")  # fmt: skip
+            loss = [replace(t, note=note) for t in loss]
+        ordered.append(EventDiff(bl[0], rl[0], tuple(loss)))
     return ordered
 
 

@@ -49,3 +49,36 @@ def test_bf16_torch_against_fp32_paddle_passes_at_bf16_precision(bf16_side):
     tx, px = torch_.from_numpy(x).to(torch_.bfloat16), paddle_.to_tensor(x)
     result = nbdiff.auto_diff(t, p, (tx, px)) if bf16_side == "base" else nbdiff.auto_diff(p, t, (px, tx))
     assert result, result.report()
+
+
+@pytest.mark.parametrize("extra_on", ["raw", "base"])
+def test_a_loss_blamed_because_the_outputs_differ_in_number_says_so(extra_on):
+    # An extra output on one side blamed <loss> with nothing said about why.
+    import nbdiff
+
+    torch_ = pytest.importorskip("torch")
+    paddle_ = pytest.importorskip("paddle")
+
+    class T(torch_.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = torch_.nn.Linear(4, 4)
+
+        def forward(self, x):
+            y = self.fc(x)
+            return (y, y * 2) if extra_on == "base" else y
+
+    class P(paddle_.nn.Layer):
+        def __init__(self):
+            super().__init__()
+            self.fc = paddle_.nn.Linear(4, 4)
+
+        def forward(self, x):
+            y = self.fc(x)
+            return (y, y * 2) if extra_on == "raw" else y
+
+    result = nbdiff.auto_diff(T(), P(), np.random.RandomState(0).randn(3, 4).astype("float32"))
+    d = result.first_divergence
+    counts = "1 (base) and 2 (raw)" if extra_on == "raw" else "2 (base) and 1 (raw)"
+    assert d.base_path == "<loss>" and d.why().startswith(f"the models return {counts} floating outputs")
+    assert "pass loss_fns" in result.report()

@@ -161,6 +161,8 @@ class Divergence:
         """What differs between the blamed pair: constructor arguments, or for an update the optimizer settings; ``""`` when nothing known does."""
         if self.where == "framework":
             return self.explanation
+        if self.base_type == "Loss" and not self.arguments and self.metrics.note:
+            return self.metrics.note  # e.g. the two models return different numbers of outputs
         if self.where == "between" and not self.arguments:
             prev, nxt = self.between
             place = " and ".join(f"`{x}`" for x in (prev, nxt) if x) or "its sublayers"

@@ -81,7 +81,15 @@ def register_weight_rule(
 
 def _key(x: tuple[str, str] | type) -> tuple[str, str]:
     if isinstance(x, tuple) and len(x) == 2:
-        return (str(x[0]), str(x[1]))
+        fw, cls = x
+        if isinstance(cls, type):  # ("torch", Cls): the class's name is what is matched
+            cls = cls.__name__
+        if fw not in ("torch", "paddle") or not isinstance(cls, str) or not cls:
+            raise OptionError(
+                f"A weight rule side must be (framework, class name) with framework 'torch' or 'paddle', not "
+                f"{x!r}: e.g. ('torch', 'Linear'), or the layer class itself."
+            )
+        return (fw, cls)
     if isinstance(x, type):
         for c in x.__mro__:
             root = c.__module__.split(".")[0]

@@ -333,3 +333,16 @@ def decoders(direction: str, bug: bool = False) -> tuple[Any, Any]:
     torch.manual_seed(0)
     paddle.seed(0)
     return decoder(bfw), decoder(rfw, bug)
+
+
+def put_nan(weight: Any) -> None:
+    """Write NaN into the first element of a torch or paddle parameter."""
+    import torch
+
+    if isinstance(weight, torch.Tensor):
+        with torch.no_grad():
+            weight.view(-1)[0] = float("nan")
+        return
+    value = weight.numpy().copy()
+    value.reshape(-1)[0] = np.nan
+    weight.set_value(value)

@@ -160,7 +160,6 @@ def test_keep_steps_must_be_a_whole_number(tmp_path, bad):
 
 def test_an_adam_update_that_gradients_at_rounding_noise_explain_is_no_divergence(tmp_path):
     torch = pytest.importorskip("torch")
-    import numpy as np
 
     from tests.test_drift import models_with_a_noisy_gradient
 
@@ -182,7 +181,6 @@ def test_each_steps_gradients_are_read_once_however_many_updates_they_explain(tm
     # Every step's update needed the gradients of all the steps before it, and read them all again:
     # a long dump's comparison grew with the square of its length (and held every step read).
     torch = pytest.importorskip("torch")
-    import numpy as np
 
     from nbdiff import offline
     from tests.test_drift import models_with_a_noisy_gradient
@@ -210,7 +208,6 @@ def test_each_steps_gradients_are_read_once_however_many_updates_they_explain(tm
 def _attention_dumps(tmp_path, dump_type, grad_bug=None):
     """One step of the fault suite's transformer block, torch and paddle, recorded; ``grad_bug``
     scales the gradient of one of paddle's attention projections (a backward-only bug)."""
-    import numpy as np
     import paddle
     import torch
 
@@ -264,17 +261,10 @@ def test_the_same_nan_in_both_runs_is_a_finding_not_agreement(tmp_path, directio
     # auto_diff names the layer that produces it.
     bfw, rfw = direction.split("->")
     base, raw = pair(base_fw=bfw, raw_fw=rfw)
-    for model, fw in ((base, bfw), (raw, rfw)):
-        w = model.fc1.weight
-        value = (w.detach().numpy() if fw == "torch" else w.numpy()).copy()
-        value[0, 0] = np.nan
-        if fw == "torch":
-            import torch
+    from tests.structure_models import put_nan
 
-            with torch.no_grad():
-                w.copy_(torch.from_numpy(value))
-        else:
-            w.set_value(value)
+    for model in (base, raw):
+        put_nan(model.fc1.weight)
     result = nbdiff.compare(train(base, tmp_path / "a", steps=1), train(raw, tmp_path / "b", steps=1))
     d = result.first_divergence
     assert d is not None and (d.where, d.base_path) == ("nonfinite", "fc1"), result.report()

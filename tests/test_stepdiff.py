@@ -64,6 +64,7 @@ def test_a_nan_weight_is_blamed_where_it_produces_nan_not_on_the_activation_afte
     # The NaN is copied into both sides, so fc1's outputs agree (NaN for NaN); torch's ReLU passes NaN
     # on and paddle's gives 0, so the ReLU was blamed and fc1 read as ok.
     import nbdiff
+    from tests.structure_models import put_nan
 
     def net(fw):
         if fw == "torch":
@@ -72,14 +73,7 @@ def test_a_nan_weight_is_blamed_where_it_produces_nan_not_on_the_activation_afte
 
     bfw, rfw = direction.split("->")
     base, raw = net(bfw), net(rfw)
-    w = base[0].weight
-    value = w.detach().numpy().copy() if bfw == "torch" else w.numpy().copy()
-    value[0, 0] = np.nan
-    if bfw == "torch":
-        with torch.no_grad():
-            w.copy_(torch.from_numpy(value))
-    else:
-        w.set_value(value)
+    put_nan(base[0].weight)
     result = nbdiff.auto_diff(base, raw, np.random.RandomState(0).randn(3, 4).astype("float32"))
     d = result.first_divergence
     assert (d.where, d.base_path) == ("nonfinite", "0"), result.report()

@@ -81,169 +81,224 @@ def auto_diff(
     check_framework_differences(framework_differences)
     bfw, rfw = framework_of(base, "base"), framework_of(raw, "raw")
     check_gradients((bfw, rfw), (base, raw), diff_phase)
-    bcall, rcall = split_inputs(inputs, bfw, rfw)
+    calls = split_inputs(inputs, bfw, rfw)
     # A failure after the copy (or after training steps) leaves both models as they were given.
     # Base changes only when the optimizers train it: copy it only then (the copies cost memory).
     originals = [save_weights(bfw, base) if optimizers is not None else [], save_weights(rfw, raw)]
     try:
         copied = _first_copy(bfw, base, rfw, raw, layer_map, inputs) if auto_init else None
-        losses = list(loss_fns) if loss_fns is not None else [None, None]
-        opts = list(optimizers) if optimizers is not None else None
-        backward = diff_phase != "forward"
 
         def tol(a: str, b: str) -> Tolerance:
             return resolve_tolerance(atol, rtol, a, b)
 
         spool = Spool(None if memory_mib is None else int(memory_mib * 2**20))
-        cmp = StepComparer(bfw, base, rfw, raw, tol, compare_mode, diff_phase, layer_map, spool=spool)
-
-        def run_pair(step: int, pairing: Pairing | None) -> tuple[StepRecord, StepRecord, Pairing]:
-            def fresh(fw: Framework, model: Any, opt: Any) -> None:
-                fw.zero_grad(model, opt)
-                fw.seed(step)
-
-            sides = ((bfw, base, opts[0] if opts else None), (rfw, raw, opts[1] if opts else None))
-            for side in sides:
-                fresh(*side)
-            brec = run_step(
-                bfw, base, bcall, losses[0], side="base", step=step, backward=backward, api_level=api_level, spool=spool
-            )
-
-            def run_raw(feed: Feed | None) -> tuple[StepRecord, Pairing]:
-                rrec = run_step(
-                    rfw, raw, rcall, losses[1], side="raw", step=step, backward=backward, feed=feed,
-                    api_level=api_level, spool=spool,
-                )  # fmt: skip
-                return rrec, cmp.pair(brec, rrec)
-
-            if not single_step:
-                return brec, *run_raw(None)
-            if pairing is not None:
-                return brec, *run_raw(feed_for(brec, pairing, diff_phase))
-            # Raw's calls are paired only once it has run: feed it by a guess (same paths, or the weight
-            # copy's), then check the guess against the pairing; run raw again only where it was wrong.
-            guess = guessed_feed(brec, diff_phase, copied.pairs() if copied else (), copied.fused if copied else ())
-            rrec, pairing = run_raw(guess)
-            right = feed_for(brec, pairing, diff_phase)
-            if same_feed(guess, right, rrec):
-                return brec, rrec, pairing
-            restore_state(rfw, initial[1])
-            fresh(*sides[1])
-            return brec, *run_raw(right)
-
-        events: list[EventDiff] = []
-        warnings: list[str] = []
-        divergence: Divergence | None = None
-        found: list[Divergence] = []  # every finding: those of the step that diverged, and framework differences
-        pairing: Pairing | None = None
-        wmap: WeightMap | None = None
-        done = 0
-        log = OptimizerLog()  # the optimizers that step, and their learning rates, to say why an update differs
-        with ExitStack() as stack:
-            stack.callback(spool.close)
-            stack.enter_context(kept_rng((bfw, rfw)))
-            log.listen(stack, (bfw, rfw))
-            for fw, model in ((bfw, base), (rfw, raw)):
-                stack.enter_context(training_flags(fw, model))
-                stack.enter_context(no_dropout(fw, model))
-                stack.callback(fw.zero_grad, model, None)
-            initial = [save_state(bfw, base), save_state(rfw, raw)]
-            if opts is None:
-                # Not training: running statistics end as they were (raw's as copied from base).
-                stack.callback(restore_state, bfw, initial[0])
-                stack.callback(lambda: restore_state(rfw, initial[1]))  # initial[1] may be replaced below
-            for step in progress(range(steps), "nbdiff: steps", total=steps):
-                if step and opts is not None and backward:
-                    # Each step starts where base's does: the last update's own error was compared, and
-                    # weights drifted by it (Adam: lr-sized) would flip ReLU masks and fail the next step.
-                    cmp.feed_optimizer(grads=None)
-                state_before = state_of(bfw, base)
-                brec, rrec, pairing = run_pair(step, pairing)
-                if wmap is None:
-                    # Weights pair by execution order: this step's pairing decides. A structure copy
-                    # that paired any layer differently is redone from it, and the step run again.
-                    wmap = plan_pairing(bfw, base, rfw, raw, pairing, strict=auto_init)
-                    if copied is not None and not copied.covers(wmap):
-                        restore_state(bfw, initial[0])
-                        restore_state(rfw, initial[1])
-                        tied = write_weights(bfw, base, rfw, raw, wmap, restore_on_failure=False)
-                        wmap = replace(wmap, warnings=wmap.warnings + tuple(tied))
-                        initial[1] = save_state(rfw, raw)
-                        brec, rrec, pairing = run_pair(step, pairing)
-                    elif copied is not None:
-                        wmap = replace(wmap, warnings=wmap.warnings + tuple(w for w in copied.warnings if "tied" in w))
-                    warnings += wmap.warnings
-                    warnings += constant_differences(
-                        bfw, cmp.blayers, rfw, cmp.rlayers, execution_pairs(pairing), lambda a, b: tol(a, b)
-                    )
-                    cmp.set_plans(wmap.by_base_path())
-                warnings += [f"base: {w}" for w in brec.warnings] + [f"raw: {w}" for w in rrec.warnings]
-                floor = _floor_of(bfw, base, bcall, losses[0], brec, cmp, backward) if not single_step else None
-                findings, diffs = cmp.compare(pairing, brec, rrec, floor=floor)
-                events += diffs
-                warnings += cmp.notes
-                cmp.notes.clear()
-                if opts is not None and backward:
-                    cmp.feed_optimizer()
-                    before = cmp.snapshot()
-                    run_optimizer(bfw, opts[0], "base")
-                    run_optimizer(rfw, opts[1], "raw")
-                    stacks = (log.stack_at(bfw.name, step), log.stack_at(rfw.name, step))
-                    updated, odiffs = cmp.compare_updates(step, before, cmp.snapshot(), stacks)
-                    events += odiffs
-                    findings += updated
-                if cmp.keeps_state():
-                    # Running statistics move in any train-mode forward, with or without optimizers.
-                    stated, sdiffs = cmp.compare_state(step, state_before, brec.forward)
-                    events += sdiffs
-                    findings += stated
-                done = step + 1
-                failing = [f for f in findings if f.where != "framework" or framework_differences == "fail"]
-                found += findings if failing else [f for f in findings if f.where == "framework"]
-                if failing:
-                    divergence = failing[0]
-                    break
-        require_compared(events, type(base).__name__)
-        if spool.failure:
-            warnings.append(f"{spool.failure}: the rest of the recording was held in memory")
-        if divergence is None:
-            warnings += inherited_warning(events)
-        result = explain(
-            DiffResult(
-                base_framework=bfw.name,
-                raw_framework=rfw.name,
-                base_model=type(base).__name__,
-                raw_model=type(raw).__name__,
-                first_divergence=divergence,
-                findings=tuple(found),
-                events=tuple(events),
-                steps=done,
-                unmatched_base=pairing.unmatched_base if pairing else (),
-                unmatched_raw=pairing.unmatched_raw if pairing else (),
-                warnings=tuple(warnings),
-                notes=tuple(inherited_notes(events)) if divergence is None else (),
-                options=dict(
-                    atol=atol,
-                    rtol=rtol,
-                    compare_mode=compare_mode,
-                    auto_init=auto_init,
-                    diff_phase=diff_phase,
-                    single_step=single_step,
-                    steps=steps,
-                    api_level=api_level,
-                    framework_differences=framework_differences,
-                    weight_map=wmap,
-                ),
-            ),
-            (bfw, rfw),
-            (base, raw),
-            log,
-        )
+        run = _Steps(
+            bfw, base, rfw, raw, calls,
+            list(loss_fns) if loss_fns is not None else [None, None],
+            list(optimizers) if optimizers is not None else None,
+            StepComparer(bfw, base, rfw, raw, tol, compare_mode, diff_phase, layer_map, spool=spool),
+            spool, copied, auto_init, single_step, diff_phase, api_level,
+        )  # fmt: skip
+        divergence, found, done = run.all_steps(steps, framework_differences == "fail")
+        options = dict(
+            atol=atol, rtol=rtol, compare_mode=compare_mode, auto_init=auto_init, diff_phase=diff_phase,
+            single_step=single_step, steps=steps, api_level=api_level,
+            framework_differences=framework_differences, weight_map=run.wmap,
+        )  # fmt: skip
+        result = run.result(divergence, found, done, options)
     except BaseException:
         restore_state(bfw, originals[0])
         restore_state(rfw, originals[1])
         raise
     return spilled(result, spill_above_mib)
+
+
+class _Steps:
+    """``auto_diff``'s steps: both models run, paired, compared, trained and checked, one step at a time."""
+
+    def __init__(
+        self,
+        bfw: Framework, base: Any, rfw: Framework, raw: Any, calls: tuple[Any, Any], losses: list[Any],
+        opts: list[Any] | None, cmp: StepComparer, spool: Spool, copied: WeightMap | None, auto_init: bool,
+        single_step: bool, diff_phase: str, api_level: bool | str,
+    ) -> None:  # fmt: skip
+        self.bfw, self.base, self.rfw, self.raw, self.calls, self.losses = bfw, base, rfw, raw, calls, losses
+        self.opts, self.cmp, self.spool, self.copied, self.auto_init = opts, cmp, spool, copied, auto_init
+        self.single_step, self.diff_phase, self.api_level = single_step, diff_phase, api_level
+        self.backward = diff_phase != "forward"
+        self.training = opts is not None and self.backward
+        self.events: list[EventDiff] = []
+        self.warnings: list[str] = []
+        self.pairing: Pairing | None = None
+        self.wmap: WeightMap | None = None
+        self.initial: list[Any] = []
+        self.log = OptimizerLog()  # the optimizers that step, and their learning rates, to say why an update differs
+
+    def hold(self, stack: ExitStack) -> None:
+        """Modes, dropout, random generators and gradients as the user had them, once the steps are done."""
+        bfw, base, rfw, raw = self.bfw, self.base, self.rfw, self.raw
+        stack.callback(self.spool.close)
+        stack.enter_context(kept_rng((bfw, rfw)))
+        self.log.listen(stack, (bfw, rfw))
+        for fw, model in ((bfw, base), (rfw, raw)):
+            stack.enter_context(training_flags(fw, model))
+            stack.enter_context(no_dropout(fw, model))
+            stack.callback(fw.zero_grad, model, None)
+        self.initial = [save_state(bfw, base), save_state(rfw, raw)]
+        if self.opts is None:
+            # Not training: running statistics end as they were (raw's as copied from base).
+            stack.callback(restore_state, bfw, self.initial[0])
+            stack.callback(lambda: restore_state(rfw, self.initial[1]))  # initial[1] may be replaced
+
+    def all_steps(self, steps: int, framework_fails: bool) -> tuple[Divergence | None, list[Divergence], int]:
+        """Step until one diverges: its first failing finding, every finding kept (those of the step that
+        diverged, and framework differences), and how many steps ran."""
+        found: list[Divergence] = []
+        with ExitStack() as stack:
+            self.hold(stack)
+            for step in progress(range(steps), "nbdiff: steps", total=steps):
+                findings = self.step(step)
+                failing = [f for f in findings if f.where != "framework" or framework_fails]
+                found += findings if failing else [f for f in findings if f.where == "framework"]
+                if failing:
+                    return failing[0], found, step + 1
+        return None, found, steps
+
+    def step(self, step: int) -> list[Divergence]:
+        """Run, compare, train and check one step; its findings."""
+        cmp = self.cmp
+        if step and self.training:
+            # Each step starts where base's does: the last update's own error was compared, and
+            # weights drifted by it (Adam: lr-sized) would flip ReLU masks and fail the next step.
+            cmp.feed_optimizer(grads=None)
+        state_before = state_of(self.bfw, self.base)
+        brec, rrec = self._run_pair(step)
+        if self.wmap is None:
+            brec, rrec = self._plan_weights(step, brec, rrec)
+        assert self.pairing is not None
+        self.warnings += [f"base: {w}" for w in brec.warnings] + [f"raw: {w}" for w in rrec.warnings]
+        floor = (
+            None
+            if self.single_step
+            else _floor_of(self.bfw, self.base, self.calls[0], self.losses[0], brec, cmp, self.backward)
+        )
+        findings, diffs = cmp.compare(self.pairing, brec, rrec, floor=floor)
+        self.events += diffs
+        self.warnings += cmp.notes
+        cmp.notes.clear()
+        if self.training:
+            findings += self._train(step)
+        if cmp.keeps_state():
+            # Running statistics move in any train-mode forward, with or without optimizers.
+            stated, sdiffs = cmp.compare_state(step, state_before, brec.forward)
+            self.events += sdiffs
+            findings += stated
+        return findings
+
+    def _plan_weights(self, step: int, brec: StepRecord, rrec: StepRecord) -> tuple[StepRecord, StepRecord]:
+        """Weights pair by execution order: step 0's pairing decides. A structure copy that paired any
+        layer differently is redone from it, and the step run again."""
+        bfw, base, rfw, raw, copied = self.bfw, self.base, self.rfw, self.raw, self.copied
+        assert self.pairing is not None
+        wmap = plan_pairing(bfw, base, rfw, raw, self.pairing, strict=self.auto_init)
+        if copied is not None and not copied.covers(wmap):
+            restore_state(bfw, self.initial[0])
+            restore_state(rfw, self.initial[1])
+            tied = write_weights(bfw, base, rfw, raw, wmap, restore_on_failure=False)
+            wmap = replace(wmap, warnings=wmap.warnings + tuple(tied))
+            self.initial[1] = save_state(rfw, raw)
+            brec, rrec = self._run_pair(step)
+        elif copied is not None:
+            wmap = replace(wmap, warnings=wmap.warnings + tuple(w for w in copied.warnings if "tied" in w))
+        self.wmap = wmap
+        self.warnings += wmap.warnings
+        cmp = self.cmp
+        self.warnings += constant_differences(
+            bfw, cmp.blayers, rfw, cmp.rlayers, execution_pairs(self.pairing), cmp.tol
+        )
+        cmp.set_plans(wmap.by_base_path())
+        return brec, rrec
+
+    def _train(self, step: int) -> list[Divergence]:
+        """Both optimizers step from base's weights and gradients; their updates compared."""
+        cmp, opts, log = self.cmp, self.opts, self.log
+        assert opts is not None
+        cmp.feed_optimizer()
+        before = cmp.snapshot()
+        run_optimizer(self.bfw, opts[0], "base")
+        run_optimizer(self.rfw, opts[1], "raw")
+        stacks = (log.stack_at(self.bfw.name, step), log.stack_at(self.rfw.name, step))
+        updated, diffs = cmp.compare_updates(step, before, cmp.snapshot(), stacks)
+        self.events += diffs
+        return updated
+
+    def _fresh(self, side: int, step: int) -> None:
+        fw, model = ((self.bfw, self.base), (self.rfw, self.raw))[side]
+        fw.zero_grad(model, self.opts[side] if self.opts else None)
+        fw.seed(step)
+
+    def _run_pair(self, step: int) -> tuple[StepRecord, StepRecord]:
+        """Base's step, then raw's (fed base's inputs with ``single_step``); ``self.pairing`` follows."""
+        for side in (0, 1):
+            self._fresh(side, step)
+        brec = run_step(
+            self.bfw, self.base, self.calls[0], self.losses[0], side="base", step=step, backward=self.backward,
+            api_level=self.api_level, spool=self.spool,
+        )  # fmt: skip
+        if not self.single_step:
+            return brec, self._run_raw(brec, step, None)
+        if self.pairing is not None:
+            return brec, self._run_raw(brec, step, feed_for(brec, self.pairing, self.diff_phase))
+        # Raw's calls are paired only once it has run: feed it by a guess (same paths, or the weight
+        # copy's), then check the guess against the pairing; run raw again only where it was wrong.
+        copied = self.copied
+        guess = guessed_feed(brec, self.diff_phase, copied.pairs() if copied else (), copied.fused if copied else ())
+        rrec = self._run_raw(brec, step, guess)
+        assert self.pairing is not None
+        right = feed_for(brec, self.pairing, self.diff_phase)
+        if same_feed(guess, right, rrec):
+            return brec, rrec
+        restore_state(self.rfw, self.initial[1])
+        self._fresh(1, step)
+        return brec, self._run_raw(brec, step, right)
+
+    def _run_raw(self, brec: StepRecord, step: int, feed: Feed | None) -> StepRecord:
+        rrec = run_step(
+            self.rfw, self.raw, self.calls[1], self.losses[1], side="raw", step=step, backward=self.backward,
+            feed=feed, api_level=self.api_level, spool=self.spool,
+        )  # fmt: skip
+        self.pairing = self.cmp.pair(brec, rrec)
+        return rrec
+
+    def result(self, divergence: Divergence | None, found: list[Divergence], done: int, options: dict) -> DiffResult:
+        """The answer, explained: arguments and optimizer settings that differ, warnings, notes."""
+        require_compared(self.events, type(self.base).__name__)
+        warnings = list(self.warnings)
+        if self.spool.failure:
+            warnings.append(f"{self.spool.failure}: the rest of the recording was held in memory")
+        if divergence is None:
+            warnings += inherited_warning(self.events)
+        pairing = self.pairing
+        return explain(
+            DiffResult(
+                base_framework=self.bfw.name,
+                raw_framework=self.rfw.name,
+                base_model=type(self.base).__name__,
+                raw_model=type(self.raw).__name__,
+                first_divergence=divergence,
+                findings=tuple(found),
+                events=tuple(self.events),
+                steps=done,
+                unmatched_base=pairing.unmatched_base if pairing else (),
+                unmatched_raw=pairing.unmatched_raw if pairing else (),
+                warnings=tuple(warnings),
+                notes=tuple(inherited_notes(self.events)) if divergence is None else (),
+                options=options,
+            ),
+            (self.bfw, self.rfw),
+            (self.base, self.raw),
+            self.log,
+        )
 
 
 def _floor_of(

@@ -57,15 +57,7 @@ def compare(
     Every step's worst errors are kept (``result.step_errors()``); events are kept for the first
     ``keep_steps`` steps and for the blamed step, so memory stays bounded by a few steps.
     """
-    check_tolerances(atol, rtol, compare_mode)
-    if isinstance(keep_steps, bool) or not isinstance(keep_steps, int) or keep_steps < 0:
-        raise OptionError(f"keep_steps={keep_steps!r}: expected a whole number >= 0 (steps whose events are kept).")
-    ranks_a, ranks_b = rank_dirs(dir_a), rank_dirs(dir_b)
-    if set(ranks_a) != set(ranks_b) and not ignore_unmatched:
-        raise DumpError(
-            f"{dir_a} has ranks {sorted(ranks_a)} but {dir_b} has {sorted(ranks_b)}; "
-            "record every rank, or pass ignore_unmatched=True to compare the common ones."
-        )
+    ranks_a, ranks_b = _ranks_at_the_door(dir_a, dir_b, atol, rtol, compare_mode, keep_steps, ignore_unmatched)
 
     def tol(a: str, b: str) -> Tolerance:
         return resolve_tolerance(atol, rtol, a, b)
@@ -125,6 +117,22 @@ def compare(
         ),
         step_summary=tuple(kept.rows[k] for k in sorted(kept.rows)),
     )
+
+
+def _ranks_at_the_door(
+    dir_a: Any, dir_b: Any, atol: Any, rtol: Any, mode: Any, keep_steps: Any, ignore_unmatched: bool
+) -> tuple[dict[int, Any], dict[int, Any]]:
+    """The options checked, and each dump's rank folders (the same ranks unless ``ignore_unmatched``)."""
+    check_tolerances(atol, rtol, mode)
+    if isinstance(keep_steps, bool) or not isinstance(keep_steps, int) or keep_steps < 0:
+        raise OptionError(f"keep_steps={keep_steps!r}: expected a whole number >= 0 (steps whose events are kept).")
+    ranks_a, ranks_b = rank_dirs(dir_a), rank_dirs(dir_b)
+    if set(ranks_a) != set(ranks_b) and not ignore_unmatched:
+        raise DumpError(
+            f"{dir_a} has ranks {sorted(ranks_a)} but {dir_b} has {sorted(ranks_b)}; "
+            "record every rank, or pass ignore_unmatched=True to compare the common ones."
+        )
+    return ranks_a, ranks_b
 
 
 class _KeptSteps:

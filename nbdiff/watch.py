@@ -279,12 +279,24 @@ class watch:
         finally:
             self._b.load(final[0])
             self._r.load(final[1])
+        result = self._result(divergence, findings, events, done, pairing)
+        return spilled(result, SPILL_ABOVE_MIB)
+
+    def _result(
+        self,
+        divergence: Divergence | None,
+        findings: list[Divergence],
+        events: list[EventDiff],
+        done: int,
+        pairing: Pairing | None,
+    ) -> DiffResult:
+        """The answer, explained (arguments and optimizer settings that differ), with the warnings."""
         require_compared(events, type(self.base).__name__)
         if self._spool.failure:
             self._warnings.append(f"{self._spool.failure}: the rest of the recording was held in memory")
         if divergence is None:
             self._warnings += inherited_warning(events)
-        result = explain(
+        return explain(
             DiffResult(
                 base_framework=self.bfw.name,
                 raw_framework=self.rfw.name,
@@ -303,7 +315,6 @@ class watch:
             (self.base, self.raw),
             self._optimizers,
         )
-        return spilled(result, SPILL_ABOVE_MIB)
 
     def _grads_of(self, k: int) -> ParamGrads:
         # Recorded copies only: the live gradients are a later step's.

@@ -74,7 +74,7 @@ def _ratio(x: float | None) -> float | None:
 def _status(
     d: EventDiff,
     is_first: bool,
-    framework: set[tuple[int, str, str]] = set(),  # noqa: B006
+    framework: frozenset[tuple[int, str, str]] | set[tuple[int, str, str]] = frozenset(),
     agreed: bool = False,
 ) -> str:
     if is_first:

@@ -9,9 +9,6 @@ from __future__ import annotations
 from nbdiff.align.fused import register_fused_pattern
 from nbdiff.align.layer_map import LayerMap
 from nbdiff.check import ConfigCheck, check_config
-from nbdiff.compare.blame import Divergence, EventDiff
-from nbdiff.compare.metrics import TensorDiff
-from nbdiff.compare.tolerance import Tolerance
 from nbdiff.diff import auto_diff
 from nbdiff.errors import (
     DumpError,
@@ -22,6 +19,9 @@ from nbdiff.errors import (
     PairingError,
     WeightTransferError,
 )
+from nbdiff.judge.blame import Divergence, EventDiff
+from nbdiff.judge.metrics import TensorDiff
+from nbdiff.judge.tolerance import Tolerance
 from nbdiff.offline import compare
 from nbdiff.record import record
 from nbdiff.report.saved import load_result as load

@@ -12,8 +12,8 @@ from nbdiff.align.arguments import ArgDiff, argument_diffs
 from nbdiff.align.layer_map import LayerMap
 from nbdiff.align.pairing import pair_forward
 from nbdiff.align.typemap import activation_kind, type_affinity
+from nbdiff.engine.options import check_comparison
 from nbdiff.frameworks import Framework, framework_of
-from nbdiff.options import check_comparison
 from nbdiff.trace.inputs import split_inputs
 from nbdiff.trace.structure import forward_structure
 

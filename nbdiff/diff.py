@@ -10,27 +10,26 @@ from typing import Any
 from nbdiff.align.layer_map import LayerMap
 from nbdiff.align.optimizer_settings import OptimizerLog
 from nbdiff.align.pairing import Pairing
-from nbdiff.compare.blame import Divergence, EventDiff, inherited_notes, inherited_warning, require_compared
-from nbdiff.compare.tolerance import Tolerance, resolve_tolerance
-from nbdiff.conditioning import Floor, measure_floor
-from nbdiff.constants import constant_differences
+from nbdiff.engine.conditioning import Floor, measure_floor
+from nbdiff.engine.driver import Verdict
+from nbdiff.engine.feed import feed_for, guessed_feed, same_feed
+from nbdiff.engine.gc_pause import gc_paused
+from nbdiff.engine.live import LiveComparer, live_param_grads
+from nbdiff.engine.options import check_comparison, check_framework_differences, check_gradients, check_run
+from nbdiff.engine.progress import progress
+from nbdiff.engine.spill import SPILL_ABOVE_MIB, spilled
+from nbdiff.engine.state import state_of
+from nbdiff.engine.stepping import StepRecord, run_optimizer, run_step
 from nbdiff.errors import WeightTransferError
-from nbdiff.explain import explain
-from nbdiff.feed import feed_for, guessed_feed, same_feed
 from nbdiff.frameworks import Framework, framework_of
-from nbdiff.gc_pause import gc_paused
-from nbdiff.options import check_comparison, check_framework_differences, check_gradients, check_run
-from nbdiff.progress import progress
+from nbdiff.judge.blame import Divergence
+from nbdiff.judge.tolerance import Tolerance, resolve_tolerance
 from nbdiff.result import DiffResult
-from nbdiff.spill import SPILL_ABOVE_MIB, spilled
-from nbdiff.statediff import state_of
-from nbdiff.step import StepRecord, run_optimizer, run_step
-from nbdiff.stepdiff import StepComparer, live_param_grads
 from nbdiff.trace.calls import Feed
 from nbdiff.trace.inputs import split_inputs
 from nbdiff.trace.modes import kept_rng, no_dropout, restore_state, save_state, save_weights, training_flags
 from nbdiff.trace.spool import MEMORY_MIB, Spool
-from nbdiff.weights.assign import WeightMap, assign_weight, execution_pairs, plan_pairing, plan_weights, write_weights
+from nbdiff.weights.assign import WeightMap, assign_weight, plan_weights, write_weights
 
 __all__ = ["auto_diff"]
 
@@ -96,16 +95,16 @@ def auto_diff(
             bfw, base, rfw, raw, calls,
             list(loss_fns) if loss_fns is not None else [None, None],
             list(optimizers) if optimizers is not None else None,
-            StepComparer(bfw, base, rfw, raw, tol, compare_mode, diff_phase, layer_map, spool=spool),
-            spool, copied, auto_init, single_step, diff_phase, api_level,
+            LiveComparer(bfw, base, rfw, raw, tol, compare_mode, diff_phase, layer_map, spool, strict=auto_init),
+            spool, copied, single_step, diff_phase, api_level, Verdict(framework_differences == "fail"),
         )  # fmt: skip
-        divergence, found, done = run.all_steps(steps, framework_differences == "fail")
+        run.all_steps(steps)
         options = dict(
             atol=atol, rtol=rtol, compare_mode=compare_mode, auto_init=auto_init, diff_phase=diff_phase,
             single_step=single_step, steps=steps, api_level=api_level,
             framework_differences=framework_differences, weight_map=run.wmap,
         )  # fmt: skip
-        result = run.result(divergence, found, done, options)
+        result = run.result(options)
     except BaseException:
         restore_state(bfw, originals[0])
         restore_state(rfw, originals[1])
@@ -119,16 +118,14 @@ class _Steps:
     def __init__(
         self,
         bfw: Framework, base: Any, rfw: Framework, raw: Any, calls: tuple[Any, Any], losses: list[Any],
-        opts: list[Any] | None, cmp: StepComparer, spool: Spool, copied: WeightMap | None, auto_init: bool,
-        single_step: bool, diff_phase: str, api_level: bool | str,
+        opts: list[Any] | None, cmp: LiveComparer, spool: Spool, copied: WeightMap | None, single_step: bool,
+        diff_phase: str, api_level: bool | str, verdict: Verdict,
     ) -> None:  # fmt: skip
         self.bfw, self.base, self.rfw, self.raw, self.calls, self.losses = bfw, base, rfw, raw, calls, losses
-        self.opts, self.cmp, self.spool, self.copied, self.auto_init = opts, cmp, spool, copied, auto_init
+        self.opts, self.cmp, self.spool, self.copied, self.verdict = opts, cmp, spool, copied, verdict
         self.single_step, self.diff_phase, self.api_level = single_step, diff_phase, api_level
         self.backward = diff_phase != "forward"
         self.training = opts is not None and self.backward
-        self.events: list[EventDiff] = []
-        self.warnings: list[str] = []
         self.pairing: Pairing | None = None
         self.wmap: WeightMap | None = None
         self.initial: list[Any] = []
@@ -150,23 +147,17 @@ class _Steps:
             stack.callback(restore_state, bfw, self.initial[0])
             stack.callback(lambda: restore_state(rfw, self.initial[1]))  # initial[1] may be replaced
 
-    def all_steps(self, steps: int, framework_fails: bool) -> tuple[Divergence | None, list[Divergence], int]:
-        """Step until one diverges: its first failing finding, every finding kept (those of the step that
-        diverged, and framework differences), and how many steps ran."""
-        found: list[Divergence] = []
+    def all_steps(self, steps: int) -> None:
+        """Step until one diverges."""
         with ExitStack() as stack:
             self.hold(stack)
             for step in progress(range(steps), "nbdiff: steps", total=steps):
-                findings = self.step(step)
-                failing = [f for f in findings if f.where != "framework" or framework_fails]
-                found += findings if failing else [f for f in findings if f.where == "framework"]
-                if failing:
-                    return failing[0], found, step + 1
-        return None, found, steps
+                if self.verdict.step_done(step, self.step(step)):
+                    return
 
     def step(self, step: int) -> list[Divergence]:
         """Run, compare, train and check one step; its findings."""
-        cmp = self.cmp
+        cmp, verdict = self.cmp, self.verdict
         if step and self.training:
             # Each step starts where base's does: the last update's own error was compared, and
             # weights drifted by it (Adam: lr-sized) would flip ReLU masks and fail the next step.
@@ -174,49 +165,41 @@ class _Steps:
         state_before = state_of(self.bfw, self.base)
         brec, rrec = self._run_pair(step)
         if self.wmap is None:
-            brec, rrec = self._plan_weights(step, brec, rrec)
+            brec, rrec = self._copy_by_plan(step, brec, rrec)
         assert self.pairing is not None
-        self.warnings += [f"base: {w}" for w in brec.warnings] + [f"raw: {w}" for w in rrec.warnings]
+        verdict.warnings += [f"base: {w}" for w in brec.warnings] + [f"raw: {w}" for w in rrec.warnings]
         floor = (
             None
             if self.single_step
             else _floor_of(self.bfw, self.base, self.calls[0], self.losses[0], brec, cmp, self.backward)
         )
-        findings, diffs = cmp.compare(self.pairing, brec, rrec, floor=floor)
-        self.events += diffs
-        self.warnings += cmp.notes
-        cmp.notes.clear()
+        findings = verdict.add(cmp.compare(self.pairing, brec, rrec, floor=floor))
         if self.training:
             findings += self._train(step)
         if cmp.keeps_state():
             # Running statistics move in any train-mode forward, with or without optimizers.
-            stated, sdiffs = cmp.compare_state(step, state_before, brec.forward)
-            self.events += sdiffs
-            findings += stated
+            findings += verdict.add(cmp.compare_state(step, state_before, brec.forward))
         return findings
 
-    def _plan_weights(self, step: int, brec: StepRecord, rrec: StepRecord) -> tuple[StepRecord, StepRecord]:
-        """Weights pair by execution order: step 0's pairing decides. A structure copy that paired any
-        layer differently is redone from it, and the step run again."""
+    def _copy_by_plan(self, step: int, brec: StepRecord, rrec: StepRecord) -> tuple[StepRecord, StepRecord]:
+        """Weights pair by execution order: step 0's plan (the comparer's) decides. A structure copy that
+        paired any layer differently is redone from it, and the step run again."""
         bfw, base, rfw, raw, copied = self.bfw, self.base, self.rfw, self.raw, self.copied
-        assert self.pairing is not None
-        wmap = plan_pairing(bfw, base, rfw, raw, self.pairing, strict=self.auto_init)
+        wmap = self.cmp.wmap
+        assert wmap is not None
         if copied is not None and not copied.covers(wmap):
             restore_state(bfw, self.initial[0])
             restore_state(rfw, self.initial[1])
             tied = write_weights(bfw, base, rfw, raw, wmap, restore_on_failure=False)
             wmap = replace(wmap, warnings=wmap.warnings + tuple(tied))
+            self.verdict.warnings += tied
             self.initial[1] = save_state(rfw, raw)
             brec, rrec = self._run_pair(step)
         elif copied is not None:
-            wmap = replace(wmap, warnings=wmap.warnings + tuple(w for w in copied.warnings if "tied" in w))
+            tied = tuple(w for w in copied.warnings if "tied" in w)
+            wmap = replace(wmap, warnings=wmap.warnings + tied)
+            self.verdict.warnings += tied
         self.wmap = wmap
-        self.warnings += wmap.warnings
-        cmp = self.cmp
-        self.warnings += constant_differences(
-            bfw, cmp.blayers, rfw, cmp.rlayers, execution_pairs(self.pairing), cmp.tol
-        )
-        cmp.set_plans(wmap.by_base_path())
         return brec, rrec
 
     def _train(self, step: int) -> list[Divergence]:
@@ -228,9 +211,7 @@ class _Steps:
         run_optimizer(self.bfw, opts[0], "base")
         run_optimizer(self.rfw, opts[1], "raw")
         stacks = (log.stack_at(self.bfw.name, step), log.stack_at(self.rfw.name, step))
-        updated, diffs = cmp.compare_updates(step, before, cmp.snapshot(), stacks)
-        self.events += diffs
-        return updated
+        return self.verdict.add(cmp.compare_snapshots(step, before, cmp.snapshot(), stacks))
 
     def _fresh(self, side: int, step: int) -> None:
         fw, model = ((self.bfw, self.base), (self.rfw, self.raw))[side]
@@ -253,58 +234,42 @@ class _Steps:
         # copy's), then check the guess against the pairing; run raw again only where it was wrong.
         copied = self.copied
         guess = guessed_feed(brec, self.diff_phase, copied.pairs() if copied else (), copied.fused if copied else ())
-        rrec = self._run_raw(brec, step, guess)
+        rrec = self._run_raw(brec, step, guess, plan=False)
         assert self.pairing is not None
         right = feed_for(brec, self.pairing, self.diff_phase)
         if same_feed(guess, right, rrec):
+            self.verdict.warnings += self.cmp.plan_from(self.pairing)
             return brec, rrec
         restore_state(self.rfw, self.initial[1])
         self._fresh(1, step)
         return brec, self._run_raw(brec, step, right)
 
-    def _run_raw(self, brec: StepRecord, step: int, feed: Feed | None) -> StepRecord:
+    def _run_raw(self, brec: StepRecord, step: int, feed: Feed | None, plan: bool = True) -> StepRecord:
         rrec = run_step(
             self.rfw, self.raw, self.calls[1], self.losses[1], side="raw", step=step, backward=self.backward,
             feed=feed, api_level=self.api_level, spool=self.spool,
         )  # fmt: skip
-        self.pairing = self.cmp.pair(brec, rrec)
+        self.pairing, notes = self.cmp.pair(brec, rrec, plan)
+        self.verdict.warnings += notes
         return rrec
 
-    def result(self, divergence: Divergence | None, found: list[Divergence], done: int, options: dict) -> DiffResult:
+    def result(self, options: dict) -> DiffResult:
         """The answer, explained: arguments and optimizer settings that differ, warnings, notes."""
-        require_compared(self.events, type(self.base).__name__)
-        warnings = list(self.warnings)
         if self.spool.failure:
-            warnings.append(f"{self.spool.failure}: the rest of the recording was held in memory")
-        if divergence is None:
-            warnings += inherited_warning(self.events)
+            self.verdict.warnings.append(f"{self.spool.failure}: the rest of the recording was held in memory")
         pairing = self.pairing
-        return explain(
-            DiffResult(
-                base_framework=self.bfw.name,
-                raw_framework=self.rfw.name,
-                base_model=type(self.base).__name__,
-                raw_model=type(self.raw).__name__,
-                first_divergence=divergence,
-                findings=tuple(found),
-                events=tuple(self.events),
-                steps=done,
-                unmatched_base=pairing.unmatched_base if pairing else (),
-                unmatched_raw=pairing.unmatched_raw if pairing else (),
-                warnings=tuple(warnings),
-                notes=tuple(inherited_notes(self.events)) if divergence is None else (),
-                options=options,
-            ),
-            (self.bfw, self.rfw),
-            (self.base, self.raw),
-            self.log,
+        return self.verdict.result(
+            (self.bfw.name, self.rfw.name, type(self.base).__name__, type(self.raw).__name__),
+            (pairing.unmatched_base, pairing.unmatched_raw) if pairing else ((), ()),
+            options,
+            explained_by=((self.bfw, self.rfw), (self.base, self.raw), self.log),
         )
 
 
 def _floor_of(
-    bfw: Framework, base: Any, call: Any, loss_fn: Any, brec: StepRecord, cmp: StepComparer, backward: bool
+    bfw: Framework, base: Any, call: Any, loss_fn: Any, brec: StepRecord, cmp: LiveComparer, backward: bool
 ) -> Callable[[], Floor | None]:
-    """Base's sensitivity to rounding in this step, measured only if blame asks (:mod:`nbdiff.conditioning`)."""
+    """Base's sensitivity to rounding in this step, measured only if blame asks (:mod:`nbdiff.engine.conditioning`)."""
 
     def param_grads(layer: Any, path: str) -> dict[str, Any]:
         return live_param_grads(bfw, layer if layer is not None else cmp.blayers[path], False)

@@ -17,9 +17,9 @@ import numpy as np
 
 from nbdiff.errors import OptionError
 from nbdiff.frameworks import Framework, framework_of
-from nbdiff.layer_paths import relative
 from nbdiff.trace.events import Event, Kind, Phase, TensorRecord, changed
 from nbdiff.trace.interrupts import interrupts_deferred
+from nbdiff.trace.layer_paths import relative
 from nbdiff.trace.session import ModelSession, Weights
 from nbdiff.trace.store import DUMP_TYPES
 from nbdiff.trace.writer import DumpWriter

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from nbdiff.compare.blame import Divergence, EventDiff
+from nbdiff.judge.blame import Divergence, EventDiff
 from nbdiff.trace.events import Event, Kind, Phase
 
 __all__ = ["DiffResult", "step_error_rows"]

@@ -18,24 +18,24 @@ import numpy as np
 from nbdiff.align.layer_map import LayerMap
 from nbdiff.align.optimizer_settings import OptimizerLog
 from nbdiff.align.pairing import Pairing
-from nbdiff.compare.blame import Divergence, EventDiff, inherited_warning, require_compared
-from nbdiff.compare.tolerance import Tolerance, resolve_tolerance
-from nbdiff.drift import drift_note, followed
+from nbdiff.engine.comparer import StepComparison
+from nbdiff.engine.drift import drift_note, followed
+from nbdiff.engine.driver import Verdict
+from nbdiff.engine.feed import feed_for
+from nbdiff.engine.live import LiveComparer, ParamGrads, held_param_grads
+from nbdiff.engine.options import check_comparison, check_mib
+from nbdiff.engine.progress import counter, progress
+from nbdiff.engine.spill import SPILL_ABOVE_MIB, spilled
+from nbdiff.engine.stepping import StepRecord
+from nbdiff.engine.updates import GradientSpread, Snapshot, in_raw_layout
 from nbdiff.errors import InputError, WeightTransferError
-from nbdiff.explain import explain
-from nbdiff.feed import feed_for
 from nbdiff.frameworks import framework_of
-from nbdiff.options import check_comparison, check_mib
-from nbdiff.progress import counter, progress
+from nbdiff.judge.tolerance import Tolerance, resolve_tolerance
 from nbdiff.result import DiffResult
-from nbdiff.spill import SPILL_ABOVE_MIB, spilled
-from nbdiff.step import StepRecord
-from nbdiff.stepdiff import ParamGrads, Snapshot, StepComparer, held_param_grads
 from nbdiff.trace.recorder import Feed
 from nbdiff.trace.session import ModelSession, Weights
 from nbdiff.trace.spool import MEMORY_MIB, Spool
 from nbdiff.trace.structure import forward_structure
-from nbdiff.updates import GradientSpread, in_raw_layout
 from nbdiff.weights.assign import WeightMap, plan_pairing, plan_weights, write_weights
 from nbdiff.weights.plan import layer_tensors
 
@@ -83,9 +83,11 @@ class watch:
         self._spool = Spool(None if memory_mib is None else int(memory_mib * 2**20))
         self._b = ModelSession(self.bfw, base, "base", backward, api_level=api_level, spool=self._spool)
         self._r = ModelSession(self.rfw, raw, "raw", backward, api_level=api_level, spool=self._spool)
-        self._cmp = StepComparer(
-            self.bfw, base, self.rfw, raw, self._tol, compare_mode, diff_phase, layer_map, spool=self._spool
+        self._cmp = LiveComparer(
+            self.bfw, base, self.rfw, raw, self._tol, compare_mode, diff_phase, layer_map, self._spool, bool(auto_init)
         )
+        self._start: tuple[Snapshot, Snapshot] | None = None  # the weights the first step began with
+        self._spread = GradientSpread()  # the gradients each optimizer was given, until the first divergence
         self._stack = ExitStack()
         self._optimizers = OptimizerLog()
         self._copied: WeightMap | None = None
@@ -203,7 +205,8 @@ class watch:
             self._r.recorder.paused = False
         base_fwd = self._b.recorder.step_events(0, self._b.grads)[0]
         root = [e for e in base_fwd if e.depth == 0][:1]
-        return self._cmp.pair(StepRecord(base_fwd, [], []), StepRecord(_with_root(root, raw_fwd, self.raw), [], []))
+        probed = StepRecord(_with_root(root, raw_fwd, self.raw), [], [])
+        return self._cmp.pair(StepRecord(base_fwd, [], []), probed, plan=False)[0]
 
     def _feed(self, k: int) -> Feed:
         """Base inputs and output gradients of step ``k``, keyed by raw's running call numbers."""
@@ -226,95 +229,53 @@ class watch:
                 f"The code called base {len(bsteps)} time(s) and raw {len(rsteps)} time(s): nothing to compare. "
                 "Call both models (base first) in the cell."
             )
+        verdict = Verdict()
+        verdict.warnings += self._warnings
         if len(bsteps) != len(rsteps):
-            self._warnings.append(f"base ran {len(bsteps)} step(s), raw {len(rsteps)}: compared the first {n}.")
-        events: list[EventDiff] = []
-        divergence: Divergence | None = None
-        findings: list[Divergence] = []
+            verdict.warnings.append(f"base ran {len(bsteps)} step(s), raw {len(rsteps)}: compared the first {n}.")
         pairing: Pairing | None = None
         final = (self._b.weights_now(), self._r.weights_now())
-        done = 0
-        start: tuple[Snapshot, Snapshot] | None = None
-        after: tuple[Snapshot, Snapshot] | None = None
-        spread = GradientSpread()
         try:
             for k in progress(range(n), "nbdiff: comparing steps", total=n):
-                brec, rrec = StepRecord(*bsteps[k]), StepRecord(*rsteps[k])
-                pairing = self._cmp.pair(brec, rrec)
-                if self._cmp.plans is None:
-                    wmap = plan_pairing(
-                        self.bfw, self.base, self.rfw, self.raw, pairing, strict=bool(self.options["auto_init"])
-                    )
-                    self._warnings += wmap.warnings
-                    self._cmp.set_plans(wmap.by_base_path())
-                # Both sides' weights as step k began: where step k - 1 ended.
-                now = after if after is not None else self._plan_snapshot(k)
-                start = start or now
-                # Replays run on the weights this step ran with; raw's, after step 0, on those its
-                # updates would have given had they been base's (nbdiff.drift).
-                self._b.load(self._b.weights[k])
-                replay_weights, drift = self._r.weights[k], None
-                if k > 0:
-                    follow = followed(self._cmp.plans, start[0], now[0], start[1])
-                    replay_weights = {**replay_weights, **self._raw_weights(follow)}
-                    # Only updates that agreed make drift; after a divergence its steps are for the chart.
-                    drift = drift_note(k, follow, now[1], self._tol) if divergence is None else None
-                self._r.load(replay_weights)
-                # Every step the user ran is compared, so the error's growth can be seen (result.plot());
-                # the answer stays the first divergence.
-                # Every own error of the step that diverges; after it, steps are for the chart.
-                found, diffs = self._cmp.compare(
-                    pairing, brec, rrec, self._grads_of(k), drift=drift, every=divergence is None
-                )
-                events += diffs
-                self._warnings += self._cmp.notes
-                self._cmp.notes.clear()
-                after = self._plan_snapshot(k + 1)
-                in_update, updates = self._updates(k, now, after, spread if divergence is None else None)
-                events += updates
-                if divergence is None and (found or in_update):
-                    findings = found + in_update
-                    divergence = findings[0]
-                done = k + 1
+                pairing = self._compare_step(k, StepRecord(*bsteps[k]), StepRecord(*rsteps[k]), verdict)
         finally:
             self._b.load(final[0])
             self._r.load(final[1])
-        result = self._result(divergence, findings, events, done, pairing)
+        if self._spool.failure:
+            verdict.warnings.append(f"{self._spool.failure}: the rest of the recording was held in memory")
+        result = verdict.result(
+            (self.bfw.name, self.rfw.name, type(self.base).__name__, type(self.raw).__name__),
+            (pairing.unmatched_base, pairing.unmatched_raw) if pairing else ((), ()),
+            dict(self.options, weight_map=self._copied),
+            explained_by=((self.bfw, self.rfw), (self.base, self.raw), self._optimizers),
+        )
         return spilled(result, SPILL_ABOVE_MIB)
 
-    def _result(
-        self,
-        divergence: Divergence | None,
-        findings: list[Divergence],
-        events: list[EventDiff],
-        done: int,
-        pairing: Pairing | None,
-    ) -> DiffResult:
-        """The answer, explained (arguments and optimizer settings that differ), with the warnings."""
-        require_compared(events, type(self.base).__name__)
-        if self._spool.failure:
-            self._warnings.append(f"{self._spool.failure}: the rest of the recording was held in memory")
-        if divergence is None:
-            self._warnings += inherited_warning(events)
-        return explain(
-            DiffResult(
-                base_framework=self.bfw.name,
-                raw_framework=self.rfw.name,
-                base_model=type(self.base).__name__,
-                raw_model=type(self.raw).__name__,
-                first_divergence=divergence,
-                findings=tuple(findings),
-                events=tuple(events),
-                steps=done,
-                unmatched_base=pairing.unmatched_base if pairing else (),
-                unmatched_raw=pairing.unmatched_raw if pairing else (),
-                warnings=tuple(self._warnings),
-                options=dict(self.options, weight_map=self._copied),
-            ),
-            (self.bfw, self.rfw),
-            (self.base, self.raw),
-            self._optimizers,
-        )
+    def _compare_step(self, k: int, brec: StepRecord, rrec: StepRecord, verdict: Verdict) -> Pairing:
+        """Step ``k`` as the user ran it: replays on the weights it ran with, then its updates. Every
+        step is compared, so the error's growth can be seen (``result.plot()``); after the first
+        divergence only for the chart."""
+        cmp = self._cmp
+        pairing, notes = cmp.pair(brec, rrec)
+        verdict.warnings += notes
+        # Both sides' weights as step k began: where step k - 1 ended.
+        now = self._plan_snapshot(k)
+        self._start = self._start or now
+        # Replays run on the weights this step ran with; raw's, after step 0, on those its
+        # updates would have given had they been base's (nbdiff.engine.drift).
+        self._b.load(self._b.weights[k])
+        replay_weights, drift = self._r.weights[k], None
+        if k > 0:
+            follow = followed(cmp.plans, self._start[0], now[0], self._start[1])
+            replay_weights = {**replay_weights, **self._raw_weights(follow)}
+            # Only updates that agreed make drift; after a divergence its steps are for the chart.
+            drift = drift_note(k, follow, now[1], self._tol) if not verdict.diverged else None
+        self._r.load(replay_weights)
+        first = not verdict.diverged
+        found = verdict.add(cmp.compare(pairing, brec, rrec, self._grads_of(k), drift=drift, every=first))
+        found += verdict.add(self._updates(k, now, self._plan_snapshot(k + 1), self._spread if first else None))
+        verdict.step_done(k, found)
+        return pairing
 
     def _grads_of(self, k: int) -> ParamGrads:
         # Recorded copies only: the live gradients are a later step's.
@@ -326,7 +287,7 @@ class watch:
         before: tuple[Snapshot, Snapshot],
         after: tuple[Snapshot, Snapshot],
         spread: GradientSpread | None,
-    ) -> tuple[list[Divergence], list[EventDiff]]:
+    ) -> StepComparison:
         """What the optimizers changed during step ``k`` (``before``, ``after``: the weights it began
         and ended with); nothing when no optimizer ran. ``spread``: the gradients each optimizer was
         given so far, to take out what they explain (until the first divergence; after it, only the
@@ -337,10 +298,9 @@ class watch:
             for i in side.weights[k]
         )
         if not changed:
-            return [], []
+            return StepComparison()
         stacks = (self._optimizers.stack_at(self.bfw.name, k), self._optimizers.stack_at(self.rfw.name, k))
         plans = self._cmp.plans
-        assert plans is not None
 
         # Each optimizer stepped from its own model's gradients: the updates may differ by what those did.
         def grads() -> GradientSpread:
@@ -349,11 +309,10 @@ class watch:
                 k, lambda s: in_raw_layout(plans, *self._plan_snapshot(s, lambda side: side.grads[s]))
             )
 
-        return self._cmp.compare_updates(k, before, after, stacks, grads if spread is not None else None)
+        return self._cmp.compare_snapshots(k, before, after, stacks, grads if spread is not None else None)
 
     def _raw_weights(self, snapshot: Snapshot) -> Weights:
         """Raw's parameters by ``id``, from arrays by plan and raw's names."""
-        assert self._cmp.plans is not None
         out: Weights = {}
         for plan in self._cmp.plans.values():
             arrays = snapshot.get(plan.base_path, {})
@@ -366,7 +325,6 @@ class watch:
         self, k: int, source: Callable[[ModelSession], Weights] | None = None
     ) -> tuple[Snapshot, Snapshot]:
         """Both sides' weights at the start of step ``k`` (or what ``source`` gives), by plan and name."""
-        assert self._cmp.plans is not None
         out: tuple[Snapshot, Snapshot] = ({}, {})
         for plan in self._cmp.plans.values():
             for i, (side, layers, path) in enumerate(

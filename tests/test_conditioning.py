@@ -7,9 +7,9 @@ torch = pytest.importorskip("torch")
 paddle = pytest.importorskip("paddle")
 
 import nbdiff  # noqa: E402
-from nbdiff.compare.metrics import compare_tensors  # noqa: E402
-from nbdiff.compare.tolerance import resolve_tolerance  # noqa: E402
-from nbdiff.conditioning import MARGIN, Noise, _nudged  # noqa: E402
+from nbdiff.judge.metrics import compare_tensors  # noqa: E402
+from nbdiff.judge.tolerance import resolve_tolerance  # noqa: E402
+from nbdiff.engine.conditioning import MARGIN, Noise, _nudged  # noqa: E402
 from nbdiff.frameworks import framework_of  # noqa: E402
 from nbdiff.trace.events import Event, Kind, Phase  # noqa: E402
 from tests.zoo.pairs import _seed  # noqa: E402

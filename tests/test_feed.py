@@ -3,8 +3,8 @@
 import numpy as np
 import pytest
 
-from nbdiff.feed import path_guess, same_feed
-from nbdiff.step import StepRecord
+from nbdiff.engine.feed import path_guess, same_feed
+from nbdiff.engine.stepping import StepRecord
 from nbdiff.trace.calls import Feed
 from nbdiff.trace.events import Event, Kind, Phase
 

@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from nbdiff.compare.framework_differences import StateUpdate, explaining, momentum_of
+from nbdiff.judge.framework_differences import StateUpdate, explaining, momentum_of
 
 
 def _update(base_fw, raw_fw, momentum=0.1, n=8):

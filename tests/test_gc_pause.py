@@ -5,7 +5,7 @@ import gc
 import numpy as np
 import pytest
 
-from nbdiff.gc_pause import gc_paused
+from nbdiff.engine.gc_pause import gc_paused
 
 torch = pytest.importorskip("torch")
 

@@ -1,6 +1,6 @@
 """Dotted layer paths."""
 
-from nbdiff.layer_paths import relative
+from nbdiff.trace.layer_paths import relative
 
 
 def test_a_path_relative_to_a_layer_is_inside_it_or_none():

@@ -1,8 +1,8 @@
 import numpy as np
 import pytest
 
-from nbdiff.compare.metrics import compare_tensors, cosine, max_abs, max_rel, nan_count
-from nbdiff.compare.tolerance import resolve_tolerance
+from nbdiff.judge.metrics import compare_tensors, cosine, max_abs, max_rel, nan_count
+from nbdiff.judge.tolerance import resolve_tolerance
 
 
 def test_pure_metrics():
@@ -61,7 +61,7 @@ def test_broadcast_equivalent_shapes_are_compared_after_broadcasting():
 
 
 def test_lazy_comparison_decides_at_once_and_gives_the_same_metrics_when_read():
-    from nbdiff.compare.tolerance import resolve_tolerance
+    from nbdiff.judge.tolerance import resolve_tolerance
 
     tol = resolve_tolerance(None, None, "float32")
     b = np.random.RandomState(0).randn(64, 32).astype("float32")
@@ -77,8 +77,8 @@ def test_lazy_comparison_decides_at_once_and_gives_the_same_metrics_when_read():
 def test_renaming_a_lazy_comparison_keeps_its_metrics_deferred():
     # single_step renamed every given-input comparison with dataclasses.replace, which reads every
     # field: the full metrics of ~250 passing tensors per step were computed for nothing.
-    from nbdiff.compare.metrics import _Detail
-    from nbdiff.compare.tolerance import resolve_tolerance
+    from nbdiff.judge.metrics import _Detail
+    from nbdiff.judge.tolerance import resolve_tolerance
 
     b = np.random.RandomState(0).randn(64, 32).astype("float32")
     a = b + np.float32(1e-7) * np.random.RandomState(1).randn(64, 32).astype("float32")
@@ -109,8 +109,8 @@ def test_a_hint_known_to_cover_base_skips_measuring_it_and_changes_nothing():
 def test_statistics_of_a_tensor_one_side_has_not_expanded_yet_agree():
     # paddleformers' rotary embedding is (2, 8, 8) where transformers' is (1, 8, 8): the same values
     # repeated over the batch, so the same statistics (a statistics dump said "shape differs")
-    from nbdiff.compare.metrics import compare_statistics
-    from nbdiff.compare.tolerance import resolve_tolerance
+    from nbdiff.judge.metrics import compare_statistics
+    from nbdiff.judge.tolerance import resolve_tolerance
     from nbdiff.trace.stats import tensor_stats
 
     x = np.random.RandomState(0).randn(1, 8, 8).astype(np.float32)

@@ -182,7 +182,7 @@ def test_each_steps_gradients_are_read_once_however_many_updates_they_explain(tm
     # a long dump's comparison grew with the square of its length (and held every step read).
     torch = pytest.importorskip("torch")
 
-    from nbdiff import offline
+    from nbdiff.engine import recorded
     from tests.test_drift import models_with_a_noisy_gradient
 
     x = torch.tensor(np.random.RandomState(1).randn(32, 8).astype("float32"))
@@ -196,8 +196,8 @@ def test_each_steps_gradients_are_read_once_however_many_updates_they_explain(tm
                 opt.zero_grad()
         paths.append(rec.path)
     reads = []
-    real = offline._param_grads
-    monkeypatch.setattr(offline, "_param_grads", lambda events: reads.append(1) or real(events))
+    real = recorded._param_grads
+    monkeypatch.setattr(recorded, "_param_grads", lambda events: reads.append(1) or real(events))
     result = nbdiff.compare(*paths)
     assert result, result.report()
     explained = {d.base.step for d in result.events if d.base.phase.value == "optimizer" for t in d.tensors if t.note}

@@ -7,7 +7,7 @@ paddle = pytest.importorskip("paddle")
 pytest.importorskip("tqdm")
 
 import nbdiff  # noqa: E402
-from nbdiff import progress as progress_module  # noqa: E402
+from nbdiff.engine import progress as progress_module  # noqa: E402
 from tests.fault_suite.models import BUILDERS, inputs  # noqa: E402
 
 

@@ -5,10 +5,10 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from nbdiff.compare.tolerance import resolve_tolerance  # noqa: E402
+from nbdiff.judge.tolerance import resolve_tolerance  # noqa: E402
 from nbdiff.frameworks import framework_of  # noqa: E402
-from nbdiff.replay import Replayer  # noqa: E402
-from nbdiff.step import run_step  # noqa: E402
+from nbdiff.engine.replay import Replayer  # noqa: E402
+from nbdiff.engine.stepping import run_step  # noqa: E402
 from nbdiff.trace.events import Kind  # noqa: E402
 from nbdiff.trace.inputs import split_inputs  # noqa: E402
 from nbdiff.weights.assign import plan_weights  # noqa: E402
@@ -89,7 +89,7 @@ def test_a_pair_that_cannot_take_the_same_input_is_not_replayed_and_does_not_cra
 
 
 def test_magnitude_ignores_nan_and_measures_an_array_seen_again_once():
-    from nbdiff.replay import magnitude
+    from nbdiff.engine.replay import magnitude
 
     a = np.array([1.0, -3.0, np.nan], "float32")
     b = np.array([[2.0, 0.5]], "float32")

@@ -11,7 +11,7 @@ torch = pytest.importorskip("torch")
 
 import nbdiff  # noqa: E402
 from nbdiff.errors import OptionError  # noqa: E402
-from nbdiff.spill import event_tensors, spill_tensors, spilled, wait_for_spills  # noqa: E402
+from nbdiff.engine.spill import event_tensors, spill_tensors, spilled, wait_for_spills  # noqa: E402
 from nbdiff.trace import spool as spool_module  # noqa: E402
 from nbdiff.trace.spool import in_file  # noqa: E402
 
@@ -164,7 +164,7 @@ def test_a_spilled_result_pins_no_memory_through_its_passing_comparisons(monkeyp
 
 
 def test_a_comparisons_own_arrays_and_views_of_moved_ones_are_read_from_the_file(tmp_path):
-    from nbdiff.spill import _from_file
+    from nbdiff.engine.spill import _from_file
     from nbdiff.trace.spool import Spool
 
     rng = np.random.default_rng(1)

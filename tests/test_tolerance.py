@@ -1,6 +1,6 @@
 """Tolerance defaults, explicit overrides, and the summed-terms count of parameter gradients."""
 
-from nbdiff.compare.tolerance import DEFAULTS, resolve_tolerance, summed_terms
+from nbdiff.judge.tolerance import DEFAULTS, resolve_tolerance, summed_terms
 
 
 def test_defaults_take_the_looser_dtype_and_explicit_values_win():

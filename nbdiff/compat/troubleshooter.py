@@ -120,7 +120,7 @@ def _nan_is_a_difference(result: DiffResult) -> DiffResult:
             if t.nan_base or t.nan_raw:
                 from dataclasses import replace
 
-                from nbdiff.compare.blame import divergence_of
+                from nbdiff.judge.blame import divergence_of
 
                 bad = replace(t, ratio=float("inf"), note="NaN (equal_nan=False)")
                 d = replace(e, tensors=(bad,))

@@ -14,8 +14,8 @@ from typing import Any
 import numpy as np
 
 from nbdiff.align.arguments import argument_diffs
-from nbdiff.compare.blame import EventDiff
-from nbdiff.compare.metrics import TensorDiff
+from nbdiff.judge.blame import EventDiff
+from nbdiff.judge.metrics import TensorDiff
 from nbdiff.notebook.pictures import error_picture
 from nbdiff.result import DiffResult
 from nbdiff.trace.built import construction_site, root_layers

@@ -17,9 +17,9 @@ from typing import Any
 
 import numpy as np
 
-from nbdiff.compare.blame import Divergence, EventDiff
 from nbdiff.errors import OptionError
 from nbdiff.frameworks import Framework, framework_of
+from nbdiff.judge.blame import Divergence, EventDiff
 
 __all__ = ["write_repro"]
 

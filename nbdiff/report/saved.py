@@ -21,10 +21,10 @@ from typing import Any
 import numpy as np
 
 from nbdiff.align.arguments import ArgDiff
-from nbdiff.compare.blame import Divergence, EventDiff
-from nbdiff.compare.metrics import TensorDiff
-from nbdiff.compare.tolerance import Tolerance
 from nbdiff.errors import DumpError
+from nbdiff.judge.blame import Divergence, EventDiff
+from nbdiff.judge.metrics import TensorDiff
+from nbdiff.judge.tolerance import Tolerance
 from nbdiff.result import DiffResult
 from nbdiff.trace.events import Event, Phase
 from nbdiff.trace.stack import Frame

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from nbdiff.compare.blame import Divergence, EventDiff
-from nbdiff.compare.metrics import TensorDiff
+from nbdiff.judge.blame import Divergence, EventDiff
+from nbdiff.judge.metrics import TensorDiff
 from nbdiff.trace.built import construction_site, root_layers
 from nbdiff.trace.events import Phase
 from nbdiff.trace.stack import Frame, cell_number, frame_label

@@ -13,8 +13,8 @@ from nbdiff.align.pairing import Pairing, pair_forward
 from nbdiff.align.typemap import equivalent_types
 from nbdiff.errors import NbdiffError, WeightTransferError
 from nbdiff.frameworks import Framework, framework_of
-from nbdiff.layer_paths import relative
 from nbdiff.trace.inputs import split_inputs
+from nbdiff.trace.layer_paths import relative
 from nbdiff.trace.structure import forward_structure
 from nbdiff.weights.fused import fused_layers, plan_fused, plan_unfused
 from nbdiff.weights.plan import SAME_BY_NAME, LayerWeights, all_class_names, convert_checked, layer_tensors, plan_layer

@@ -13,7 +13,7 @@ from nbdiff.errors import WeightTransferError
 from nbdiff.frameworks import Framework
 from nbdiff.weights.rules import Arrays, Convert, find_rule, rename_rule
 
-__all__ = ["LayerWeights", "SAME_BY_NAME", "layer_tensors", "plan_layer", "all_class_names"]
+__all__ = ["LayerWeights", "SAME_BY_NAME", "layer_tensors", "plan_layer", "plan_by_classes", "all_class_names"]
 
 _ALIASES = {"scale": "weight", "_weight": "weight", "_mean": "running_mean", "_variance": "running_var"}
 # Bookkeeping, not weights: a step counter, and paddle's RNN dropout state (shape () reading as (0,)).
@@ -99,6 +99,20 @@ def plan_layer(bfw: Framework, bpath: str, blayer: Any, rfw: Framework, rpath: s
             }
         return LayerWeights(bpath, rpath, btype, rtype, SAME_BY_NAME, whole, *rename_rule({}))
     return _by_name_and_shape(bfw, bpath, blayer, rfw, rpath, rlayer)
+
+
+def plan_by_classes(
+    bfw: str, bpath: str, bclasses: list[str], rfw: str, rpath: str, rclasses: list[str]
+) -> LayerWeights:
+    """The plan of two recorded layers known by their class names (most specific first): their
+    registered rule, else the same names (a dump holds no weights to match by shape)."""
+    btype, rtype = (bclasses or ["?"])[0], (rclasses or ["?"])[0]
+    found = find_rule(bfw, bclasses, rfw, rclasses)
+    if found is not None:
+        rule, inverted = found
+        conv, inv = (rule.inverse, rule.convert) if inverted else (rule.convert, rule.inverse)
+        return LayerWeights(bpath, rpath, btype, rtype, rule.name, rule.recursive, conv, inv, rule.optional, rule.copy)
+    return LayerWeights(bpath, rpath, btype, rtype, SAME_BY_NAME, False, *rename_rule({}))
 
 
 def _by_name_and_shape(

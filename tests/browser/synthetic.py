@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from nbdiff.compare.blame import Divergence, EventDiff
-from nbdiff.compare.metrics import compare_tensors
-from nbdiff.compare.tolerance import resolve_tolerance
+from nbdiff.judge.blame import Divergence, EventDiff
+from nbdiff.judge.metrics import compare_tensors
+from nbdiff.judge.tolerance import resolve_tolerance
 from nbdiff.result import DiffResult
 from nbdiff.trace.events import Event, Kind, Phase, TensorRecord
 from nbdiff.trace.stack import Frame

@@ -14,7 +14,7 @@ import traceback
 
 import nbdiff
 from nbdiff.frameworks import framework_of
-from nbdiff.step import loss_of
+from nbdiff.engine.stepping import loss_of
 from nbdiff.trace.inputs import split_inputs
 from tests.zoo.pairs import CASES
 

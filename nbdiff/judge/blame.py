@@ -18,8 +18,8 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from nbdiff.align.arguments import ArgDiff
-from nbdiff.compare.metrics import TensorDiff
-from nbdiff.compare.tolerance import Tolerance
+from nbdiff.judge.metrics import TensorDiff
+from nbdiff.judge.tolerance import Tolerance
 from nbdiff.trace.events import Event, Kind, Phase
 from nbdiff.trace.stack import Frame
 
@@ -225,7 +225,7 @@ def blame_all(
     own, the accumulated error fails the step only if it reaches a ``final`` event (the model's
     outputs, the loss, a parameter gradient); a blip that vanishes downstream is not a
     divergence (:func:`inherited_notes` describes it). ``noise(event, tensors)`` says whether an
-    error is within the model's own sensitivity to rounding (:mod:`nbdiff.conditioning`);
+    error is within the model's own sensitivity to rounding (:mod:`nbdiff.engine.conditioning`);
     such an error is never blamed. ``isolated``: a layer's local error leaves out its sublayers'
     (forward replays force their outputs); where not (backward), a layer with a sublayer found
     at fault is not blamed for its own code as well.

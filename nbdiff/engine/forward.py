@@ -1,6 +1,6 @@
 """Forward comparisons of one recorded step: each pair of events' outputs, what raw was given
 (single-step), the models' inputs and the loss. The backward and the update comparisons, and
-blame over all of them, are :mod:`nbdiff.stepdiff`'s; :mod:`nbdiff.offline` uses these on dumps.
+blame over all of them, are :mod:`nbdiff.engine.comparer`'s; :mod:`nbdiff.offline` uses these on dumps.
 """
 
 from __future__ import annotations
@@ -12,11 +12,11 @@ import numpy as np
 
 from nbdiff.align.calls import api_pairs, under_paired_ancestors
 from nbdiff.align.pairing import Pairing
-from nbdiff.compare.blame import EventDiff, post_order
-from nbdiff.compare.metrics import TensorDiff, compare_statistics, compare_tensors
-from nbdiff.compare.tolerance import Tolerance, loosest
-from nbdiff.replay import magnitude
-from nbdiff.step import StepRecord
+from nbdiff.engine.replay import magnitude
+from nbdiff.engine.stepping import StepRecord
+from nbdiff.judge.blame import EventDiff, post_order
+from nbdiff.judge.metrics import TensorDiff, compare_statistics, compare_tensors
+from nbdiff.judge.tolerance import Tolerance, loosest
 from nbdiff.trace.events import Event, Kind, TensorRecord
 
 __all__ = ["TolFn", "tensor_diffs", "forward_diffs", "api_local", "at_least_as_loose"]

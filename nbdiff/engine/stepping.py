@@ -27,6 +27,8 @@ class StepRecord:
     warnings: list[str]
     param_grads: dict[int, np.ndarray] = field(default_factory=dict)
     """``id`` of a parameter -> its gradient in this step, the copy the backward events hold."""
+    optimizer: list[Event] = field(default_factory=list)
+    """The optimizer's updates, as a dump records them (live steps compare weights instead)."""
 
 
 @functools.lru_cache(maxsize=1)  # both sides, every step: the same n

@@ -7,8 +7,8 @@ import math
 from typing import Any
 
 from nbdiff.align.layer_map import LayerMap
-from nbdiff.compare.metrics import COMPARE_MODES
 from nbdiff.errors import InputError, OptionError
+from nbdiff.judge.metrics import COMPARE_MODES
 
 __all__ = [
     "PHASES",

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from nbdiff.compare.tolerance import Tolerance
+from nbdiff.judge.tolerance import Tolerance
 from nbdiff.trace.stats import Stats
 
 __all__ = [

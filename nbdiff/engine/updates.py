@@ -2,23 +2,25 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from dataclasses import replace
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
 
 from nbdiff.align.fused import FusedLayers
-from nbdiff.compare.blame import Divergence, EventDiff
-from nbdiff.compare.metrics import TensorDiff, compare_tensors
-from nbdiff.compare.tolerance import Tolerance
+from nbdiff.engine.forward import tensor_diffs
+from nbdiff.engine.layouts import converted_records, records_of
 from nbdiff.frameworks import Framework
-from nbdiff.replay import compare_param_grads
+from nbdiff.judge.blame import Divergence, EventDiff
+from nbdiff.judge.metrics import TensorDiff, compare_tensors
+from nbdiff.judge.tolerance import Tolerance
 from nbdiff.trace.events import Event, Kind, Phase, TensorRecord
 from nbdiff.weights.plan import LayerWeights, layer_tensors
 
 __all__ = [
-    "UPDATE_ATOL", "GRADIENT_SENSITIVITY", "Snapshot", "snapshot", "update_tolerance", "update_diffs",
+    "UPDATE_ATOL", "GRADIENT_SENSITIVITY", "Snapshot", "Updates", "snapshot", "snapshot_updates", "update_tolerance",
+    "update_diffs", "param_events",
     "GradientSpread", "in_raw_layout", "discount_updates", "name_parameter",
 ]  # fmt: skip
 
@@ -123,39 +125,62 @@ def update_tolerance(tol: TolFn, a: str, b: str, weight_scale: float) -> Toleran
     return replace(user, atol=max(user.atol, UPDATE_ATOL) if user.scaled else user.atol, floor=floor)
 
 
+@dataclass(frozen=True)
+class Updates:
+    """One planned layer's optimizer updates, both sides: events whose outputs are the updates
+    (base's in base's layout), and the magnitude of raw's weights (0 when not known)."""
+
+    base: Event
+    raw: Event
+    weight_scale: float = 0.0
+
+
+def snapshot_updates(
+    step: int, plans: dict[str, LayerWeights], before: tuple[Snapshot, Snapshot], after: tuple[Snapshot, Snapshot]
+) -> dict[str, Updates]:
+    """What each side's optimizer changed (after minus before), per plan."""
+    out = {}
+    for order, (key, plan) in enumerate(plans.items()):
+        bd = {n: after[0][key][n] - before[0][key][n] for n in after[0][key]}
+        rd = {n: after[1][key][n] - before[1][key][n] for n in after[1][key]}
+        if bd and rd:
+            scale = max((float(np.abs(v).max()) for v in after[1][key].values() if v.size), default=0.0)
+            base, raw = param_events(step, Phase.OPTIMIZER, order, plan, bd, rd)
+            out[key] = Updates(base, raw, scale)
+    return out
+
+
 def update_diffs(
-    step: int,
     plans: dict[str, LayerWeights],
-    before: tuple[Snapshot, Snapshot],
-    after: tuple[Snapshot, Snapshot],
+    updates: dict[str, Updates],
     tol: TolFn,
     mode: str,
     grads: Callable[[], GradientSpread] | None = None,
 ) -> list[EventDiff]:
-    """``grads``: how far apart the gradients each optimizer was given were, when they were not the
-    same (``watch``); asked for only when an update fails."""
+    """Each planned layer's updates compared in raw's layout. ``grads``: how far apart the gradients
+    each optimizer was given were, when they were not the same (``watch``, ``compare``); asked for
+    only when an update fails."""
     diffs = []
     spread: GradientSpread | None = None
-    for order, (key, plan) in enumerate(plans.items()):
-        bd = {n: after[0][key][n] - before[0][key][n] for n in after[0][key]}
-        rd = {n: after[1][key][n] - before[1][key][n] for n in after[1][key]}
-        if not bd or not rd:
+    for key, plan in plans.items():
+        u = updates.get(key)
+        if u is None or not u.base.outputs or not u.raw.outputs:
             continue
 
-        weight_scale = max((float(np.abs(v).max()) for v in after[1][key].values() if v.size), default=0.0)
-
-        def update_tol(a: str, b: str, _scale: float = weight_scale) -> Tolerance:
+        def update_tol(a: str, b: str, _scale: float = u.weight_scale) -> Tolerance:
             return update_tolerance(tol, a, b, _scale)
 
-        tensors = compare_param_grads(bd, rd, plan, update_tol, mode)
+        base = converted_records(plan, u.base.outputs)
+        tensors = tensor_diffs(u.raw.outputs, base, update_tol, mode)
         if grads is not None and not all(t.passed for t in tensors):
             spread = spread if spread is not None else grads()  # once per call, only when something fails
-            try:
-                tensors = discount_updates(tensors, plan.convert(dict(bd)), rd, spread.of(key), mode)
-            except (KeyError, ValueError):
-                pass
-        diffs.append(param_pair(step, Phase.OPTIMIZER, order, plan, bd, rd, tensors))
+            tensors = discount_updates(tensors, _values(base), _values(u.raw.outputs), spread.of(key), mode)
+        diffs.append(EventDiff(u.base, u.raw, tuple(tensors)))
     return diffs
+
+
+def _values(records: tuple[TensorRecord, ...]) -> dict[str, np.ndarray]:
+    return {t.name: t.value for t in records if t.value is not None}
 
 
 def discount_updates(
@@ -208,24 +233,20 @@ def _discounted(t: TensorDiff, bu: np.ndarray, ru: np.ndarray, spread: Spread, m
     )
 
 
-def param_pair(
+def param_events(
     step: int,
     phase: Phase,
     order: int,
     plan: LayerWeights,
     base: dict[str, np.ndarray],
     raw: dict[str, np.ndarray],
-    tensors: Sequence[TensorDiff],
-) -> EventDiff:
-    """The compared pair for a planned layer's parameter-level arrays (updates, running statistics)."""
+) -> tuple[Event, Event]:
+    """A planned layer's parameter-level arrays (updates, running statistics) as a pair of events."""
 
     def event(path: str, type_name: str, arrays: dict[str, np.ndarray]) -> Event:
-        records = tuple(TensorRecord(n, v.shape, str(v.dtype), v) for n, v in arrays.items())
-        return Event(step, phase, Kind.PARAM, order, path, type_name, 0, 0, None, True, (), records)
+        return Event(step, phase, Kind.PARAM, order, path, type_name, 0, 0, None, True, (), records_of(arrays))
 
-    return EventDiff(
-        event(plan.base_path, plan.base_type, base), event(plan.raw_path, plan.raw_type, raw), tuple(tensors)
-    )
+    return event(plan.base_path, plan.base_type, base), event(plan.raw_path, plan.raw_type, raw)
 
 
 def name_parameter(div: Divergence, plans: dict[str, LayerWeights]) -> Divergence:

@@ -19,8 +19,8 @@ from collections.abc import Iterable, Iterator
 
 import numpy as np
 
-from nbdiff.compare.blame import EventDiff
-from nbdiff.compare.metrics import TensorDiff
+from nbdiff.judge.blame import EventDiff
+from nbdiff.judge.metrics import TensorDiff
 from nbdiff.result import DiffResult
 from nbdiff.trace.events import Event, TensorRecord
 from nbdiff.trace.spool import Spool, in_file, spoolable

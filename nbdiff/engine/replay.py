@@ -13,9 +13,9 @@ from typing import Any
 
 import numpy as np
 
-from nbdiff.compare.metrics import TensorDiff, compare_tensors
-from nbdiff.compare.tolerance import Tolerance, summed_terms
 from nbdiff.frameworks import Framework
+from nbdiff.judge.metrics import TensorDiff, compare_tensors
+from nbdiff.judge.tolerance import Tolerance, summed_terms
 from nbdiff.trace.events import Event, TensorRecord
 from nbdiff.trace.modes import kept_state
 from nbdiff.trace.nest import flatten, unflatten

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from nbdiff.compare.blame import Divergence, EventDiff, blame_all, blame_events, post_order
-from nbdiff.compare.metrics import COMPARE_MODES, TensorDiff, compare_tensors
-from nbdiff.compare.tolerance import Tolerance, resolve_tolerance
+from nbdiff.judge.blame import Divergence, EventDiff, blame_all, blame_events, post_order
+from nbdiff.judge.metrics import COMPARE_MODES, TensorDiff, compare_tensors
+from nbdiff.judge.tolerance import Tolerance, resolve_tolerance
 
 __all__ = [
     "COMPARE_MODES",

@@ -11,9 +11,9 @@ from collections.abc import Callable
 from typing import Any
 
 from nbdiff.align.fused import FusedLayers
-from nbdiff.compare.metrics import compare_tensors
-from nbdiff.compare.tolerance import Tolerance
 from nbdiff.frameworks import Framework
+from nbdiff.judge.metrics import compare_tensors
+from nbdiff.judge.tolerance import Tolerance
 
 __all__ = ["constant_differences"]
 

@@ -12,8 +12,8 @@ from typing import Any
 
 from nbdiff.align.arguments import ArgDiff, argument_diffs
 from nbdiff.align.optimizer_settings import OptimizerLog, optimizer_diffs, optimizer_settings
-from nbdiff.compare.blame import Divergence, EventDiff
 from nbdiff.frameworks import Framework
+from nbdiff.judge.blame import Divergence, EventDiff
 from nbdiff.result import DiffResult
 from nbdiff.trace.events import Kind, Phase
 

@@ -2,7 +2,7 @@
 
 Running statistics move in every train-mode forward, with or without an optimizer, so they
 are compared after each such step; raw's are then set to base's, as weights are. A difference
-a :mod:`nbdiff.compare.framework_differences` entry explains exactly (paddle's biased
+a :mod:`nbdiff.judge.framework_differences` entry explains exactly (paddle's biased
 ``running_var``) is a finding of its own kind, ``framework``, not a divergence.
 """
 
@@ -15,14 +15,14 @@ from typing import Any
 import numpy as np
 
 from nbdiff.align.fused import FusedLayers
-from nbdiff.compare.blame import Divergence, EventDiff, blame_all, divergence_of
-from nbdiff.compare.framework_differences import StateUpdate, explaining, momentum_of
-from nbdiff.compare.metrics import compare_tensors
+from nbdiff.engine.replay import magnitude
+from nbdiff.engine.updates import name_parameter, param_events
 from nbdiff.frameworks import Framework
-from nbdiff.replay import magnitude
+from nbdiff.judge.blame import Divergence, EventDiff, blame_all, divergence_of
+from nbdiff.judge.framework_differences import StateUpdate, explaining, momentum_of
+from nbdiff.judge.metrics import compare_tensors
 from nbdiff.trace.events import Event, Kind, Phase
 from nbdiff.trace.modes import save_state
-from nbdiff.updates import name_parameter, param_pair
 from nbdiff.weights.plan import LayerWeights, layer_tensors
 
 __all__ = ["state_of", "state_diffs", "has_state"]
@@ -111,7 +111,7 @@ def state_diffs(
         for n in values:
             rfw.set_value(theirs[n], converted[n])
         if tensors:
-            diffs.append(param_pair(step, Phase.STATE, order, plan, mine, values, tensors))
+            diffs.append(EventDiff(*param_events(step, Phase.STATE, order, plan, mine, values), tuple(tensors)))
     return _findings(diffs, explained, plans), diffs
 
 

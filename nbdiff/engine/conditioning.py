@@ -19,9 +19,9 @@ from typing import Any
 
 import numpy as np
 
-from nbdiff.compare.metrics import TensorDiff
+from nbdiff.engine.stepping import StepRecord, run_step
 from nbdiff.frameworks import Framework
-from nbdiff.step import StepRecord, run_step
+from nbdiff.judge.metrics import TensorDiff
 from nbdiff.trace.events import Event, TensorRecord
 from nbdiff.trace.inputs import CallArgs
 from nbdiff.trace.nest import flatten, unflatten

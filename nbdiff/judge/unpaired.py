@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from nbdiff.align.pairing import Pairing
-from nbdiff.compare.blame import Divergence
+from nbdiff.judge.blame import Divergence
 from nbdiff.trace.events import Event
 
 __all__ = ["with_unpaired"]

@@ -1,0 +1,71 @@
+"""Backward comparisons of one step: each paired layer call's input gradients and its parameters'
+gradients, judged against the gradients arriving there. Live and recorded steps alike: where the
+parameter gradients come from is the caller's (:data:`GradsOf`)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from nbdiff.align.fused import fuse_events
+from nbdiff.align.pairing import Pair, Pairing
+from nbdiff.engine.forward import TolFn, at_least_as_loose, tensor_diffs
+from nbdiff.engine.replay import largest_shape, magnitude, param_grad_hint
+from nbdiff.engine.stepping import StepRecord
+from nbdiff.judge.blame import EventDiff
+from nbdiff.trace.events import Event, TensorRecord
+
+__all__ = ["GradsOf", "backward_diffs", "record_magnitude"]
+
+GradsOf = Callable[[Pair, Event, Event], tuple[tuple[TensorRecord, ...], dict[str, TensorRecord]]]
+"""``(pair, base backward event, raw's) -> (raw's parameter gradients, base's in raw's layout by name)``."""
+
+Cache = dict[int, tuple[object, float]]
+
+
+def record_magnitude(records: list[TensorRecord] | tuple[TensorRecord, ...], cache: Cache) -> float:
+    """Largest absolute value over the records: from their values, or (statistics dumps) min and max."""
+    values = [t.value for t in records if t.value is not None]
+    stats = [t.stats for t in records if t.value is None and t.stats is not None]
+    from_stats = max((max(abs(s.min), abs(s.max)) for s in stats), default=0.0)
+    return max(magnitude(values, cache), from_stats)  # type: ignore[arg-type]
+
+
+def backward_diffs(
+    pairing: Pairing,
+    brec: StepRecord,
+    rrec: StepRecord,
+    tol: TolFn,
+    mode: str,
+    grads_of: GradsOf,
+    read: Callable[[Event, Event], None] = lambda b, r: None,
+) -> list[EventDiff]:
+    """Every paired call's backward event compared, in base's completion order."""
+    base_groups = [g for g in pairing.fused if g.side == "base"]
+    raw_groups = [g for g in pairing.fused if g.side == "raw"]
+    bb = {(e.path, e.call): e for e in fuse_events(brec.backward, base_groups, backward=True)}
+    rb = {(e.path, e.call): e for e in fuse_events(rrec.backward, raw_groups, backward=True)}
+    diffs = []
+    cache: Cache = {}  # a layer's input gradient is often the next one's output's
+    arriving = 0.0  # largest gradient arriving at any layer so far, in backward order
+    for p in sorted(pairing.pairs, key=lambda p: -p.base.order):
+        b, r = bb.get((p.base.path, p.base.call)), rb.get((p.raw.path, p.raw.call))
+        if b is None or r is None:
+            continue
+        raw_params, base_params = grads_of(p, b, r)
+        # A gradient is computed from the ones arriving before it: a sum of such terms that
+        # cancels to ~0 (everything in front of a final LayerNorm under a mean loss) rounds
+        # relative to them, not to itself.
+        arriving = max(arriving, record_magnitude(b.outputs, cache))
+        hint = max(arriving, record_magnitude([*b.inputs, *base_params.values()], cache))
+        tensors = tensor_diffs(r.inputs, b.inputs, tol, mode, hint, hint_covers=True)
+        # Parameter gradients arrive as arrays (bf16 as float32): judge them at the layer's gradients' dtype.
+        gtol = at_least_as_loose(tol, [t.dtype for e in (b, r) for t in (*e.inputs, *e.outputs)])
+        out_shape = largest_shape(b.outputs)
+        for rt in raw_params:  # each with its own summed-terms scale
+            bt = base_params.get(rt.name)
+            if bt is not None:
+                scale = param_grad_hint(hint, tuple(rt.shape), out_shape)
+                tensors += tensor_diffs((rt,), (bt,), gtol, mode, scale, hint_covers=True)
+        diffs.append(EventDiff(b, r, tuple(tensors)))
+        read(b, r)
+    return sorted(diffs, key=lambda d: d.base.order)

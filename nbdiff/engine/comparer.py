@@ -1,0 +1,254 @@
+"""One step of two models, compared and blamed: pairing, forward, backward, updates, findings.
+
+:class:`StepComparer` is the one comparison every verb runs; the two kinds of step differ only in
+where what is not in the records comes from. A live step (:class:`nbdiff.engine.live.LiveComparer`:
+``auto_diff``, ``watch``) has the models: it measures local errors by replay and reads parameter
+gradients from the layers. A recorded step (:class:`nbdiff.engine.recorded.RecordedComparer`:
+``compare``) has the dumps: local errors are judged from what they hold, gradients read from them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from nbdiff.align.layer_map import LayerMap
+from nbdiff.align.pairing import Pairing, pair_forward
+from nbdiff.engine.backward import GradsOf, backward_diffs
+from nbdiff.engine.conditioning import MARGIN, Floor, Noise
+from nbdiff.engine.forward import TolFn, forward_diffs
+from nbdiff.engine.stepping import StepRecord
+from nbdiff.engine.updates import GradientSpread, Updates, name_parameter, update_diffs
+from nbdiff.errors import PairingError
+from nbdiff.judge.blame import Divergence, EventDiff, blame_all, first_nonfinite
+from nbdiff.judge.metrics import TensorDiff
+from nbdiff.judge.unpaired import with_unpaired
+from nbdiff.trace.events import Event, Kind
+from nbdiff.weights.plan import LayerWeights
+
+__all__ = ["StepComparer", "StepComparison", "Plans"]
+
+Plans = dict[str, LayerWeights]
+"""Weight plans by base path: how each paired layer's tensors map onto raw's (decided at the first step)."""
+
+
+@dataclass
+class StepComparison:
+    """What comparing one step (or its updates, or its running statistics) found."""
+
+    findings: list[Divergence] = field(default_factory=list)
+    """Every own error, in execution order; the first is the step's divergence."""
+    diffs: list[EventDiff] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    """What is not a divergence (conditioning, drift, the first step's plan), for the result's warnings."""
+
+    def __iadd__(self, other: StepComparison) -> StepComparison:
+        self.findings += other.findings
+        self.diffs += other.diffs
+        self.notes += other.notes
+        return self
+
+
+class StepComparer:
+    """Compares steps of ``base`` and ``raw`` under one tolerance, mode and weight plan; the plan is
+    decided from the first step's pairing. Subclasses say where local errors and gradients come from."""
+
+    require_pairs = True
+    """Two models whose layer calls do not pair at all are an error (a dump may hold API calls only)."""
+
+    def __init__(self, tol: TolFn, mode: str, diff_phase: str = "both", layer_map: LayerMap | None = None) -> None:
+        self.tol, self.mode, self.diff_phase, self.layer_map = tol, mode, diff_phase, layer_map
+        self._plans: Plans | None = None
+        self._drift_noted = False
+
+    # -- what a kind of step supplies ----------------------------------------------
+    def layers(self) -> tuple[dict[str, Any], dict[str, Any]]:
+        """Base's and raw's layers by path, for pairing (what can be known of them)."""
+        return {}, {}
+
+    def decide_plans(self, pairing: Pairing) -> tuple[Plans, list[str]]:
+        """The weight plans from the first step's pairing, and notes about them."""
+        raise NotImplementedError
+
+    def grads_of(self, brec: StepRecord, rrec: StepRecord, grads: Any) -> GradsOf:
+        raise NotImplementedError
+
+    def local_forward(
+        self, d: EventDiff, kids: list[tuple[Event, Event]], outputs_agree: bool
+    ) -> tuple[TensorDiff, ...] | None:
+        raise NotImplementedError
+
+    def local_backward(self, brec: StepRecord, rrec: StepRecord, d: EventDiff) -> tuple[TensorDiff, ...] | None:
+        raise NotImplementedError
+
+    def read(self, b: Event, r: Event) -> None:
+        """Told each pair of events a comparison read (a live recording's pages can then go)."""
+
+    def done_reading(self) -> None:
+        """One step's comparison is done."""
+
+    # -- the comparison ----------------------------------------------------------
+    @property
+    def plans(self) -> Plans:
+        if self._plans is None:
+            raise RuntimeError("no step was paired yet: pair() the first step before comparing")
+        return self._plans
+
+    @property
+    def planned(self) -> bool:
+        return self._plans is not None
+
+    def pair(self, brec: StepRecord, rrec: StepRecord, plan: bool = True) -> tuple[Pairing, list[str]]:
+        """The step's layer calls paired; the first one paired with ``plan`` decides the weight plans
+        (returned notes: what that plan found)."""
+        pairing = _pair(brec, rrec, self.layer_map, *self.layers(), self.require_pairs)
+        self.paired(pairing)
+        return pairing, self.plan_from(pairing) if plan else []
+
+    def plan_from(self, pairing: Pairing) -> list[str]:
+        """Decide the weight plans from this pairing, unless decided already; notes about them."""
+        if self._plans is not None:
+            return []
+        self._plans, notes = self.decide_plans(pairing)
+        return notes
+
+    def paired(self, pairing: Pairing) -> None:
+        """Told each pairing (live layers learn their fused groups here)."""
+
+    def compare(
+        self,
+        pairing: Pairing,
+        brec: StepRecord,
+        rrec: StepRecord,
+        grads: Any = None,
+        floor: Callable[[], Floor | None] | None = None,
+        drift: str | None = None,
+        every: bool = True,
+    ) -> StepComparison:
+        """Forward then backward diffs of one step, with the findings among them: every event with an
+        own error (``every``; else the first), forward ones first, then backward.
+
+        ``floor`` measures base's own sensitivity to rounding (:mod:`nbdiff.engine.conditioning`), asked
+        for only when blame would report something: a difference within it is a note. ``drift``
+        says the weights drifted apart through earlier updates that agreed (:mod:`nbdiff.engine.drift`):
+        an error no layer makes on its own is then a note, not a divergence. ``grads``: where the
+        parameter gradients come from (the subclass's; by default, the records').
+        """
+        out = StepComparison()
+        noise = Noise(floor) if floor is not None else None
+        fwd = forward_diffs(pairing, brec, rrec, self.tol, self.mode, self.read)
+        bwd = []
+        if self.diff_phase != "forward":
+            bwd = backward_diffs(pairing, brec, rrec, self.tol, self.mode, self.grads_of(brec, rrec, grads), self.read)
+        found: list[Divergence] = []
+        if self.diff_phase != "backward":
+            kids = _paired_children(fwd)
+            # The loss is computed from the model's outputs: its own error is measurable only where they agree.
+            agree = all(d.passed for d in fwd if _final_forward(d) and d.base.kind is Kind.LAYER)
+            local = lambda d: self.local_forward(d, kids.get(d.base.order, []), agree)  # noqa: E731
+            found, fwd = blame_all(fwd, local, _final_forward, noise, every)
+            found = self._unless_drift(found, drift, out.notes)
+            # The first event that produces NaN/Inf comes first, even where both sides agree on it (a
+            # NaN weight copied into both): what the frameworks then do with NaN differs downstream.
+            nonfinite = first_nonfinite(fwd, self.read)
+            if nonfinite is not None and (not found or _before(nonfinite, found[0])):
+                found = [nonfinite, *(f for f in found if f.where != "accumulated")]
+        # Backward is measured on base's inputs and output gradients: its own errors show after a
+        # forward one too (a backward-only bug in a port that also has a forward bug).
+        if bwd and (every or not found):
+            local = lambda d: self.local_backward(brec, rrec, d)  # noqa: E731
+            more, bwd = blame_all(bwd, local, _final_backward, noise, every, False)
+            more = self._unless_drift(more, drift, out.notes)
+            found += [m for m in more if not (found and m.where == "accumulated")]
+        out.findings = [with_unpaired(f, pairing) if f.where == "between" else f for f in found]
+        out.diffs = fwd + bwd
+        self.done_reading()
+        if noise is not None and noise.dismissed:
+            out.notes += [_conditioning_note(e, err, limit) for e, err, limit in noise.dismissed[:3]]
+        return out
+
+    def compare_updates(
+        self, updates: dict[str, Updates], grads: Callable[[], GradientSpread] | None = None
+    ) -> StepComparison:
+        """Optimizer updates per planned layer; every own error names its parameter. ``grads``: how
+        far apart the gradients each optimizer was given were, when they differ (not fed base's,
+        as ``auto_diff`` does)."""
+        diffs = update_diffs(self.plans, updates, self.tol, self.mode, grads)
+        found, _ = blame_all(diffs, lambda d: d.tensors)
+        return StepComparison([name_parameter(f, self.plans) for f in found], diffs)
+
+    def _unless_drift(self, found: list[Divergence], drift: str | None, notes: list[str]) -> list[Divergence]:
+        if not found or drift is None or found[0].where != "accumulated":
+            return found
+        if not self._drift_noted:  # once: every later step inherits the same drift
+            notes.append(drift)
+            self._drift_noted = True
+        return []
+
+
+def _before(a: Divergence, b: Divergence) -> bool:
+    """Whether ``a``'s event ran before ``b``'s (both forward events of one step)."""
+    return a.event is not None and b.event is not None and a.event.base.order < b.event.base.order
+
+
+def _conditioning_note(e: Event, err: float, limit: float) -> str:
+    return (
+        f"step {e.step}, {e.phase.value}: `{e.path or '<root>'}` differs by {err:.3g} (max abs), within "
+        f"{MARGIN:g}x the {limit:.3g} that base itself moves when its inputs change by one rounding unit: "
+        "the computation amplifies rounding here (e.g. a train-mode BatchNorm over few values), so it is not "
+        "reported as a divergence"
+    )
+
+
+def _pair(
+    brec: StepRecord,
+    rrec: StepRecord,
+    layer_map: LayerMap | None,
+    blayers: dict[str, Any],
+    rlayers: dict[str, Any],
+    required: bool = True,
+) -> Pairing:
+    b = [e for e in brec.forward if e.kind is Kind.LAYER]
+    r = [e for e in rrec.forward if e.kind is Kind.LAYER]
+    pairing = pair_forward(b, r, layer_map, blayers or None, rlayers or None)
+    nb, nr = len(pairing.pairs) + len(pairing.unmatched_base), len(pairing.pairs) + len(pairing.unmatched_raw)
+    inner = [p for p in pairing.pairs if p.base.depth > 0 or p.raw.depth > 0]
+    # Structures that differ a lot still pair what they can (blame then names the first layer that
+    # differs); only two models with sublayers and not one pair between them is an error.
+    if required and (not pairing.pairs or (not inner and pairing.unmatched_base and pairing.unmatched_raw)):
+        # The roots rarely tell the user anything: name the first unpaired sublayers.
+        ub = next((e for e in pairing.unmatched_base if e.path), next(iter(pairing.unmatched_base), None))
+        ur = next((e for e in pairing.unmatched_raw if e.path), next(iter(pairing.unmatched_raw), None))
+        show = lambda e: (
+            "none" if e is None else f"`{e.path or '<root>'}` ({e.type_name}, outputs {[t.shape for t in e.outputs]})"
+        )  # noqa: E731
+        raise PairingError(
+            f"The two models' layer calls could not be paired: {len(pairing.unmatched_base)} of {nb} base and "
+            f"{len(pairing.unmatched_raw)} of {nr} raw calls have no counterpart. First unpaired: base {show(ub)}, "
+            f"raw {show(ur)}. Pair them explicitly: LayerMap({{{ub.path if ub else 'base.path'!r}: "
+            f"{ur.path if ur else 'raw.path'!r}}}), or ignore layers with LayerMap(ignore=[...])."
+        )
+    return pairing
+
+
+def _final_forward(d: EventDiff) -> bool:
+    """The model's own outputs and the loss: what the user sees of a forward pass."""
+    return d.base.kind is Kind.LOSS or (d.base.kind is Kind.LAYER and d.base.parent is None and d.base.depth == 0)
+
+
+def _final_backward(d: EventDiff) -> bool:
+    """Parameter gradients: what the optimizer sees of a backward pass."""
+    params = {t.name for t in d.raw.params} | {t.name for t in d.base.params}
+    return any(not t.passed and t.name in params for t in d.tensors) or bool(
+        params and any(not t.passed and not t.name.startswith("in") for t in d.tensors)
+    )
+
+
+def _paired_children(diffs: list[EventDiff]) -> dict[int, list[tuple[Event, Event]]]:
+    """Base order of a layer call -> the paired layer calls directly under it."""
+    out: dict[int, list[tuple[Event, Event]]] = {}
+    for d in diffs:
+        if d.base.kind is Kind.LAYER and d.base.parent is not None:
+            out.setdefault(d.base.parent, []).append((d.base, d.raw))
+    return out

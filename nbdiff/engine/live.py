@@ -1,0 +1,213 @@
+"""Live steps: both models are here (``auto_diff``, ``watch``). Local errors are measured by replay,
+parameter gradients read from the layers or the recorded copies, weights and running statistics
+compared and set between steps."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import replace
+from typing import Any
+
+import numpy as np
+
+from nbdiff.align.layer_map import LayerMap
+from nbdiff.align.pairing import Pair, Pairing
+from nbdiff.engine.backward import GradsOf
+from nbdiff.engine.comparer import Plans, StepComparer, StepComparison
+from nbdiff.engine.constants import constant_differences
+from nbdiff.engine.forward import TolFn, api_local
+from nbdiff.engine.layouts import records_of
+from nbdiff.engine.replay import Replayer, paired_param_grads
+from nbdiff.engine.state import State, has_state, state_diffs
+from nbdiff.engine.stepping import StepRecord
+from nbdiff.engine.updates import GradientSpread, Snapshot, snapshot, snapshot_updates
+from nbdiff.frameworks import Framework
+from nbdiff.judge.blame import EventDiff
+from nbdiff.judge.metrics import TensorDiff
+from nbdiff.trace.events import Event, Kind, TensorRecord
+from nbdiff.trace.spool import Spool
+from nbdiff.trace.stack import Frame
+from nbdiff.weights.assign import WeightMap, execution_pairs, plan_pairing
+from nbdiff.weights.fused import fused_layers
+from nbdiff.weights.plan import layer_tensors
+
+__all__ = ["LiveComparer", "ParamGrads", "live_param_grads", "held_param_grads"]
+
+
+ParamGrads = Callable[[Framework, Any, bool], dict[str, np.ndarray]]
+"""``(framework, layer, recursive) -> {name: gradient}`` of a layer's parameters."""
+
+
+def live_param_grads(fw: Framework, layer: Any, recursive: bool) -> dict[str, np.ndarray]:
+    """The gradients the parameters hold now (views: paddle zeroes them in place later)."""
+    return {n: g for n, p in layer_tensors(fw, layer, recursive).items() if (g := _live_grad(fw, p)) is not None}
+
+
+def held_param_grads(held: dict[int, np.ndarray], live: bool = True) -> ParamGrads:
+    """Gradients from recorded copies (``id`` of a parameter -> gradient); with ``live``, those not
+    recorded are copied from the parameters. Copies, as comparisons want them: read again later
+    (lazy metrics), they must not change meanwhile."""
+
+    def of(fw: Framework, layer: Any, recursive: bool) -> dict[str, np.ndarray]:
+        out = {}
+        for n, p in layer_tensors(fw, layer, recursive).items():
+            g = held.get(id(p))
+            if g is None and live and (g := _live_grad(fw, p)) is not None:
+                g = g.copy()
+            if g is not None:
+                out[n] = g
+        return out
+
+    return of
+
+
+def _live_grad(fw: Framework, p: Any) -> np.ndarray | None:
+    g = fw.grad_of(p) if fw.is_trainable(p) else None
+    return None if g is None else fw.to_numpy(g)
+
+
+class LiveComparer(StepComparer):
+    """Steps of two models held here. ``strict``: the first step's weight plan must cover every
+    paired layer (``auto_init``); ``spool``: where the recordings are held, told what each
+    comparison read so their pages can go."""
+
+    def __init__(
+        self,
+        bfw: Framework, base: Any, rfw: Framework, raw: Any, tol: TolFn, mode: str, diff_phase: str = "both",
+        layer_map: LayerMap | None = None, spool: Spool | None = None, strict: bool = True,
+    ) -> None:  # fmt: skip
+        super().__init__(tol, mode, diff_phase, layer_map)
+        self.bfw, self.base, self.rfw, self.raw, self.spool, self.strict = bfw, base, rfw, raw, spool, strict
+        self.blayers = dict(bfw.named_layers(base))
+        self.rlayers = dict(rfw.named_layers(raw))
+        self.wmap: WeightMap | None = None
+        """The first step's weight plan, as a map (``result.options["weight_map"]``)."""
+        self.replayer: Replayer | None = None
+
+    def layers(self) -> tuple[dict[str, Any], dict[str, Any]]:
+        return self.blayers, self.rlayers
+
+    def paired(self, pairing: Pairing) -> None:
+        # A fused group stands for its members wherever a base layer is looked up by path.
+        self.blayers.update(fused_layers(self.blayers, pairing.fused))
+        self.rlayers.update(fused_layers(self.rlayers, pairing.fused, "raw"))
+
+    def decide_plans(self, pairing: Pairing) -> tuple[Plans, list[str]]:
+        wmap = plan_pairing(self.bfw, self.base, self.rfw, self.raw, pairing, strict=self.strict)
+        plans = wmap.by_base_path()
+        self.wmap, self.replayer = wmap, Replayer(self.bfw, self.rfw, plans, self.tol, self.mode)
+        pairs = execution_pairs(pairing)
+        return plans, [
+            *wmap.warnings,
+            *constant_differences(self.bfw, self.blayers, self.rfw, self.rlayers, pairs, self.tol),
+        ]
+
+    def grads_of(self, brec: StepRecord, rrec: StepRecord, grads: ParamGrads | None) -> GradsOf:
+        """By default, the copies the records hold, else the live gradients."""
+        if grads is None:
+            grads = held_param_grads({**brec.param_grads, **rrec.param_grads})
+        plans, bfw, rfw = self.plans, self.bfw, self.rfw
+
+        def of(p: Pair, b: Event, r: Event) -> tuple[tuple[TensorRecord, ...], dict[str, TensorRecord]]:
+            plan = plans.get(p.base.path)
+            if plan is None or p.base.call != 0 or plan.raw_path != p.raw.path:
+                return (), {}
+            bg = grads(bfw, self.blayers[p.base.path], plan.recursive)
+            rg = grads(rfw, self.rlayers[p.raw.path], plan.recursive)
+            paired = paired_param_grads(bg, rg, plan)
+            return records_of({n: v for n, v, _ in paired}), {
+                t.name: t for t in records_of({n: v for n, _, v in paired})
+            }
+
+        return of
+
+    def local_forward(
+        self, d: EventDiff, kids: list[tuple[Event, Event]], outputs_agree: bool
+    ) -> tuple[TensorDiff, ...] | None:
+        if d.base.kind is Kind.INPUT:
+            return d.tensors
+        if d.base.kind is Kind.LOSS:
+            return d.tensors if outputs_agree else None
+        if d.base.kind is Kind.API:
+            return api_local(d, self.tol, self.mode)
+        assert self.replayer is not None
+        return self.replayer.forward(d.base, d.raw, kids)
+
+    def local_backward(self, brec: StepRecord, rrec: StepRecord, d: EventDiff) -> tuple[TensorDiff, ...] | None:
+        bf = _forward_of(brec, d.base)
+        rf = _forward_of(rrec, d.raw)
+        if bf is None or rf is None or self.replayer is None:
+            return None
+        return self.replayer.backward(bf, rf, d.base)
+
+    def read(self, b: Event, r: Event) -> None:
+        if self.spool is not None and self.spool.written:  # nothing in the file: no pages to count
+            self.spool.read(*(t.value for e in (b, r) for t in (*e.inputs, *e.outputs, *e.params, *e.given)))
+
+    def done_reading(self) -> None:
+        if self.spool is not None:
+            self.spool.trim()
+
+    # -- between steps ---------------------------------------------------------
+    def snapshot(self) -> tuple[Snapshot, Snapshot]:
+        """Trainable tensors of every planned layer, both sides, as copies."""
+        plans = self.plans
+        return snapshot(self.bfw, self.blayers, plans, "base"), snapshot(self.rfw, self.rlayers, plans, "raw")
+
+    def feed_optimizer(self, grads: ParamGrads | None = live_param_grads) -> None:
+        """Give raw base's weights and gradients (converted), so both optimizers step from the same
+        point: their updates then differ only by the optimizers' own error. Without this, Adam turns
+        rounding-level gradients (a key bias whose true gradient is 0) into lr-sized differences.
+        ``grads=None``: the weights only (before a step, so it starts where base's does)."""
+        bfw, rfw = self.bfw, self.rfw
+        for plan in self.plans.values():
+            bl, rl = self.blayers[plan.base_path], self.rlayers[plan.raw_path]
+            weights = {n: bfw.to_numpy(t) for n, t in layer_tensors(bfw, bl, plan.recursive).items()}
+            theirs = layer_tensors(rfw, rl, plan.recursive)
+            try:
+                w = plan.convert(weights)
+                g = plan.convert(grads(bfw, bl, plan.recursive)) if grads is not None else {}
+            except (KeyError, ValueError):
+                continue
+            for n, t in theirs.items():
+                if n in w and rfw.is_trainable(t) and tuple(w[n].shape) == rfw.shape_of(t):
+                    rfw.set_value(t, w[n])
+                held = rfw.grad_of(t) if n in g and rfw.is_trainable(t) else None
+                if held is not None and tuple(g[n].shape) == rfw.shape_of(held):
+                    rfw.set_value(held, g[n])
+
+    def compare_state(
+        self, step: int, before: State | None = None, forward: tuple[Event, ...] | list[Event] = ()
+    ) -> StepComparison:
+        """Running statistics after a train-mode step, then raw's set to base's (as weights are);
+        ``before`` and ``forward`` (base's) let known framework differences be verified (:mod:`nbdiff.engine.state`)."""
+        found, diffs = state_diffs(
+            (self.bfw, self.rfw), (self.blayers, self.rlayers), self.plans, self.tol, self.mode, step, before, forward
+        )
+        return StepComparison(found, diffs)
+
+    def keeps_state(self) -> bool:
+        """Whether a planned base layer in train mode keeps running statistics (compare them after each step)."""
+        return has_state(self.bfw, self.blayers, self.plans)
+
+    def compare_snapshots(
+        self,
+        step: int,
+        before: tuple[Snapshot, Snapshot],
+        after: tuple[Snapshot, Snapshot],
+        stacks: tuple[tuple[Frame, ...], tuple[Frame, ...]] = ((), ()),
+        grads: Callable[[], GradientSpread] | None = None,
+    ) -> StepComparison:
+        """The optimizers' updates (after minus before) compared; ``stacks``: where each side's
+        optimizer was stepped, shown for its updates."""
+        updates = snapshot_updates(step, self.plans, before, after)
+        if stacks != ((), ()):
+            updates = {
+                k: replace(u, base=replace(u.base, stack=stacks[0]), raw=replace(u.raw, stack=stacks[1]))
+                for k, u in updates.items()
+            }
+        return self.compare_updates(updates, grads)
+
+
+def _forward_of(rec: StepRecord, bwd: Event) -> Event | None:
+    return next((e for e in rec.forward if e.kind is Kind.LAYER and (e.path, e.call) == (bwd.path, bwd.call)), None)

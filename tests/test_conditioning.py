@@ -7,10 +7,10 @@ torch = pytest.importorskip("torch")
 paddle = pytest.importorskip("paddle")
 
 import nbdiff  # noqa: E402
-from nbdiff.judge.metrics import compare_tensors  # noqa: E402
-from nbdiff.judge.tolerance import resolve_tolerance  # noqa: E402
 from nbdiff.engine.conditioning import MARGIN, Noise, _nudged  # noqa: E402
 from nbdiff.frameworks import framework_of  # noqa: E402
+from nbdiff.judge.metrics import compare_tensors  # noqa: E402
+from nbdiff.judge.tolerance import resolve_tolerance  # noqa: E402
 from nbdiff.trace.events import Event, Kind, Phase  # noqa: E402
 from tests.zoo.pairs import _seed  # noqa: E402
 from tests.zoo.vision import ResNet18  # noqa: E402

@@ -8,8 +8,8 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import nbdiff  # noqa: E402
-from nbdiff.judge.tolerance import resolve_tolerance  # noqa: E402
 from nbdiff.engine.drift import drift_note, followed  # noqa: E402
+from nbdiff.judge.tolerance import resolve_tolerance  # noqa: E402
 from nbdiff.weights.plan import LayerWeights  # noqa: E402
 
 DRIFT = "raw's weights differ from where base's updates would have taken them"

@@ -3,8 +3,8 @@
 import numpy as np
 import pytest
 
-from nbdiff.judge.tolerance import resolve_tolerance
 from nbdiff.engine.forward import tensor_diffs
+from nbdiff.judge.tolerance import resolve_tolerance
 from nbdiff.trace.events import TensorRecord
 from nbdiff.trace.stats import tensor_stats
 

@@ -3,10 +3,10 @@ import paddle
 import pytest
 import torch
 
-from nbdiff.judge.tolerance import resolve_tolerance
-from nbdiff.frameworks import framework_of
-from nbdiff.engine.stepping import run_step
 from nbdiff.engine.live import LiveComparer, held_param_grads, live_param_grads
+from nbdiff.engine.stepping import run_step
+from nbdiff.frameworks import framework_of
+from nbdiff.judge.tolerance import resolve_tolerance
 from nbdiff.trace.inputs import split_inputs
 
 

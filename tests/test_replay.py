@@ -5,10 +5,10 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from nbdiff.judge.tolerance import resolve_tolerance  # noqa: E402
-from nbdiff.frameworks import framework_of  # noqa: E402
 from nbdiff.engine.replay import Replayer  # noqa: E402
 from nbdiff.engine.stepping import run_step  # noqa: E402
+from nbdiff.frameworks import framework_of  # noqa: E402
+from nbdiff.judge.tolerance import resolve_tolerance  # noqa: E402
 from nbdiff.trace.events import Kind  # noqa: E402
 from nbdiff.trace.inputs import split_inputs  # noqa: E402
 from nbdiff.weights.assign import plan_weights  # noqa: E402

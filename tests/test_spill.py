@@ -10,8 +10,8 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import nbdiff  # noqa: E402
-from nbdiff.errors import OptionError  # noqa: E402
 from nbdiff.engine.spill import event_tensors, spill_tensors, spilled, wait_for_spills  # noqa: E402
+from nbdiff.errors import OptionError  # noqa: E402
 from nbdiff.trace import spool as spool_module  # noqa: E402
 from nbdiff.trace.spool import in_file  # noqa: E402
 

@@ -88,8 +88,8 @@ def test_a_failed_write_keeps_the_arrays_in_memory_and_says_where(tmp_path):
 
 torch = pytest.importorskip("torch")
 import nbdiff  # noqa: E402
-from nbdiff.errors import OptionError  # noqa: E402
 from nbdiff.engine.spill import event_tensors  # noqa: E402
+from nbdiff.errors import OptionError  # noqa: E402
 
 
 def _pair():

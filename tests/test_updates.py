@@ -3,9 +3,9 @@
 import numpy as np
 import pytest
 
+from nbdiff.engine.updates import GradientSpread, discount_updates, update_tolerance
 from nbdiff.judge.metrics import compare_tensors
 from nbdiff.judge.tolerance import resolve_tolerance
-from nbdiff.engine.updates import GradientSpread, discount_updates, update_tolerance
 
 LR, EPS = 1e-2, 1e-8
 

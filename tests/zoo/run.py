@@ -13,8 +13,8 @@ import time
 import traceback
 
 import nbdiff
-from nbdiff.frameworks import framework_of
 from nbdiff.engine.stepping import loss_of
+from nbdiff.frameworks import framework_of
 from nbdiff.trace.inputs import split_inputs
 from tests.zoo.pairs import CASES
 

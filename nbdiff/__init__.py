@@ -23,11 +23,11 @@ from nbdiff.judge.blame import Divergence, EventDiff
 from nbdiff.judge.metrics import TensorDiff
 from nbdiff.judge.tolerance import Tolerance
 from nbdiff.offline import compare
-from nbdiff.record import record
+from nbdiff.recording import record
 from nbdiff.report.saved import load_result as load
 from nbdiff.result import DiffResult
 from nbdiff.trace.apis import register_api
-from nbdiff.watch import watch
+from nbdiff.watching import watch
 from nbdiff.weights import WeightMap, assign_weight, register_weight_rule
 
 __version__ = "0.1.0"

@@ -95,7 +95,9 @@ def _compare_step(cmp: RecordedComparer, k: int, rank: int, verdict: Verdict) ->
     verdict.warnings += notes
     step = cmp.compare(pairing, brec, rrec)
     spread = cmp.spread
-    updates = cmp.compare_updates(cmp.updates(k, brec, rrec), (lambda: cmp.gradient_spread(k)) if spread else None)
+    updates = cmp.compare_updates(
+        cmp.updates(pairing, brec, rrec), (lambda: cmp.gradient_spread(k)) if spread else None
+    )
     findings = step.findings + updates.findings
     verdict.warnings += step.notes + updates.notes
     diverged = verdict.step_done(k, findings, rank)

@@ -60,6 +60,8 @@ def _edit_path(folder, path, value):
         (["steps"], 5, "says 5 steps, but"),
         (["steps", 0, "payload"], 7, "step0.json: the step.payload must be a file name"),
         (["layers"], ["fc"], "layers must be an object"),
+        (["layer_facts"], {"fc": {"num_kv_heads": [2]}}, "layer_facts['fc']['num_kv_heads'] is [2]"),
+        (["layer_facts"], {"fc": 3}, "layer_facts['fc'] must be an object"),
         (["rank"], "../../x", "rank must be an integer"),
         (["framework"], "jax", "framework is 'jax'"),
         (["steps", 0, "events", 1, "parent"], "0", "the step.events[1].parent must be an integer"),

@@ -85,3 +85,16 @@ def test_statistics_start_no_threads_of_their_own():
         [sys.executable, "-c", _OTHER_THREADS_CPU], env=env, capture_output=True, text=True, check=True
     )
     assert float(out.stdout) < 0.2, f"other threads used {float(out.stdout):.2f}x the caller's CPU time"
+
+
+def test_statistics_of_a_concatenation_follow_from_its_parts():
+    # A fused qkv's output, in a statistics-only dump, is its members' outputs concatenated.
+    from nbdiff.trace.stats import concatenated_stats
+
+    rng = np.random.RandomState(0)
+    parts = [rng.randn(2, 3, 8).astype("float32") * s + m for s, m in ((1.0, 0.0), (3.0, 2.0), (0.5, -1.0))]
+    parts[1][0, 0, 0] = np.nan
+    whole = tensor_stats(np.concatenate(parts, axis=-1))
+    got = concatenated_stats([(tensor_stats(p), p.size) for p in parts])
+    np.testing.assert_allclose(got.values(), whole.values(), rtol=1e-5)
+    assert (got.nan, got.inf) == (whole.nan, whole.inf) == (1, 0)

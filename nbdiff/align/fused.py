@@ -26,6 +26,7 @@ import numpy as np
 
 from nbdiff.align.typemap import activation_kind, type_affinity
 from nbdiff.trace.events import Event, TensorRecord
+from nbdiff.trace.stats import concatenated_stats
 
 __all__ = [
     "FusedLayout",
@@ -39,6 +40,9 @@ __all__ = [
     "fuse_events",
     "concat_layout",
     "per_kv_head_layout",
+    "LAYOUT_FACTS",
+    "layout_facts",
+    "stand_ins",
 ]
 
 
@@ -105,6 +109,41 @@ def register_fused_pattern(members: tuple[str, ...], fused: tuple[str, ...], lay
     named ``members`` (same input, outputs fused). ``layout(sizes, parent)`` gives the order of
     the fused output features; the default concatenates the members in the order given."""
     FUSED_PATTERNS.insert(0, FusedPattern(tuple(members), tuple(fused), layout or (lambda s, _p: concat_layout(s))))
+
+
+LAYOUT_FACTS = ("_act", "num_key_value_heads", "num_kv_heads")
+"""What pairing reads of a layer besides its calls (the activation it applies itself, the key/value
+heads a fused qkv is laid out by): a dump keeps them, so recorded steps pair as live ones do."""
+
+
+def layout_facts(layer: Any) -> dict[str, str | int]:
+    """The layer's :data:`LAYOUT_FACTS` (its own, else its ``config``'s) and its class's module; ``{}``
+    when it has none."""
+    out: dict[str, str | int] = {}
+    for n in LAYOUT_FACTS:
+        for holder in (layer, getattr(layer, "config", None)):
+            v = getattr(holder, n, None) if holder is not None else None
+            if isinstance(v, (str, int)) and not isinstance(v, bool):
+                out[n] = v
+                break
+    return {"module": type(layer).__module__, **out} if out else {}
+
+
+def stand_ins(classes: dict[str, list[str]], facts: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """Objects standing in for recorded layers (path -> class names, most specific first), with the
+    facts recorded of them: what pairing reads of a live layer."""
+    made: dict[tuple[str, str], type] = {}
+    out = {}
+    for path, names in classes.items():
+        known = facts.get(path, {})
+        key = (names[0] if names else "Layer", str(known.get("module", "")))
+        cls = made.get(key) or made.setdefault(key, type(key[0], (), {"__module__": key[1]}))
+        layer = cls()
+        for n in LAYOUT_FACTS:
+            if isinstance(known.get(n), (str, int)):
+                setattr(layer, n, known[n])
+        out[path] = layer
+    return out
 
 
 def _attr(layer: Any, *names: str) -> int | None:
@@ -286,7 +325,11 @@ def _fused_records(
     for tensors in zip(*parts):
         first = tensors[0]
         if any(t.value is None for t in tensors):
-            return None
+            fused = _fused_stats(tensors, combine)
+            if fused is None:
+                return None
+            out.append(fused)
+            continue
         if combine == "fuse" and layout is not None:
             value = layout.fuse([t.value for t in tensors], axis=-1)  # type: ignore[misc]
         elif combine == "sum":
@@ -297,6 +340,19 @@ def _fused_records(
             value = first.value
         out.append(TensorRecord(first.name, tuple(value.shape), first.dtype, value))
     return tuple(out)
+
+
+def _fused_stats(tensors: tuple[TensorRecord, ...], combine: str) -> TensorRecord | None:
+    """Statistics-only records fused: a concatenation's statistics follow from its parts' (the order
+    of the features does not change them); a sum's do not."""
+    first = tensors[0]
+    if any(t.stats is None for t in tensors) or combine == "sum":
+        return None
+    if combine != "fuse":
+        return first
+    shape = (*first.shape[:-1], sum(t.shape[-1] for t in tensors))
+    stats = concatenated_stats([(t.stats, int(np.prod(t.shape))) for t in tensors])  # type: ignore[misc]
+    return TensorRecord(first.name, tuple(shape), first.dtype, None, stats)
 
 
 def fuse_events(events: list[Event], groups: list[FusedGroup], backward: bool = False) -> list[Event]:
@@ -323,6 +379,8 @@ def fuse_events(events: list[Event], groups: list[FusedGroup], backward: bool = 
         else:
             outputs = _fused_records([e.outputs for e in members], g.layout, "fuse")
             inputs = _fused_records([e.inputs for e in members], g.layout, "sum" if backward else "first")
+            if inputs is None and backward and outputs is not None:
+                inputs = ()  # statistics of a sum of gradients are not known: compare what arrives
         if outputs is None or inputs is None:
             continue
         first = min(members, key=lambda e: e.order)

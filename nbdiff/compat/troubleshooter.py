@@ -15,7 +15,7 @@ from typing import Any
 from nbdiff.errors import OptionError
 from nbdiff.frameworks import framework_of
 from nbdiff.offline import compare
-from nbdiff.record import record
+from nbdiff.recording import record
 from nbdiff.result import DiffResult
 
 __all__ = ["api_dump_init", "api_dump_start", "api_dump_stop", "api_dump_compare"]

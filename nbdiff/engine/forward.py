@@ -151,7 +151,28 @@ def at_least_as_loose(tol: TolFn, dtypes: Sequence[str]) -> TolFn:
 def api_local(d: EventDiff, tol: TolFn, mode: str, received: str = "inputs") -> tuple[TensorDiff, ...] | None:
     """Local error without replay: the event's own results' error when what it received agrees
     (``received``: its inputs in forward, the gradients at its outputs in backward), else none."""
-    got = tensor_diffs(getattr(d.raw, received), getattr(d.base, received), tol, mode)
+    raw, base = _received_pairs(getattr(d.raw, received), getattr(d.base, received))
+    got = tensor_diffs(raw, base, tol, mode)
     if not got:
         return None  # nothing to judge by
     return d.tensors if all(t.passed for t in got) else ()
+
+
+def _received_pairs(
+    raw: Sequence[TensorRecord], base: Sequence[TensorRecord]
+) -> tuple[list[TensorRecord], list[TensorRecord]]:
+    """What both sides received, paired by name, then the rest in order among equal shapes: one side's
+    extra argument (an attention mask passed by keyword, positions passed by place) is left out
+    rather than compared with another argument."""
+    names = {t.name for t in base}
+    pairs = [(r, next(b for b in base if b.name == r.name)) for r in raw if r.name in names]
+    taken = {r.name for r, _ in pairs}
+    left = [b for b in base if b.name not in taken]
+    for r in raw:
+        if r.name in names:
+            continue
+        b = next((b for b in left if tuple(b.shape) == tuple(r.shape)), None)
+        if b is not None:
+            left.remove(b)
+            pairs.append((r, replace(b, name=r.name)))
+    return [r for r, _ in pairs], [b for _, b in pairs]

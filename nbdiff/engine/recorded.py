@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from nbdiff.align.fused import FusedGroup, stand_ins
 from nbdiff.align.pairing import Pair, Pairing
 from nbdiff.engine.backward import GradsOf
 from nbdiff.engine.comparer import Plans, StepComparer
@@ -26,7 +27,8 @@ from nbdiff.judge.metrics import TensorDiff
 from nbdiff.trace.events import Event, Kind, Phase, TensorRecord, changed
 from nbdiff.trace.layer_paths import relative
 from nbdiff.trace.store import RankDump
-from nbdiff.weights.plan import plan_by_classes
+from nbdiff.weights.fused import fused_plan, unfused_plan
+from nbdiff.weights.plan import LayerWeights, plan_by_classes
 
 __all__ = ["RecordedComparer", "recorded_step"]
 
@@ -48,21 +50,53 @@ class RecordedComparer(StepComparer):
     def __init__(self, a: RankDump, b: RankDump, tol: TolFn, mode: str) -> None:
         super().__init__(tol, mode)
         self.a, self.b = a, b
+        self._layers: tuple[dict[str, Any], dict[str, Any]] | None = None
+        self._groups: tuple[FusedGroup, ...] = ()
         self.spread: GradientSpread | None = GradientSpread()
         """The gradients each optimizer was given, folded in up to the step compared (until a divergence)."""
+
+    def layers(self) -> tuple[dict[str, Any], dict[str, Any]]:
+        """Stand-ins for the recorded layers, with the facts pairing reads (fused layouts)."""
+        if self._layers is None:
+            a, b = self.a, self.b
+            self._layers = (
+                stand_ins(a.layers, a.meta.get("layer_facts", {})),
+                stand_ins(b.layers, b.meta.get("layer_facts", {})),
+            )
+        return self._layers
 
     def decide_plans(self, pairing: Pairing) -> tuple[Plans, list[str]]:
         a, b = self.a, self.b
         plans: Plans = {}
+        base_groups = {g.path: g for g in pairing.fused if g.side == "base"}
+        raw_groups = {g.path: g for g in pairing.fused if g.side == "raw"}
+        self._groups = pairing.fused
         for p in pairing.pairs:
             if p.base.path not in plans:
-                bc, rc = a.layers.get(p.base.path, []), b.layers.get(p.raw.path, [])
-                plans[p.base.path] = plan_by_classes(a.framework, p.base.path, bc, b.framework, p.raw.path, rc)
+                plans[p.base.path] = self._plan(p.base.path, p.raw.path, base_groups, raw_groups)
         raw_taken = {p.raw_path for p in plans.values()}
         for path, classes in a.layers.items():  # layers that never ran: their updates, by the same path
             if path not in plans and path in b.layers and path not in raw_taken:
                 plans[path] = plan_by_classes(a.framework, path, classes, b.framework, path, b.layers[path])
         return plans, []
+
+    def _plan(self, bpath: str, rpath: str, base_groups: dict, raw_groups: dict) -> LayerWeights:
+        """The plan of one recorded pair by the layers' classes; a fused group's from its members'."""
+        a, b = self.a, self.b
+        by_classes = lambda bp, rp: plan_by_classes(  # noqa: E731
+            a.framework, bp, a.layers.get(bp, []), b.framework, rp, b.layers.get(rp, [])
+        )
+        group = base_groups.get(bpath)
+        if group is not None and group.layout is not None:
+            members = {m.rsplit(".", 1)[-1]: by_classes(m, rpath) for m in group.members}
+            btype = "+".join(p.base_type for p in members.values())
+            return fused_plan(group, members, b.framework, rpath, (b.layers.get(rpath) or ["?"])[0], btype)
+        group = raw_groups.get(rpath)
+        if group is not None and group.layout is not None:
+            members = {m.rsplit(".", 1)[-1]: by_classes(bpath, m) for m in group.members}
+            rtype = "+".join(p.raw_type for p in members.values())
+            return unfused_plan(group, bpath, (a.layers.get(bpath) or ["?"])[0], a.framework, members, rtype)
+        return by_classes(bpath, rpath)
 
     def grads_of(self, brec: StepRecord, rrec: StepRecord, grads: Any = None) -> GradsOf:
         plans = self.plans
@@ -90,13 +124,13 @@ class RecordedComparer(StepComparer):
     def local_backward(self, brec: StepRecord, rrec: StepRecord, d: EventDiff) -> tuple[TensorDiff, ...] | None:
         return api_local(d, self.tol, self.mode, "outputs")
 
-    def updates(self, k: int, brec: StepRecord, rrec: StepRecord) -> dict[str, Updates]:
-        """Step ``k``'s optimizer events by plan: the dump keeps updates, not the weights."""
-        by_path = {e.path: e for e in rrec.optimizer}
+    def updates(self, pairing: Pairing, brec: StepRecord, rrec: StepRecord) -> dict[str, Updates]:
+        """The step's optimizer events by plan (a fused group's members' as one): the dump keeps
+        updates, not the weights."""
+        ba, ra = _by_path(brec.optimizer, pairing, "base"), _by_path(rrec.optimizer, pairing, "raw")
         out = {}
         for key, plan in self.plans.items():
-            be = next((e for e in brec.optimizer if e.path == key), None)
-            re_ = by_path.get(plan.raw_path)
+            be, re_ = ba.get(key), ra.get(plan.raw_path)
             if be is not None and re_ is not None:
                 out[key] = Updates(be, re_)
         return out
@@ -109,7 +143,7 @@ class RecordedComparer(StepComparer):
         plans, a, b = self.plans, self.a, self.b
 
         def step_grads(s: int) -> dict[str, tuple[dict[str, np.ndarray], dict[str, np.ndarray]]]:
-            ga, gb = _param_grads(a.steps[s]), _param_grads(b.steps[s])
+            ga, gb = _param_grads(a.steps[s], self._groups, "base"), _param_grads(b.steps[s], self._groups, "raw")
             out = {}
             for key, plan in plans.items():
                 if key in ga:
@@ -118,6 +152,20 @@ class RecordedComparer(StepComparer):
             return out
 
         return self.spread.catch_up(k, step_grads)
+
+
+def _by_path(events: list[Event], pairing: Pairing, side: str) -> dict[str, Event]:
+    """Optimizer events by layer path; each fused group of ``side`` as one event under its path, its
+    members' updates named ``member.name`` (as a fused plan converts them)."""
+    out = {e.path: e for e in events}
+    for g in pairing.fused:
+        members = [out.get(m) for m in g.members]
+        if g.side == side and all(members):
+            outputs = tuple(
+                changed(t, name=f"{m.path.rsplit('.', 1)[-1]}.{t.name}") for m in members if m for t in m.outputs
+            )
+            out[g.path] = replace(members[0], path=g.path, outputs=outputs)  # type: ignore[arg-type]
+    return out
 
 
 def _subtree_params(events: list[Event], path: str) -> tuple[TensorRecord, ...]:
@@ -133,8 +181,9 @@ def _subtree_params(events: list[Event], path: str) -> tuple[TensorRecord, ...]:
     return tuple(out.values())
 
 
-def _param_grads(events: list[Event]) -> dict[str, dict[str, np.ndarray]]:
-    """One step's parameter gradients, by layer path then parameter name (summed over the layer's calls)."""
+def _param_grads(events: list[Event], groups: tuple[FusedGroup, ...], side: str) -> dict[str, dict[str, np.ndarray]]:
+    """One step's parameter gradients, by layer path then parameter name (summed over the layer's
+    calls); a fused group of ``side`` also under its path, as ``member.name``."""
     out: dict[str, dict[str, np.ndarray]] = {}
     for e in events:
         if e.phase is Phase.BACKWARD:
@@ -142,4 +191,7 @@ def _param_grads(events: list[Event]) -> dict[str, dict[str, np.ndarray]]:
                 if t.value is not None:
                     held = out.setdefault(e.path, {})
                     held[t.name] = held[t.name] + t.value if t.name in held else t.value
+    for g in groups:
+        if g.side == side and all(m in out for m in g.members):
+            out[g.path] = {f"{m.rsplit('.', 1)[-1]}.{n}": v for m in g.members for n, v in out[m].items()}
     return out

@@ -114,7 +114,7 @@ class ModelDiffMagics(Magics):
         return None if names is None else [self._lookup(n) for n in names]
 
     def _watch_cell(self, cell: str, base: Any, raw: Any, args: argparse.Namespace, options: dict) -> Any:
-        from nbdiff.watch import watch
+        from nbdiff.watching import watch
 
         if args.steps != 1 or args.loss or args.opt:
             raise OptionError(

@@ -77,6 +77,11 @@ def validate_manifest(data: Any, path: Path) -> None:
     layers = c.type(data.get("layers", {}), dict, "layers", "an object of layer path to class names")
     for name, classes in layers.items():
         c.strs(classes, f"layers[{name!r}]")
+    facts = c.type(data.get("layer_facts", {}), dict, "layer_facts", "an object of layer path to an object")
+    for name, known in facts.items():
+        for k, v in c.type(known, dict, f"layer_facts[{name!r}]", "an object").items():
+            if not isinstance(v, (str, int)) or isinstance(v, bool):
+                raise c.fail(f"layer_facts[{name!r}][{k!r}]", f"is {v!r}; expected a string or a whole number")
     steps = data.get("steps")
     if data.get("version") == 1:  # every step inline
         for k, step in enumerate(c.type(steps, list, "steps", "a list")):

@@ -8,7 +8,7 @@ from dataclasses import dataclass, fields
 
 import numpy as np
 
-__all__ = ["Stats", "tensor_stats", "STAT_FIELDS"]
+__all__ = ["Stats", "tensor_stats", "concatenated_stats", "STAT_FIELDS"]
 
 STAT_FIELDS = ("min", "max", "mean", "std", "abs_mean")
 """The values a statistics comparison looks at, in this order."""
@@ -134,3 +134,19 @@ def _scratch(size: int, dtype: np.dtype) -> np.ndarray:
         buf = np.empty(max(size, 4096), dtype)
         setattr(_buffers, str(dtype), buf)
     return buf[:size]
+
+
+def concatenated_stats(parts: list[tuple[Stats, int]]) -> Stats:
+    """The statistics of tensors concatenated (in any order), from each one's and its element count:
+    what a fused layer's output looks like in a statistics-only dump."""
+    finite = [(s, n - s.nan - s.inf) for s, n in parts]
+    total = sum(n for _, n in finite)
+    if total <= 0:
+        return Stats(0.0, 0.0, 0.0, 0.0, 0.0, sum(s.nan for s, _ in parts), sum(s.inf for s, _ in parts))
+    mean = sum(s.mean * n for s, n in finite) / total
+    square = sum((s.std**2 + s.mean**2) * n for s, n in finite) / total
+    return Stats(
+        min(s.min for s, n in finite if n), max(s.max for s, n in finite if n), mean,
+        math.sqrt(max(square - mean**2, 0.0)), sum(s.abs_mean * n for s, n in finite) / total,
+        sum(s.nan for s, _ in parts), sum(s.inf for s, _ in parts),
+    )  # fmt: skip

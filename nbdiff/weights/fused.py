@@ -19,7 +19,7 @@ from nbdiff.frameworks import Framework
 from nbdiff.weights.plan import LayerWeights, layer_tensors, plan_layer
 from nbdiff.weights.rules import Arrays
 
-__all__ = ["fused_layers", "plan_fused", "plan_unfused"]
+__all__ = ["fused_layers", "plan_fused", "plan_unfused", "fused_plan", "unfused_plan"]
 
 
 def fused_layers(layers: dict[str, Any], groups: tuple[FusedGroup, ...], side: str = "base") -> dict[str, FusedLayers]:
@@ -44,14 +44,24 @@ def plan_fused(
     if group.layout is None:
         return _plan_sequential(bfw, group, members, rfw, rpath, rlayer)
     plans = {n: plan_layer(bfw, path, members.members[n], rfw, rpath, rlayer) for n, path in zip(names, group.members)}
-    layout, rcls = group.layout, type(rlayer).__name__
+    btype = "+".join(type(m).__name__ for m in members.members.values())
+    return fused_plan(group, plans, rfw.name, rpath, type(rlayer).__name__, btype)
+
+
+def fused_plan(
+    group: FusedGroup, plans: dict[str, LayerWeights], rfw: str, rpath: str, rcls: str, btype: str
+) -> LayerWeights:
+    """The plan of a laid-out group from each member's own plan into the fused raw layer ``rpath``
+    (class ``rcls`` of framework ``rfw``): converted member by member, then fused along the output features."""
+    layout, names = group.layout, list(plans)
+    assert layout is not None
 
     def convert(arrays: Arrays) -> Arrays:
         parts = [plans[n].convert(_member(arrays, n)) for n in names]
         out: Arrays = {}
         for key in parts[0]:
             pieces = [p[key] for p in parts]
-            axis = _axis(rfw.name, rcls, pieces[0], layout.sizes[0])
+            axis = _axis(rfw, rcls, pieces[0], layout.sizes[0])
             if any(p.shape[axis] != s for p, s in zip(pieces, layout.sizes)):
                 raise WeightTransferError(
                     f"Fused raw `{rpath}.{key}`: the base members {list(group.members)} have "
@@ -61,14 +71,13 @@ def plan_fused(
         return out
 
     def inverse(arrays: Arrays) -> Arrays:
-        split = {k: layout.split(v, _axis(rfw.name, rcls, v, sum(layout.sizes))) for k, v in arrays.items()}
+        split = {k: layout.split(v, _axis(rfw, rcls, v, sum(layout.sizes))) for k, v in arrays.items()}
         out: Arrays = {}
         for i, n in enumerate(names):
             back = plans[n].inverse({k: parts[i] for k, parts in split.items()})
             out.update({f"{n}.{k}": v for k, v in back.items()})
         return out
 
-    btype = "+".join(type(m).__name__ for m in members.members.values())
     return LayerWeights(
         group.path, rpath, btype, rcls, f"fused: {layout.name}", False, convert, inverse,
         tuple(o for p in plans.values() for o in p.optional),
@@ -122,9 +131,20 @@ def plan_unfused(
         )  # fmt: skip
 
     plans = {n: plan_layer(bfw, bpath, blayer, rfw, p, members.members[n]) for n, p in zip(names, group.members)}
+    rtype = "+".join(type(m).__name__ for m in members.members.values())
+    return unfused_plan(group, bpath, btype, bfw.name, plans, rtype)
+
+
+def unfused_plan(
+    group: FusedGroup, bpath: str, btype: str, bfw: str, plans: dict[str, LayerWeights], rtype: str
+) -> LayerWeights:
+    """The plan of a fused base layer (class ``btype`` of framework ``bfw``) into the raw members of a
+    laid-out group, from each member's own plan (the reverse port)."""
+    layout, names = group.layout, list(plans)
+    assert layout is not None
 
     def convert(arrays: Arrays) -> Arrays:
-        split = {k: layout.split(v, _axis(bfw.name, btype, v, sum(layout.sizes))) for k, v in arrays.items()}
+        split = {k: layout.split(v, _axis(bfw, btype, v, sum(layout.sizes))) for k, v in arrays.items()}
         out: Arrays = {}
         for i, n in enumerate(names):
             out.update({f"{n}.{k}": v for k, v in plans[n].convert({k: p[i] for k, p in split.items()}).items()})
@@ -133,11 +153,9 @@ def plan_unfused(
     def inverse(arrays: Arrays) -> Arrays:
         parts = [plans[n].inverse(_member(arrays, n)) for n in names]
         return {
-            k: layout.fuse([p[k] for p in parts], _axis(bfw.name, btype, parts[0][k], layout.sizes[0]))
-            for k in parts[0]
+            k: layout.fuse([p[k] for p in parts], _axis(bfw, btype, parts[0][k], layout.sizes[0])) for k in parts[0]
         }
 
-    rtype = "+".join(type(m).__name__ for m in members.members.values())
     return LayerWeights(
         bpath, group.path, btype, rtype, f"fused: {layout.name}", False, convert, inverse,
         tuple(f"{n}.{o}" for n, p in plans.items() for o in p.optional),

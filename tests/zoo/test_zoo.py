@@ -41,3 +41,40 @@ def test_zoo_case(case, single_step):
     assert (d.phase.value, d.base_path) == (phase, path), result.report()
     if parameter is not None:
         assert d.parameter == parameter, result.report()
+
+
+# Known gaps of record + compare, each with its reason (strict: a gap that closes fails, so it is
+# taken off this list). Offline, a train-mode BatchNorm over few values per channel amplifies
+# rounding past the tolerance, and a dump holds nothing to measure that by (auto_diff re-runs base
+# on nudged inputs).
+_CONDITIONING = "no conditioning offline: a train-mode BatchNorm over few values amplifies rounding"
+_OFFLINE_GAPS = {
+    "tensor": {
+        **dict.fromkeys(
+            ["resnet batch 2 at 32 px", "mobilenet", "shufflenet", "shufflenet custom layer"], _CONDITIONING
+        ),
+        "shufflenet custom layer grad": _CONDITIONING,
+    },
+    "statistics": {
+        "resnet batch 2 at 32 px": _CONDITIONING,
+        "shufflenet concat": "statistics do not change when channels are shuffled: first seen at the next conv",
+        "qwen3 custom norm eps": "a per-head RMSNorm epsilon moves the statistics less than their tolerance",
+    },
+}
+OFFLINE = [c for c in CASES if "train" not in c.tags]
+
+
+@pytest.mark.parametrize("dump_type", ["tensor", "statistics"])
+@pytest.mark.parametrize("case", OFFLINE, ids=[c.name for c in OFFLINE])
+def test_zoo_case_offline(case, dump_type):
+    # record + compare gives auto_diff's verdict and blame: the same step comparisons run on both.
+    from tests.zoo.run import offline_outcome
+
+    if case.name.startswith(("llama", "qwen", "ernie")) and not _HAVE_HF:
+        pytest.skip("transformers and paddleformers are not installed (make test installs them)")
+    gap = _OFFLINE_GAPS[dump_type].get(case.name)
+    ok, text = offline_outcome(case, dump_type)
+    if gap is not None:
+        assert not ok, f"{case.name} ({dump_type}) now passes offline: take it off _OFFLINE_GAPS"
+        pytest.xfail(f"{gap}: {text}")
+    assert ok, text

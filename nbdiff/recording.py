@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from nbdiff.align.fused import layout_facts
 from nbdiff.errors import OptionError
 from nbdiff.frameworks import Framework, framework_of
 from nbdiff.trace.events import Event, Kind, Phase, TensorRecord, changed
@@ -90,6 +91,9 @@ class record:
         # Each layer's own parameters, read once: every step's updates and gradients look them up.
         self._params = {path: dict(self.fw.direct_params(layer)) for path, layer in self._layers.items()}
         layers = {path: all_class_names(layer) for path, layer in self._layers.items()}
+        # What pairing reads of a live layer (head counts, an activation applied inside), for compare.
+        facts = {path: f for path, layer in self._layers.items() if (f := layout_facts(layer))}
+        meta["layer_facts"] = facts
         self._writer = DumpWriter(
             self.dump_dir / f"rank{rank}", meta, layers, str(self.options["dump_type"]), self.overwrite
         )

@@ -17,7 +17,7 @@ from nbdiff.align.layer_map import LayerMap
 from nbdiff.align.pairing import Pairing, pair_forward
 from nbdiff.engine.backward import GradsOf, backward_diffs
 from nbdiff.engine.conditioning import MARGIN, Floor, Noise
-from nbdiff.engine.forward import TolFn, forward_diffs
+from nbdiff.engine.forward import TolFn, api_local, forward_diffs
 from nbdiff.engine.stepping import StepRecord
 from nbdiff.engine.updates import GradientSpread, Updates, name_parameter, update_diffs
 from nbdiff.errors import PairingError
@@ -77,6 +77,18 @@ class StepComparer:
     def local_forward(
         self, d: EventDiff, kids: list[tuple[Event, Event]], outputs_agree: bool
     ) -> tuple[TensorDiff, ...] | None:
+        """A forward event's own error (None: not measurable). ``outputs_agree``: the model's outputs
+        agree, so the loss computed from them can be judged on its own."""
+        if d.base.kind is Kind.INPUT:
+            return d.tensors
+        if d.base.kind is Kind.LOSS:
+            return d.tensors if outputs_agree else None
+        if d.base.kind is Kind.API:
+            return api_local(d, self.tol, self.mode)
+        return self.local_layer(d, kids)
+
+    def local_layer(self, d: EventDiff, kids: list[tuple[Event, Event]]) -> tuple[TensorDiff, ...] | None:
+        """A layer call's own error, its paired sublayer calls ``kids`` left out."""
         raise NotImplementedError
 
     def local_backward(self, brec: StepRecord, rrec: StepRecord, d: EventDiff) -> tuple[TensorDiff, ...] | None:

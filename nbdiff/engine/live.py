@@ -15,7 +15,7 @@ from nbdiff.align.pairing import Pair, Pairing
 from nbdiff.engine.backward import GradsOf
 from nbdiff.engine.comparer import Plans, StepComparer, StepComparison
 from nbdiff.engine.constants import constant_differences
-from nbdiff.engine.forward import TolFn, api_local
+from nbdiff.engine.forward import TolFn
 from nbdiff.engine.layouts import records_of
 from nbdiff.engine.replay import Replayer, paired_param_grads
 from nbdiff.engine.state import State, has_state, state_diffs
@@ -121,15 +121,7 @@ class LiveComparer(StepComparer):
 
         return of
 
-    def local_forward(
-        self, d: EventDiff, kids: list[tuple[Event, Event]], outputs_agree: bool
-    ) -> tuple[TensorDiff, ...] | None:
-        if d.base.kind is Kind.INPUT:
-            return d.tensors
-        if d.base.kind is Kind.LOSS:
-            return d.tensors if outputs_agree else None
-        if d.base.kind is Kind.API:
-            return api_local(d, self.tol, self.mode)
+    def local_layer(self, d: EventDiff, kids: list[tuple[Event, Event]]) -> tuple[TensorDiff, ...] | None:
         assert self.replayer is not None
         return self.replayer.forward(d.base, d.raw, kids)
 

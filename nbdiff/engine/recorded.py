@@ -24,7 +24,7 @@ from nbdiff.engine.stepping import StepRecord
 from nbdiff.engine.updates import GradientSpread, Updates
 from nbdiff.judge.blame import EventDiff
 from nbdiff.judge.metrics import TensorDiff
-from nbdiff.trace.events import Event, Kind, Phase, TensorRecord, changed
+from nbdiff.trace.events import Event, Phase, TensorRecord, changed
 from nbdiff.trace.layer_paths import relative
 from nbdiff.trace.store import RankDump
 from nbdiff.weights.fused import fused_plan, unfused_plan
@@ -112,14 +112,8 @@ class RecordedComparer(StepComparer):
 
         return of
 
-    def local_forward(
-        self, d: EventDiff, kids: list[tuple[Event, Event]], outputs_agree: bool
-    ) -> tuple[TensorDiff, ...] | None:
-        if d.base.kind is Kind.INPUT:
-            return d.tensors
-        if d.base.kind is Kind.LOSS:
-            return d.tensors if outputs_agree else None
-        return api_local(d, self.tol, self.mode)
+    def local_layer(self, d: EventDiff, kids: list[tuple[Event, Event]]) -> tuple[TensorDiff, ...] | None:
+        return api_local(d, self.tol, self.mode)  # judged from what it received: no replay
 
     def local_backward(self, brec: StepRecord, rrec: StepRecord, d: EventDiff) -> tuple[TensorDiff, ...] | None:
         return api_local(d, self.tol, self.mode, "outputs")

@@ -221,32 +221,13 @@ def compare_tensors(
     note = ""
     shapes = (tuple(base.shape), tuple(raw.shape))
     if raw.shape != base.shape:
-        wide = _broadcast(raw.shape, base.shape)
-        if wide is not None:
-            # (1, S, D) against (B, S, D): the same values, one side not yet expanded.
-            note = f"shape {raw.shape} vs base {base.shape}, compared after broadcasting"
-            raw, base = np.broadcast_to(raw, wide), np.broadcast_to(base, wide)
-        elif raw.size != base.size:
+        fitted = _fitted(raw, base)
+        if fitted is None:
+            inf = np.inf
             return TensorDiff(
-                name,
-                base.shape,
-                raw.shape,
-                np.inf,
-                np.inf,
-                np.inf,
-                0.0,
-                0,
-                0,
-                0,
-                0,
-                np.inf,
-                tol,
-                mode,
-                f"shape {raw.shape} vs base {base.shape}",
+                name, *shapes, inf, inf, inf, 0.0, 0, 0, 0, 0, inf, tol, mode, f"shape {raw.shape} vs base {base.shape}"
             )
-        else:
-            note = f"shape {raw.shape} vs base {base.shape}, compared flattened"
-            raw = raw.reshape(base.shape)
+        raw, base, note = fitted
     a, b = _pair(raw, base)
     if a.dtype.kind not in "fc":
         a, b = a.astype(np.float64), b.astype(np.float64)
@@ -265,17 +246,10 @@ def compare_tensors(
     counts = (0, 0, 0, 0)
     finite = bool(np.isfinite(worst))
     if not finite:
-        np.abs(d, out=d)
         counts = (nan_count(b), nan_count(a), inf_count(b), inf_count(a))
-        same = (np.isnan(a) & np.isnan(b)) | (a == b)
-        if np.all(same):
-            d = np.zeros_like(d)
-        else:
-            d = np.where(same, 0.0, np.where(np.isfinite(d), d, np.inf)).astype(d.dtype)
-            note = note or "NaN/Inf differ"
+        a, b, d, differ = _finite_parts(a, b, d)
+        note = note or ("NaN/Inf differ" if differ else "")
         worst = float(d.max())
-        a = np.where(np.isfinite(a), a, 0.0)
-        b = np.where(np.isfinite(b), b, 0.0)
     scale = scale_hint if hint_covers else max(float(b.max()), -float(b.min()), scale_hint)
     atol = (tol.atol * max(scale, _TINY) if tol.scaled else tol.atol) + tol.floor
     if lazy and mode == "strict" and worst <= atol and finite:
@@ -287,20 +261,7 @@ def compare_tensors(
     if finite:
         np.abs(d, out=d)
     np.abs(b, out=absb)
-    if mode == "strict":
-        if worst > 0:
-            np.multiply(absb, tol.rtol, out=buf)
-            buf += max(atol, _TINY)
-            np.divide(d, buf, out=buf)
-            ratio = float(buf.max())
-        else:
-            ratio = 0.0
-    elif mode in ("mean", "abs_mean"):
-        ma, mb = (a.mean(), b.mean()) if mode == "mean" else (np.abs(a).mean(), absb.mean())
-        err = abs(float(ma) - float(mb)) if np.isfinite(worst) else np.inf
-        ratio = err / max(atol + tol.rtol * abs(float(mb)), _TINY) if err > 0 else 0.0
-    else:
-        raise ValueError(f"compare_mode {mode!r} is not one of {COMPARE_MODES}")
+    ratio = _ratio(mode, a, b, d, absb, buf, worst, atol, tol.rtol)
     if worst > 0:
         # 0/0 (equal zeros) is NaN and skipped by fmax; x/0 is inf: an error where base is exactly 0.
         with np.errstate(divide="ignore", invalid="ignore"):
@@ -308,20 +269,49 @@ def compare_tensors(
         rel = float(np.fmax.reduce(absb, axis=None))
     else:
         rel = 0.0
-    return TensorDiff(
-        name,
-        shapes[0],
-        shapes[1],
-        worst,
-        rel,
-        float(d.mean()),
-        cosine(a, b),
-        *counts,
-        ratio,
-        tol,
-        mode,
-        note,
-    )
+    return TensorDiff(name, *shapes, worst, rel, float(d.mean()), cosine(a, b), *counts, ratio, tol, mode, note)
+
+
+def _fitted(raw: np.ndarray, base: np.ndarray) -> tuple[np.ndarray, np.ndarray, str] | None:
+    """Two arrays of different shapes made comparable (broadcast, or flattened when as large), with a
+    note saying how; None when they cannot be."""
+    wide = _broadcast(raw.shape, base.shape)
+    if wide is not None:
+        # (1, S, D) against (B, S, D): the same values, one side not yet expanded.
+        note = f"shape {raw.shape} vs base {base.shape}, compared after broadcasting"
+        return np.broadcast_to(raw, wide), np.broadcast_to(base, wide), note
+    if raw.size != base.size:
+        return None
+    return raw.reshape(base.shape), base, f"shape {raw.shape} vs base {base.shape}, compared flattened"
+
+
+def _finite_parts(a: np.ndarray, b: np.ndarray, d: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, bool]:
+    """Where NaN/Inf are: the same on both sides counts as agreement (0), else as an infinite error;
+    the values with NaN/Inf read as 0, ``|a - b|`` so judged, and whether any NaN/Inf differ."""
+    np.abs(d, out=d)
+    same = (np.isnan(a) & np.isnan(b)) | (a == b)
+    differ = not np.all(same)
+    d = np.where(same, 0.0, np.where(np.isfinite(d), d, np.inf)).astype(d.dtype) if differ else np.zeros_like(d)
+    return np.where(np.isfinite(a), a, 0.0), np.where(np.isfinite(b), b, 0.0), d, differ
+
+
+def _ratio(
+    mode: str, a: np.ndarray, b: np.ndarray, d: np.ndarray, absb: np.ndarray, buf: np.ndarray,
+    worst: float, atol: float, rtol: float,
+) -> float:  # fmt: skip
+    """The largest error over its tolerance (``d``: ``|a - b|``; ``absb``: ``|b|``; ``buf`` is scratch)."""
+    if mode == "strict":
+        if worst <= 0:
+            return 0.0
+        np.multiply(absb, rtol, out=buf)
+        buf += max(atol, _TINY)
+        np.divide(d, buf, out=buf)
+        return float(buf.max())
+    if mode in ("mean", "abs_mean"):
+        ma, mb = (a.mean(), b.mean()) if mode == "mean" else (np.abs(a).mean(), absb.mean())
+        err = abs(float(ma) - float(mb)) if np.isfinite(worst) else np.inf
+        return err / max(atol + rtol * abs(float(mb)), _TINY) if err > 0 else 0.0
+    raise ValueError(f"compare_mode {mode!r} is not one of {COMPARE_MODES}")
 
 
 def compare_statistics(

@@ -28,13 +28,22 @@ def build_events(
     puts every layer after its sublayers, as autograd runs them. ``grad_of(param)`` gives a
     parameter's gradient for the step.
     """
-    warnings: list[str] = []
+    forward = _forward_events(fw, calls, step)
+    if loss is not None:
+        record = TensorRecord("loss", fw.shape_of(loss), fw.dtype_name(loss), fw.to_numpy(loss))
+        forward.append(
+            Event(step, Phase.FORWARD, Kind.LOSS, len(forward), "<loss>", "Loss", 0, 0, None, False, (), (record,))
+        )
+    grads = _backward_events(fw, calls, step, forward, grad_of) if backward else []
+    return forward, link_backward_parents(grads), []
+
+
+def _forward_events(fw: Framework, calls: list[Call], step: int) -> list[Event]:
     forward: list[Event] = []
     renumber: dict[int, int] = {}  # call order -> event order; a parent's call starts before its children's
     for rec in calls:
         if not rec.done:
             continue
-        ins, outs = tuple(rec.inputs), tuple(rec.outputs)
         ev = Event(
             step=step,
             phase=Phase.FORWARD,
@@ -46,8 +55,8 @@ def build_events(
             depth=rec.depth,
             parent=renumber.get(rec.parent) if rec.parent is not None else None,
             library=False if rec.api else fw.is_library_layer(rec.layer),
-            inputs=ins,
-            outputs=outs,
+            inputs=tuple(rec.inputs),
+            outputs=tuple(rec.outputs),
             given=tuple(rec.given),
             args=rec.args,
             stack=rec.stack,
@@ -58,63 +67,38 @@ def build_events(
         )
         renumber[rec.order] = ev.order
         forward.append(ev)
-    if loss is not None:
-        forward.append(
-            Event(
-                step,
-                Phase.FORWARD,
-                Kind.LOSS,
-                len(forward),
-                "<loss>",
-                "Loss",
-                0,
-                0,
-                None,
-                False,
-                (),
-                (TensorRecord("loss", fw.shape_of(loss), fw.dtype_name(loss), fw.to_numpy(loss)),),
-            )
-        )
+    return forward
+
+
+def _backward_events(
+    fw: Framework, calls: list[Call], step: int, forward: list[Event], grad_of: Callable[[Any], np.ndarray | None]
+) -> list[Event]:
+    """Each layer call's gradients, in backward order; a parameter's gradient goes with the last call of
+    its layer (the first met going backward)."""
     grads: list[Event] = []
-    if backward:
-        seen_params: set[int] = set()
-        fwd_by_key = {(e.path, e.call): e for e in forward if e.kind is Kind.LAYER}
-        for rec in reversed(calls):
-            f = fwd_by_key.get((rec.path, rec.call))
-            if f is None or rec.api:
+    seen_params: set[int] = set()
+    fwd_by_key = {(e.path, e.call): e for e in forward if e.kind is Kind.LAYER}
+    for rec in reversed(calls):
+        f = fwd_by_key.get((rec.path, rec.call))
+        if f is None or rec.api:
+            continue
+        params = []
+        for pname, p in fw.direct_params(rec.layer):
+            if id(p) in seen_params or not fw.is_trainable(p):
                 continue
-            params = []
-            for pname, p in fw.direct_params(rec.layer):
-                if id(p) in seen_params or not fw.is_trainable(p):
-                    continue
-                g = grad_of(p)
-                if g is not None:
-                    seen_params.add(id(p))
-                    params.append(TensorRecord(pname, fw.shape_of(p), fw.dtype_name(p), g))
-            grad_in = tuple(rec.grad_in.values())
-            grad_out = tuple(rec.grad_out.values())
-            if not (grad_in or grad_out or params):
-                continue
+            g = grad_of(p)
+            if g is not None:
+                seen_params.add(id(p))
+                params.append(TensorRecord(pname, fw.shape_of(p), fw.dtype_name(p), g))
+        grad_in, grad_out = tuple(rec.grad_in.values()), tuple(rec.grad_out.values())
+        if grad_in or grad_out or params:
             grads.append(
                 Event(
-                    step,
-                    Phase.BACKWARD,
-                    Kind.LAYER,
-                    len(grads),
-                    rec.path,
-                    f.type_name,
-                    rec.call,
-                    rec.depth,
-                    f.parent,
-                    f.library,
-                    grad_in,
-                    grad_out,
-                    tuple(params),
-                    (),
-                    rec.backward_stack or rec.stack,
+                    step, Phase.BACKWARD, Kind.LAYER, len(grads), rec.path, f.type_name, rec.call, rec.depth,
+                    f.parent, f.library, grad_in, grad_out, tuple(params), (), rec.backward_stack or rec.stack,
                 )
-            )
-    return forward, link_backward_parents(grads), warnings
+            )  # fmt: skip
+    return grads
 
 
 _GENERIC = {"Module", "Layer", "object"}

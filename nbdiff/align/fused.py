@@ -43,6 +43,7 @@ __all__ = [
     "LAYOUT_FACTS",
     "layout_facts",
     "stand_ins",
+    "member_name",
 ]
 
 
@@ -211,10 +212,11 @@ class FusedLayers:
 def group_path(members: tuple[str, ...]) -> str:
     """``a.b.q_proj+k_proj+v_proj``: the siblings' parent once, then their names."""
     parent = _parent_path(members[0])
-    return (f"{parent}." if parent else "") + "+".join(_name(m) for m in members)
+    return (f"{parent}." if parent else "") + "+".join(member_name(m) for m in members)
 
 
-def _name(path: str) -> str:
+def member_name(path: str) -> str:
+    """A layer's attribute name in its parent: what a fused group calls its member."""
     return path.rsplit(".", 1)[-1]
 
 
@@ -264,7 +266,7 @@ def _groups_for(
                 groups.append(FusedGroup(group_path(paths), paths, calls, r.path, None, True, side))
             continue
         for pattern in FUSED_PATTERNS:
-            if _name(r.path) not in pattern.fused:
+            if member_name(r.path) not in pattern.fused:
                 continue
             found = _next_members(members_side, pattern.members, used, rf)
             if found is None:
@@ -302,10 +304,10 @@ def _next_members(
     """The first unused calls of sibling layers named ``members`` whose outputs fit the fused one."""
     by_parent: dict[str, dict[str, Event]] = {}
     for e in base:
-        if e.order in used or _name(e.path) not in members:
+        if e.order in used or member_name(e.path) not in members:
             continue
         siblings = by_parent.setdefault(_parent_path(e.path), {})
-        siblings.setdefault(_name(e.path), e)
+        siblings.setdefault(member_name(e.path), e)
         if len(siblings) == len(members):
             found = [siblings[m] for m in members]
             feats = [_features(x) for x in found]
@@ -384,7 +386,7 @@ def fuse_events(events: list[Event], groups: list[FusedGroup], backward: bool = 
         if outputs is None or inputs is None:
             continue
         first = min(members, key=lambda e: e.order)
-        params = tuple(replace(t, name=f"{_name(e.path)}.{t.name}") for e in members for t in e.params)
+        params = tuple(replace(t, name=f"{member_name(e.path)}.{t.name}") for e in members for t in e.params)
         call = calls[g.path] = calls.get(g.path, -1) + 1
         merged[first.order] = replace(
             first, path=g.path, call=call, inputs=inputs, outputs=outputs, params=params,

@@ -43,12 +43,6 @@ class StepComparison:
     notes: list[str] = field(default_factory=list)
     """What is not a divergence (conditioning, drift, the first step's plan), for the result's warnings."""
 
-    def __iadd__(self, other: StepComparison) -> StepComparison:
-        self.findings += other.findings
-        self.diffs += other.diffs
-        self.notes += other.notes
-        return self
-
 
 class StepComparer:
     """Compares steps of ``base`` and ``raw`` under one tolerance, mode and weight plan; the plan is
@@ -106,10 +100,6 @@ class StepComparer:
         if self._plans is None:
             raise RuntimeError("no step was paired yet: pair() the first step before comparing")
         return self._plans
-
-    @property
-    def planned(self) -> bool:
-        return self._plans is not None
 
     def pair(self, brec: StepRecord, rrec: StepRecord, plan: bool = True) -> tuple[Pairing, list[str]]:
         """The step's layer calls paired; the first one paired with ``plan`` decides the weight plans

@@ -48,7 +48,8 @@ class Verdict:
         self.steps = max(self.steps, step + 1)
         at = (step, rank)
         failing = [f for f in findings if f.where != "framework" or self.framework_fails]
-        self._framework += [(at, f) for f in findings if f.where == "framework" and f not in failing]
+        if not self.framework_fails:
+            self._framework += [(at, f) for f in findings if f.where == "framework"]
         if not failing:
             return False
         if self._at is None or at < self._at:

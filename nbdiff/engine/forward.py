@@ -1,6 +1,7 @@
 """Forward comparisons of one recorded step: each pair of events' outputs, what raw was given
-(single-step), the models' inputs and the loss. The backward and the update comparisons, and
-blame over all of them, are :mod:`nbdiff.engine.comparer`'s; :mod:`nbdiff.offline` uses these on dumps.
+(single-step), the models' inputs and the loss; and an event's own error judged from what it
+received (:func:`api_local`), where nothing can be replayed. Blame over them is
+:class:`nbdiff.engine.comparer.StepComparer`'s.
 """
 
 from __future__ import annotations
@@ -164,12 +165,12 @@ def _received_pairs(
     """What both sides received, paired by name, then the rest in order among equal shapes: one side's
     extra argument (an attention mask passed by keyword, positions passed by place) is left out
     rather than compared with another argument."""
-    names = {t.name for t in base}
-    pairs = [(r, next(b for b in base if b.name == r.name)) for r in raw if r.name in names]
+    named = {t.name: t for t in base}
+    pairs = [(r, named[r.name]) for r in raw if r.name in named]
     taken = {r.name for r, _ in pairs}
     left = [b for b in base if b.name not in taken]
     for r in raw:
-        if r.name in names:
+        if r.name in named:
             continue
         b = next((b for b in left if tuple(b.shape) == tuple(r.shape)), None)
         if b is not None:

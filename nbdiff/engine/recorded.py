@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from nbdiff.align.fused import FusedGroup, stand_ins
+from nbdiff.align.fused import FusedGroup, member_name, stand_ins
 from nbdiff.align.pairing import Pair, Pairing
 from nbdiff.engine.backward import GradsOf
 from nbdiff.engine.comparer import Plans, StepComparer
@@ -88,12 +88,12 @@ class RecordedComparer(StepComparer):
         )
         group = base_groups.get(bpath)
         if group is not None and group.layout is not None:
-            members = {m.rsplit(".", 1)[-1]: by_classes(m, rpath) for m in group.members}
+            members = {member_name(m): by_classes(m, rpath) for m in group.members}
             btype = "+".join(p.base_type for p in members.values())
             return fused_plan(group, members, b.framework, rpath, (b.layers.get(rpath) or ["?"])[0], btype)
         group = raw_groups.get(rpath)
         if group is not None and group.layout is not None:
-            members = {m.rsplit(".", 1)[-1]: by_classes(bpath, m) for m in group.members}
+            members = {member_name(m): by_classes(bpath, m) for m in group.members}
             rtype = "+".join(p.raw_type for p in members.values())
             return unfused_plan(group, bpath, (a.layers.get(bpath) or ["?"])[0], a.framework, members, rtype)
         return by_classes(bpath, rpath)
@@ -155,9 +155,7 @@ def _by_path(events: list[Event], pairing: Pairing, side: str) -> dict[str, Even
     for g in pairing.fused:
         members = [out.get(m) for m in g.members]
         if g.side == side and all(members):
-            outputs = tuple(
-                changed(t, name=f"{m.path.rsplit('.', 1)[-1]}.{t.name}") for m in members if m for t in m.outputs
-            )
+            outputs = tuple(changed(t, name=f"{member_name(m.path)}.{t.name}") for m in members if m for t in m.outputs)
             out[g.path] = replace(members[0], path=g.path, outputs=outputs)  # type: ignore[arg-type]
     return out
 
@@ -187,5 +185,5 @@ def _param_grads(events: list[Event], groups: tuple[FusedGroup, ...], side: str)
                     held[t.name] = held[t.name] + t.value if t.name in held else t.value
     for g in groups:
         if g.side == side and all(m in out for m in g.members):
-            out[g.path] = {f"{m.rsplit('.', 1)[-1]}.{n}": v for m in g.members for n, v in out[m].items()}
+            out[g.path] = {f"{member_name(m)}.{n}": v for m in g.members for n, v in out[m].items()}
     return out

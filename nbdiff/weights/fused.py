@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from nbdiff.align.fused import FusedGroup, FusedLayers
+from nbdiff.align.fused import FusedGroup, FusedLayers, member_name
 from nbdiff.errors import WeightTransferError
 from nbdiff.frameworks import Framework
 from nbdiff.weights.plan import LayerWeights, layer_tensors, plan_layer
@@ -24,7 +24,7 @@ __all__ = ["fused_layers", "plan_fused", "plan_unfused", "fused_plan", "unfused_
 
 def fused_layers(layers: dict[str, Any], groups: tuple[FusedGroup, ...], side: str = "base") -> dict[str, FusedLayers]:
     """A stand-in layer for each group whose members are on ``side``, under the group's path."""
-    return {g.path: FusedLayers({m.rsplit(".", 1)[-1]: layers[m] for m in g.members}) for g in groups if g.side == side}
+    return {g.path: FusedLayers({member_name(m): layers[m] for m in g.members}) for g in groups if g.side == side}
 
 
 def _axis(fw: str, cls: str, arr: np.ndarray, size: int) -> int:

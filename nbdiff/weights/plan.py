@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -82,11 +82,9 @@ def layer_tensors(fw: Framework, layer: Any, recursive: bool = False) -> dict[st
 def plan_layer(bfw: Framework, bpath: str, blayer: Any, rfw: Framework, rpath: str, rlayer: Any) -> LayerWeights:
     """The copy plan for one pair of layers: a registered rule, or matching by name and shape."""
     btype, rtype = type(blayer).__name__, type(rlayer).__name__
-    found = find_rule(bfw.name, all_class_names(blayer), rfw.name, all_class_names(rlayer))
-    if found is not None:
-        rule, inverted = found
-        conv, inv = (rule.inverse, rule.convert) if inverted else (rule.convert, rule.inverse)
-        return LayerWeights(bpath, rpath, btype, rtype, rule.name, rule.recursive, conv, inv, rule.optional, rule.copy)
+    by_rule = _rule_plan(bfw.name, bpath, all_class_names(blayer), rfw.name, rpath, all_class_names(rlayer))
+    if by_rule is not None:
+        return replace(by_rule, base_type=btype, raw_type=rtype)
     if bfw.name == rfw.name:
         # A framework layer with the same tensors is copied whole, which covers sublayers that
         # never run as modules (torch MultiheadAttention's out_proj); user layers stay per layer.
@@ -106,13 +104,24 @@ def plan_by_classes(
 ) -> LayerWeights:
     """The plan of two recorded layers known by their class names (most specific first): their
     registered rule, else the same names (a dump holds no weights to match by shape)."""
+    by_rule = _rule_plan(bfw, bpath, bclasses, rfw, rpath, rclasses)
+    if by_rule is not None:
+        return by_rule
     btype, rtype = (bclasses or ["?"])[0], (rclasses or ["?"])[0]
-    found = find_rule(bfw, bclasses, rfw, rclasses)
-    if found is not None:
-        rule, inverted = found
-        conv, inv = (rule.inverse, rule.convert) if inverted else (rule.convert, rule.inverse)
-        return LayerWeights(bpath, rpath, btype, rtype, rule.name, rule.recursive, conv, inv, rule.optional, rule.copy)
     return LayerWeights(bpath, rpath, btype, rtype, SAME_BY_NAME, False, *rename_rule({}))
+
+
+def _rule_plan(
+    bfw: str, bpath: str, bclasses: list[str], rfw: str, rpath: str, rclasses: list[str]
+) -> LayerWeights | None:
+    """The plan by the registered rule for these classes (most specific first), if there is one."""
+    found = find_rule(bfw, bclasses, rfw, rclasses)
+    if found is None:
+        return None
+    rule, inverted = found
+    conv, inv = (rule.inverse, rule.convert) if inverted else (rule.convert, rule.inverse)
+    btype, rtype = (bclasses or ["?"])[0], (rclasses or ["?"])[0]
+    return LayerWeights(bpath, rpath, btype, rtype, rule.name, rule.recursive, conv, inv, rule.optional, rule.copy)
 
 
 def _by_name_and_shape(

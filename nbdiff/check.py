@@ -10,12 +10,10 @@ from typing import Any
 
 from nbdiff.align.arguments import ArgDiff, argument_diffs
 from nbdiff.align.layer_map import LayerMap
-from nbdiff.align.pairing import pair_forward
+from nbdiff.align.probe import pair_once
 from nbdiff.align.typemap import activation_kind, type_affinity
 from nbdiff.engine.options import check_comparison
 from nbdiff.frameworks import Framework, framework_of
-from nbdiff.trace.inputs import split_inputs
-from nbdiff.trace.structure import forward_structure
 
 __all__ = ["check_config", "ConfigCheck", "ConfigMismatch"]
 
@@ -92,10 +90,7 @@ def check_config(base: Any, raw: Any, inputs: Any = None, layer_map: LayerMap | 
     check_comparison(base, raw, None, None, "strict", "forward", layer_map)
     bfw, rfw = framework_of(base, "base"), framework_of(raw, "raw")
     if inputs is not None:
-        bcall, rcall = split_inputs(inputs, bfw, rfw)
-        b = forward_structure(bfw, base, bcall, "base")
-        r = forward_structure(rfw, raw, rcall, "raw")
-        pairing = pair_forward(b, r, layer_map, dict(bfw.named_layers(base)), dict(rfw.named_layers(raw)))
+        pairing = pair_once(base, raw, inputs, layer_map)
         pairs = [(p.base.path, p.base.layer, p.raw.path, p.raw.layer) for p in pairing.pairs]
         ub, ur = tuple(e.path for e in pairing.unmatched_base), tuple(e.path for e in pairing.unmatched_raw)
         by = "execution"

@@ -67,7 +67,7 @@ class DiffResult:
 
     def plot(self) -> Any:
         """A matplotlib figure of :meth:`step_errors`, step by step (needs matplotlib)."""
-        from nbdiff.notebook.plots import step_chart
+        from nbdiff.view.plots import step_chart
 
         return step_chart(self.step_errors(), self.first_divergence.step if self.first_divergence else None)
 
@@ -77,8 +77,8 @@ class DiffResult:
         d = self.first_divergence
         if d is None or d.event is None:
             return None
-        from nbdiff.notebook.plots import error_figure
-        from nbdiff.notebook.view_model import tensor_pair
+        from nbdiff.view.model import tensor_pair
+        from nbdiff.view.plots import error_figure
 
         base, raw = tensor_pair(d.event, d.metrics.name)
         if base is None or raw is None or base.size != raw.size:
@@ -103,7 +103,7 @@ class DiffResult:
         With ``path``, the report is written there and the path is returned (the page is
         megabytes: as a cell's last line it would flood the output); without, the HTML.
         """
-        from nbdiff.report.html import render_html, write_html
+        from nbdiff.view.page import render_html, write_html
 
         return render_html(self) if path is None else str(write_html(self, path))
 
@@ -112,6 +112,18 @@ class DiffResult:
         from nbdiff.report.saved import save_result
 
         return str(save_result(self, path))
+
+    def repro(self, path: str, divergence: Divergence | None = None) -> str:
+        """Write ``path/repro.py`` and its data: a standalone script (no nbdiff needed) that rebuilds a
+        blamed layer pair (``first_divergence``, or one of ``findings``), runs both on the recorded
+        inputs and exits 1 while they differ. Returns the script's path."""
+        from nbdiff.errors import OptionError
+        from nbdiff.report.repro import write_repro
+
+        chosen = divergence or self.first_divergence
+        if chosen is None:
+            raise OptionError("repro: the models agree, so there is no divergence to reproduce.")
+        return str(write_repro(chosen, path))
 
     def to_csv(self, out_dir: str) -> list[str]:
         """Mapping and compare tables per step (TroubleShooter-style CSVs); returns the files."""

@@ -52,7 +52,7 @@ def test_a_second_forward_bug_is_an_own_error_not_inherited(bfw, rfw, single_ste
 
 
 def test_the_second_own_error_is_shown_as_local_in_the_view():
-    from nbdiff.notebook.view_model import build_tree
+    from nbdiff.view.model import build_tree
 
     base, raw = _pair("torch", "paddle", ("eps", "approximate"))
     tree = build_tree(nbdiff.auto_diff(base, raw, X))

@@ -46,7 +46,7 @@ def test_the_blame_names_the_argument(base_fw, raw_fw, bug, path, why):
     built = result.report().split("Built at:")[1].splitlines()[1:3]
     assert all(f"self.{path} = " in open(__file__).read().splitlines()[int(b.split("line ")[1].split(",")[0]) - 1]
                for b in built), built  # fmt: skip
-    from nbdiff.notebook.view_model import build_tree, node_detail, summary_line
+    from nbdiff.view.model import build_tree, node_detail, summary_line
 
     assert why in summary_line(result)
     tree = build_tree(result)

@@ -26,3 +26,78 @@ for name in sorted(n for n in sys.modules if n.startswith("nbdiff.")):
 """
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.split() == []
+
+
+def _import_graph() -> dict[str, set[str]]:
+    """Which nbdiff module imports which, read from the source: lazy imports inside functions count."""
+    import ast
+    import pathlib
+
+    root = pathlib.Path(__file__).resolve().parents[1] / "nbdiff"
+    files = {}
+    for f in root.rglob("*.py"):
+        parts = f.relative_to(root.parent).with_suffix("").parts
+        files[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = f
+    graph: dict[str, set[str]] = {m: set() for m in files}
+    for mod, f in files.items():
+        for node in ast.walk(ast.parse(f.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                names = [f"{node.module}.{a.name}" for a in node.names] + [node.module]
+            elif isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            else:
+                continue
+            graph[mod] |= {next(n for n in names if n in files)} if any(n in files for n in names) else set()
+    return graph
+
+
+# The documented shortcuts: DiffResult's methods draw, print, save and reproduce it (each imports
+# its renderer when called), and LayerMap.auto proposes a map by running the models.
+_FACADES = {("nbdiff.result", "nbdiff.report"), ("nbdiff.result", "nbdiff.view"), ("nbdiff.result", "nbdiff.notebook"),
+            ("nbdiff.align.layer_map", "nbdiff.align.auto_map")}  # fmt: skip
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    seen, cycles = set(), []
+    for start in graph:
+        stack, path = [(start, iter(sorted(graph[start])))], [start]
+        while stack:
+            node, it = stack[-1]
+            nxt = next(it, None)
+            if nxt is None:
+                stack.pop()
+                path.pop()
+                seen.add(node)
+            elif nxt in path:
+                cycles.append(path[path.index(nxt) :] + [nxt])
+            elif nxt not in seen:
+                stack.append((nxt, iter(sorted(graph[nxt]))))
+                path.append(nxt)
+    return cycles
+
+
+def test_no_circle_of_imports_but_the_documented_facades():
+    graph = {
+        m: {t for t in ts if not any(m == a and t.startswith(b) for a, b in _FACADES)}
+        for m, ts in _import_graph().items()
+    }
+    assert _cycles(graph) == []
+
+
+def test_imports_point_one_way_between_the_stages():
+    # The core compares, the engine runs a step, the report, the view and the notebook show, the
+    # verbs drive. judge/blame reached up into report/repro, and report/html and notebook/widget
+    # imported each other's half of the view.
+    core = ["errors", "frameworks", "trace", "align", "judge", "weights"]
+    rank = {**dict.fromkeys(core, 0), "result": 1, "engine": 2, "report": 3, "view": 4}
+
+    def rank_of(mod: str) -> int:
+        return rank.get(mod.split(".")[1] if mod.count(".") else "", 5)  # notebook, the verbs, the CLI, the shims
+
+    wrong = [
+        f"{mod} -> {t}"
+        for mod, targets in _import_graph().items()
+        for t in targets
+        if rank_of(t) > rank_of(mod) and not any(mod == a and t.startswith(b) for a, b in _FACADES)
+    ]
+    assert wrong == []

@@ -10,7 +10,7 @@ from IPython.core.interactiveshell import InteractiveShell  # noqa: E402
 
 from nbdiff.errors import OptionError  # noqa: E402
 from nbdiff.notebook.magics import parse_flags  # noqa: E402
-from nbdiff.notebook.sources import source_excerpt  # noqa: E402
+from nbdiff.view.sources import source_excerpt  # noqa: E402
 from tests.fault_suite.models import BUILDERS, inputs  # noqa: E402
 
 TRAIN = """

@@ -5,7 +5,7 @@ import json
 import numpy as np
 import pytest
 
-from nbdiff.notebook.pictures import BINS, MAP_COLS, MAP_ROWS, as_matrix, error_picture, pool
+from nbdiff.view.pictures import BINS, MAP_COLS, MAP_ROWS, as_matrix, error_picture, pool
 
 
 @pytest.mark.parametrize("shape", [(), (7,), (3, 4), (2, 3, 1000), (600, 700)])

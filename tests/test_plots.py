@@ -7,7 +7,7 @@ import pytest
 
 pytest.importorskip("matplotlib")
 
-from nbdiff.notebook.plots import error_figure  # noqa: E402
+from nbdiff.view.plots import error_figure  # noqa: E402
 
 
 @pytest.mark.parametrize("shape", [(), (7,), (3, 4), (2, 3, 1000), (600, 700)])

@@ -1,4 +1,4 @@
-"""first_divergence.repro(path): a standalone script that fails on the bug and passes after the fix."""
+"""result.repro(path): a standalone script that fails on the bug and passes after the fix."""
 
 import subprocess
 import sys
@@ -26,8 +26,7 @@ def test_the_script_exits_1_on_the_bug_and_0_after_the_fix(tmp_path, base_fw, ra
     bug_side = "raw" if raw_fw == "paddle" else "base"
     base = BUILDERS["mlp"](base_fw, "eps" if bug_side == "base" else None)
     raw = BUILDERS["mlp"](raw_fw, "eps" if bug_side == "raw" else None)
-    d = nbdiff.auto_diff(base, raw, inputs("mlp")).first_divergence
-    script = d.repro(str(tmp_path / "repro"))
+    script = nbdiff.auto_diff(base, raw, inputs("mlp")).repro(str(tmp_path / "repro"))
     text = open(script).read()
     assert "epsilon=0.001" in text and "import nbdiff" not in text
     run = _run(script)
@@ -42,7 +41,7 @@ def test_no_repro_without_the_layers(tmp_path):
     result = nbdiff.auto_diff(BUILDERS["mlp"]("torch"), BUILDERS["mlp"]("paddle", "eps"), inputs("mlp"))
     loaded = nbdiff.load(result.save(str(tmp_path / "r")))
     with pytest.raises(OptionError, match="not a layer call with its layers at hand"):
-        loaded.first_divergence.repro(str(tmp_path / "x"))
+        loaded.repro(str(tmp_path / "x"))
 
 
 def test_a_backward_only_bug_is_reproduced_by_its_input_gradient(tmp_path):
@@ -51,9 +50,10 @@ def test_a_backward_only_bug_is_reproduced_by_its_input_gradient(tmp_path):
     from tests.repro_models import PaddleNet, TorchNet
 
     x = np.random.RandomState(0).randn(4, 8).astype("float32")
-    d = nbdiff.auto_diff(TorchNet(), PaddleNet(), x).first_divergence
+    result = nbdiff.auto_diff(TorchNet(), PaddleNet(), x)
+    d = result.first_divergence
     assert (d.phase.value, d.base_path) == ("backward", "act")
-    script = d.repro(str(tmp_path / "repro"))
+    script = result.repro(str(tmp_path / "repro"), d)
     text = open(script).read()
     assert "BACKWARD = True" in text and "PaddleTanh(bug=True)" in text
     run = _run(script)
@@ -62,3 +62,11 @@ def test_a_backward_only_bug_is_reproduced_by_its_input_gradient(tmp_path):
         f.write(text.replace("PaddleTanh(bug=True)", "PaddleTanh(bug=False)"))
     run = _run(script)
     assert run.returncode == 0 and "agrees" in run.stdout, run.stdout + run.stderr
+
+
+def test_repro_of_agreeing_models_says_there_is_nothing_to_reproduce(tmp_path):
+    result = nbdiff.auto_diff(BUILDERS["mlp"]("torch"), BUILDERS["mlp"]("paddle"), inputs("mlp"))
+    assert result
+    with pytest.raises(OptionError, match="no divergence to reproduce"):
+        result.repro(str(tmp_path / "x"))
+    assert not (tmp_path / "x").exists()

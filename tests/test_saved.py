@@ -11,7 +11,7 @@ paddle = pytest.importorskip("paddle")
 import nbdiff  # noqa: E402
 from nbdiff.cli import main  # noqa: E402
 from nbdiff.errors import DumpError  # noqa: E402
-from nbdiff.notebook.view_model import build_tree, node_detail  # noqa: E402
+from nbdiff.view.model import build_tree, node_detail  # noqa: E402
 from tests.test_explain import X, _net  # noqa: E402
 
 

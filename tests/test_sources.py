@@ -3,7 +3,7 @@
 import linecache
 import os
 
-from nbdiff.notebook.sources import source_excerpt
+from nbdiff.view.sources import source_excerpt
 
 
 def test_file_excerpt_around_the_line_with_a_relative_path():

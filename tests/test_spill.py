@@ -59,7 +59,7 @@ def test_a_result_above_the_limit_keeps_its_tensors_on_disk_with_the_same_verdic
 
 
 def test_the_view_and_a_saved_copy_read_the_mapped_tensors(tmp_path):
-    from nbdiff.notebook.view_model import build_tree, node_detail
+    from nbdiff.view.model import build_tree, node_detail
 
     result = nbdiff.auto_diff(*_pair(1.01), X, spill_above_mib=0)
     wait_for_spills()

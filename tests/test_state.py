@@ -74,7 +74,7 @@ def test_framework_differences_fail_when_asked(bfw, rfw):
 
 
 def test_a_framework_difference_is_drawn_as_such_in_the_view():
-    from nbdiff.notebook.view_model import build_tree
+    from nbdiff.view.model import build_tree
 
     tree = build_tree(nbdiff.auto_diff(_cnn("torch"), _cnn("paddle"), X))
     assert {n["status"] for n in tree.nodes if n["phase"] == "state" and n["event"] >= 0} == {"framework"}

@@ -10,11 +10,9 @@ from __future__ import annotations
 from typing import Any
 
 from nbdiff.align.layer_map import LayerMap
-from nbdiff.align.pairing import Pair, Pairing, pair_forward
-from nbdiff.frameworks import framework_of
+from nbdiff.align.pairing import Pair, Pairing
+from nbdiff.align.probe import pair_once
 from nbdiff.trace.events import Event
-from nbdiff.trace.inputs import split_inputs
-from nbdiff.trace.structure import forward_structure
 
 __all__ = ["propose_layer_map", "layer_map_source"]
 
@@ -25,9 +23,7 @@ def propose_layer_map(base: Any, raw: Any, inputs: Any, *, show: bool = True) ->
     Only leaves (layers with no paired sublayer) are proposed: mapping a parent would
     compare it at its boundary only. With ``show`` the proposal is printed as code.
     """
-    bfw, rfw = framework_of(base, "base"), framework_of(raw, "raw")
-    bcall, rcall = split_inputs(inputs, bfw, rfw)
-    pairing = pair_forward(forward_structure(bfw, base, bcall, "base"), forward_structure(rfw, raw, rcall, "raw"))
+    pairing = pair_once(base, raw, inputs)
     proposed = _renamed_leaves(pairing)
     if show:
         print(layer_map_source(pairing, proposed))

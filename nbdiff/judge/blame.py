@@ -102,7 +102,7 @@ class Divergence:
     """For ``between``: the calls that stayed unpaired there (``raw `act` (BadAct)``): the code at fault
     may be theirs."""
     event: EventDiff | None = field(default=None, compare=False, repr=False)
-    """The blamed pair itself (with its layers, when recorded live), for :meth:`repro`."""
+    """The blamed pair itself (with its layers, when recorded live), for ``DiffResult.repro``."""
     forward: EventDiff | None = field(default=None, compare=False, repr=False)
     """For a backward divergence: the same layer call's forward pair (its layers and inputs)."""
 
@@ -149,13 +149,6 @@ class Divergence:
             return f"{head}: {found}"
         tail = " (inherited: no single layer exceeds tolerance on its own)" if self.inherited else ""
         return f"{head}: layer `{b}` ({self.base_type}) ~ raw `{r}` ({self.raw_type}){tail}"
-
-    def repro(self, path: str) -> str:
-        """Write ``path/repro.py`` and its data: a standalone script (no nbdiff needed) that rebuilds the
-        blamed layer pair, runs both on the recorded inputs and exits 1 while they differ."""
-        from nbdiff.report.repro import write_repro
-
-        return str(write_repro(self, path))
 
     def why(self) -> str:
         """What differs between the blamed pair: constructor arguments, or for an update the optimizer settings; ``""`` when nothing known does."""

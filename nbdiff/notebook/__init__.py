@@ -1,4 +1,4 @@
-"""The notebook side of nbdiff: magics, the interactive view and its plots.
+"""The notebook side of nbdiff: the magics and the widget (the view itself is :mod:`nbdiff.view`).
 
 Needs the ``notebook`` extra (IPython, anywidget, ipywidgets, matplotlib). Nothing
 here is imported by ``import nbdiff``; ``%load_ext nbdiff`` loads the magics.

@@ -6,30 +6,28 @@ Python holds the result; the browser gets the tree rows once and asks for detail
 
 from __future__ import annotations
 
-import pathlib
 import uuid
 from typing import Any
 
 import anywidget
 import traitlets as T
 
-from nbdiff.notebook.sources import source_excerpt
-from nbdiff.notebook.view_model import build_tree, node_detail, step_rows, summary_line
 from nbdiff.result import DiffResult
+from nbdiff.view.model import build_tree, node_detail, step_rows, summary_line
+from nbdiff.view.page import STATIC, render_static
+from nbdiff.view.sources import source_excerpt
 
 __all__ = ["DiffView"]
-
-_STATIC = pathlib.Path(__file__).parent / "static"
 
 
 class DiffView(anywidget.AnyWidget):
     """Paired trees coloured by error, a tensor panel, a stack panel and a replay of the events."""
 
-    _esm = _STATIC / "view.js"
-    _css = _STATIC / "view.css"
+    _esm = STATIC / "view.js"
+    _css = STATIC / "view.css"
 
     nodes: T.List = T.List().tag(sync=True)
-    """Tree rows (see :func:`nbdiff.notebook.view_model.build_tree`)."""
+    """Tree rows (see :func:`nbdiff.view.model.build_tree`)."""
     order: T.List = T.List().tag(sync=True)
     """Row ids in execution order, for the replay."""
     first = T.Int(-1).tag(sync=True)
@@ -72,8 +70,6 @@ class DiffView(anywidget.AnyWidget):
         if bundle is None:
             return None
         data, meta = bundle if isinstance(bundle, tuple) else (bundle, {})
-        from nbdiff.report.html import render_static
-
         return {**data, "text/html": render_static(self.result, self.static_id)}, meta
 
     def _ipython_display_(self) -> None:
@@ -84,8 +80,6 @@ class DiffView(anywidget.AnyWidget):
         of its own. GitHub, nbviewer and nbconvert show the copy alone.
         """
         from IPython.display import display
-
-        from nbdiff.report.html import render_static
 
         bundle = super()._repr_mimebundle_()
         if bundle is None:

@@ -1,4 +1,4 @@
-"""``first_divergence.repro(path)``: a standalone reproduction of the blamed layer pair.
+"""``result.repro(path)``: a standalone reproduction of the blamed layer pair.
 
 Writes ``path/repro.py`` and ``path/repro.safetensors`` (the pair's inputs and weights).
 The script needs only numpy, safetensors and the two frameworks, not nbdiff: it rebuilds

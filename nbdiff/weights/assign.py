@@ -9,13 +9,12 @@ import numpy as np
 
 from nbdiff.align.fused import FusedGroup
 from nbdiff.align.layer_map import LayerMap
-from nbdiff.align.pairing import Pairing, pair_forward
+from nbdiff.align.pairing import Pairing
+from nbdiff.align.probe import pair_once
 from nbdiff.align.typemap import equivalent_types
 from nbdiff.errors import NbdiffError, WeightTransferError
 from nbdiff.frameworks import Framework, framework_of
-from nbdiff.trace.inputs import split_inputs
 from nbdiff.trace.layer_paths import relative
-from nbdiff.trace.structure import forward_structure
 from nbdiff.weights.fused import fused_layers, plan_fused, plan_unfused
 from nbdiff.weights.plan import SAME_BY_NAME, LayerWeights, all_class_names, convert_checked, layer_tensors, plan_layer
 from nbdiff.weights.rules import covers_sublayers
@@ -126,16 +125,6 @@ def plan_pairing(
     return plan_pairs(bfw, base, rfw, raw, execution_pairs(pairing), pairing.fused, strict)
 
 
-def _pairs_by_execution(
-    bfw: Framework, base: Any, rfw: Framework, raw: Any, inputs: Any, layer_map: LayerMap | None
-) -> tuple[list[tuple[str, str]], tuple[FusedGroup, ...]]:
-    bcall, rcall = split_inputs(inputs, bfw, rfw)
-    bev = forward_structure(bfw, base, bcall, "base")
-    rev = forward_structure(rfw, raw, rcall, "raw")
-    pairing = pair_forward(bev, rev, layer_map, dict(bfw.named_layers(base)), dict(rfw.named_layers(raw)))
-    return execution_pairs(pairing), pairing.fused
-
-
 def _weight_units(fw: Framework, model: Any) -> list[tuple[str, Any]]:
     """Layers that own tensors, in definition order; a layer with a recursive rule is one unit."""
     units: list[tuple[str, Any]] = []
@@ -177,7 +166,8 @@ def plan_weights(
     bfw, rfw = framework_of(base, "base"), framework_of(raw, "raw")
     fused: tuple[FusedGroup, ...] = ()
     if inputs is not None:
-        pairs, fused = _pairs_by_execution(bfw, base, rfw, raw, inputs, layer_map)
+        pairing = pair_once(base, raw, inputs, layer_map)
+        pairs, fused = execution_pairs(pairing), pairing.fused
     else:
         pairs = _pairs_by_structure(bfw, base, rfw, raw)
     return bfw, rfw, plan_pairs(bfw, base, rfw, raw, pairs, fused)

@@ -14,15 +14,17 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from nbdiff.notebook.sources import source_excerpt
-from nbdiff.notebook.view_model import build_tree, node_detail, step_rows, summary_line
+from nbdiff.report.text import render_text
+from nbdiff.view.model import build_tree, node_detail, step_rows, summary_line
+from nbdiff.view.sources import source_excerpt
 
 if TYPE_CHECKING:
     from nbdiff.result import DiffResult
 
-__all__ = ["render_html", "render_static", "write_html"]
+__all__ = ["STATIC", "render_html", "render_static", "write_html"]
 
-_STATIC = Path(__file__).resolve().parents[1] / "notebook" / "static"
+# The one renderer (js/, linked here): the widget loads it as its module, the page inlines it.
+STATIC = Path(__file__).resolve().parent / "static"
 
 _MODEL = """
 const data = JSON.parse(document.getElementById("nbd-data").textContent);
@@ -74,8 +76,8 @@ def render_html(result: DiffResult, title: str | None = None) -> str:
         .replace("<", "\\u003c")
         .replace("&", "\\u0026")
     )
-    js = (_STATIC / "view.js").read_text()
-    css = (_STATIC / "view.css").read_text()
+    js = (STATIC / "view.js").read_text()
+    css = (STATIC / "view.css").read_text()
     title = title or f"nbdiff: {result.base_model} vs {result.raw_model}"
     return f"""<!doctype html>
 <html><head><meta charset="utf-8"><title>{html.escape(title)}</title>
@@ -96,8 +98,6 @@ def render_static(result: DiffResult, static_id: str = "") -> str:
     """A small static HTML summary: what a notebook shows where the live view cannot run
     (reopened without its kernel, GitHub, nbviewer, nbconvert). No script, no style sheet.
     ``static_id`` lets the live view find and hide it."""
-    from nbdiff.report.text import render_text
-
     colour = "#3c763d" if result else "#a94442"
     mark = f' data-nbd-static="{html.escape(static_id)}"' if static_id else ""
     return (

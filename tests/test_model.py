@@ -8,7 +8,7 @@ pytest.importorskip("torch")
 pytest.importorskip("paddle")
 
 import nbdiff  # noqa: E402
-from nbdiff.notebook.view_model import build_tree, node_detail  # noqa: E402
+from nbdiff.view.model import build_tree, node_detail  # noqa: E402
 from tests.fault_suite.models import BUILDERS, inputs  # noqa: E402
 
 
@@ -127,7 +127,7 @@ def test_a_result_that_agrees_draws_inherited_excess_as_explained_and_says_why()
     # An equivalent ShuffleNetV2 port: a few rows exceed their tolerance by inherited rounding only.
     # The view must not show orange in a SUCCESS, and result.warnings says what those rows are.
     import nbdiff
-    from nbdiff.notebook.view_model import build_tree
+    from nbdiff.view.model import build_tree
     from tests.zoo.pairs import shufflenet
 
     base, raw, x, _ = shufflenet()()

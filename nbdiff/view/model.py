@@ -16,11 +16,11 @@ import numpy as np
 from nbdiff.align.arguments import argument_diffs
 from nbdiff.judge.blame import EventDiff
 from nbdiff.judge.metrics import TensorDiff
-from nbdiff.notebook.pictures import error_picture
 from nbdiff.result import DiffResult
 from nbdiff.trace.built import construction_site, root_layers
 from nbdiff.trace.events import Event, Kind, Phase, TensorRecord
 from nbdiff.trace.stack import Frame, frame_label
+from nbdiff.view.pictures import error_picture
 
 __all__ = ["TreeData", "build_tree", "node_detail", "record_stats", "tensor_pair", "summary_line", "step_rows"]
 

@@ -11,7 +11,7 @@ import io
 
 import numpy as np
 
-from nbdiff.notebook.pictures import as_matrix, pool
+from nbdiff.view.pictures import as_matrix, pool
 
 __all__ = ["error_figure", "step_chart"]
 
@@ -29,7 +29,7 @@ def _png(fig: object) -> bytes:
 
 def error_figure(base: np.ndarray, raw: np.ndarray, title: str = "") -> object:
     """A matplotlib figure of ``|raw - base|``: log histogram and error map (rows x last dim), to save
-    or share; the notebook view draws its own in the browser (:mod:`nbdiff.notebook.pictures`)."""
+    or share; the notebook view draws its own in the browser (:mod:`nbdiff.view.pictures`)."""
     from matplotlib.figure import Figure
 
     base, raw = np.asarray(base, dtype=np.float64), np.asarray(raw, dtype=np.float64)

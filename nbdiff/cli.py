@@ -24,7 +24,7 @@ Record each model where it runs (its own process, machine, accelerator or rank):
 
 then compare the two dump folders, every step of every rank:
 
-    nbdiff compare dumps/torch dumps/paddle --html report.html --csv tables/
+    nbdiff compare dumps/torch dumps/paddle --html report.html --json verdict.json
 
 The first folder is the base (the reference), the second the raw model (the port).
 Exit status: 0 aligned, 1 diverged, 2 error.
@@ -44,6 +44,10 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("base", metavar="A", help="base dump folder (written by nbdiff.record)")
     c.add_argument("raw", metavar="B", help="raw dump folder")
     c.add_argument("--html", metavar="FILE", help="write a standalone HTML report (the notebook view, offline)")
+    c.add_argument(
+        "--json", metavar="FILE",
+        help="write the verdict as JSON (format nbdiff-verdict, see the README); '-' prints it instead of the report",
+    )  # fmt: skip
     c.add_argument("--csv", metavar="OUTDIR", help="write mapping/forward/backward/optimizer tables per step")
     c.add_argument("--atol", type=float, help="absolute tolerance (default: dtype-aware, relative to each tensor)")
     c.add_argument("--rtol", type=float, help="relative tolerance (default: dtype-aware)")
@@ -91,13 +95,18 @@ def _compare(args: argparse.Namespace) -> int:
         args.base, args.raw, atol=args.atol, rtol=args.rtol, compare_mode=args.mode,
         ignore_unmatched=args.ignore_unmatched, keep_steps=args.keep_steps,
     )  # fmt: skip
-    print(result.report())
+    # With --json -, stdout carries the JSON alone (for a pipe); what people read goes to stderr.
+    say = sys.stderr if args.json == "-" else sys.stdout
+    print(result.report(), file=say)
+    if args.json:
+        text = result.to_json(args.json)
+        print(text if args.json == "-" else f"JSON verdict: {args.json}", file=sys.stdout if args.json == "-" else say)
     if args.html:
         result.to_html(args.html)
-        print(f"HTML report: {args.html}")
+        print(f"HTML report: {args.html}", file=say)
     if args.csv:
         files = result.to_csv(args.csv)
-        print(f"{len(files)} CSV tables in {args.csv}")
+        print(f"{len(files)} CSV tables in {args.csv}", file=say)
     return 0 if result else 1
 
 

@@ -178,7 +178,7 @@ class _Steps:
             findings += self._train(step)
         if cmp.keeps_state():
             # Running statistics move in any train-mode forward, with or without optimizers.
-            findings += verdict.add(cmp.compare_state(step, state_before, brec.forward))
+            findings += verdict.add(cmp.compare_state(step, state_before, brec, rrec))
         return findings
 
     def _copy_by_plan(self, step: int, brec: StepRecord, rrec: StepRecord) -> tuple[StepRecord, StepRecord]:

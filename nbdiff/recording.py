@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from nbdiff.align.arguments import layer_arguments, recorded_arguments
 from nbdiff.align.fused import layout_facts
 from nbdiff.errors import OptionError
 from nbdiff.frameworks import Framework, framework_of
@@ -94,6 +95,13 @@ class record:
         # What pairing reads of a live layer (head counts, an activation applied inside), for compare.
         facts = {path: f for path, layer in self._layers.items() if (f := layout_facts(layer))}
         meta["layer_facts"] = facts
+        # Each layer's constructor arguments (eps, momentum, padding...): why() offline, as live.
+        args = {
+            path: a
+            for path, layer in self._layers.items()
+            if (a := recorded_arguments(layer_arguments(self.fw.name, layer)))
+        }
+        meta["layer_args"] = args
         self._writer = DumpWriter(
             self.dump_dir / f"rank{rank}", meta, layers, str(self.options["dump_type"]), self.overwrite
         )

@@ -125,6 +125,14 @@ class DiffResult:
             raise OptionError("repro: the models agree, so there is no divergence to reproduce.")
         return str(write_repro(chosen, path))
 
+    def to_json(self, path: str | None = None) -> str:
+        """The verdict for machines (CI jobs, scripts): verdict, findings with phase, step, rank, paths,
+        metrics and why, warnings and options, as versioned JSON text (``format: nbdiff-verdict``).
+        With ``path``, also written there."""
+        from nbdiff.report.verdict import write_verdict
+
+        return write_verdict(self, path)
+
     def to_csv(self, out_dir: str) -> list[str]:
         """Mapping and compare tables per step (TroubleShooter-style CSVs); returns the files."""
         from nbdiff.report.tables import write_tables

@@ -36,6 +36,28 @@ def test_blame_without_replay(tmp_path, bug, phase, path):
     assert (d.phase.value, d.base_path, d.where) == (phase, path, "layer")
 
 
+@pytest.mark.parametrize("dump_type", ["tensor", "statistics"])
+@pytest.mark.parametrize("base_fw,raw_fw", [("torch", "paddle"), ("paddle", "torch")])
+def test_one_bug_is_one_finding_and_says_why(tmp_path, base_fw, raw_fw, dump_type):
+    # Offline used to add the root's own code (its inputs agree, so its whole error looked local) and
+    # the backward of every layer after the bug (their gradients arriving agree, but a parameter's
+    # gradient is also made of the forward inputs, which differed), and why() said nothing.
+    base, raw = pair("eps", base_fw, raw_fw)
+    a = train(base, tmp_path / "a", steps=2, dump_type=dump_type)
+    b = train(raw, tmp_path / "b", steps=2, dump_type=dump_type)
+    result = nbdiff.compare(a.parent, b.parent)
+    assert [(f.phase.value, f.base_path, f.where) for f in result.findings] == [("forward", "norm", "layer")]
+    assert "eps: base 1e-05, raw 0.001" in result.first_divergence.why()
+
+
+@pytest.mark.parametrize("base_fw,raw_fw", [("torch", "paddle"), ("paddle", "torch")])
+def test_a_bug_in_a_layers_own_code_between_its_sublayers_is_still_found(tmp_path, base_fw, raw_fw):
+    base, raw = pair("functional", base_fw, raw_fw)
+    a, b = train(base, tmp_path / "a", steps=1), train(raw, tmp_path / "b", steps=1)
+    d = nbdiff.compare(a.parent, b.parent).first_divergence
+    assert (d.phase.value, d.base_path, d.where, d.between) == ("forward", "", "between", ("fc1", "norm"))
+
+
 def test_optimizer_difference_names_a_parameter(tmp_path):
     base, raw = pair()
     a, b = train(base, tmp_path / "a", steps=1), train(raw, tmp_path / "b", steps=1, lr=0.11)

@@ -62,6 +62,8 @@ def _edit_path(folder, path, value):
         (["layers"], ["fc"], "layers must be an object"),
         (["layer_facts"], {"fc": {"num_kv_heads": [2]}}, "layer_facts['fc']['num_kv_heads'] is [2]"),
         (["layer_facts"], {"fc": 3}, "layer_facts['fc'] must be an object"),
+        (["layer_args"], {"fc": {"eps": {"x": 1}}}, "layer_args['fc']['eps'] is {'x': 1}"),
+        (["layer_args"], {"fc": [1]}, "layer_args['fc'] must be an object"),
         (["rank"], "../../x", "rank must be an integer"),
         (["framework"], "jax", "framework is 'jax'"),
         (["steps", 0, "events", 1, "parent"], "0", "the step.events[1].parent must be an integer"),

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["ArgDiff", "ARGUMENTS", "layer_arguments", "argument_diffs"]
+__all__ = ["ArgDiff", "ARGUMENTS", "layer_arguments", "argument_diffs", "differing_arguments", "recorded_arguments"]
 
 
 @dataclass(frozen=True)
@@ -143,7 +143,24 @@ def argument_diffs(base_fw: str, base_layer: Any, raw_fw: str, raw_layer: Any) -
     """Arguments both layers have whose meanings differ (``[]`` when they agree or cannot be read)."""
     if base_layer is None or raw_layer is None:
         return []
-    a, b = layer_arguments(base_fw, base_layer), layer_arguments(raw_fw, raw_layer)
+    return differing_arguments(layer_arguments(base_fw, base_layer), layer_arguments(raw_fw, raw_layer))
+
+
+def recorded_arguments(args: dict[str, Any]) -> dict[str, Any]:
+    """What a dump keeps of :func:`layer_arguments` (JSON: numbers, strings, booleans and lists of
+    them; a value JSON cannot hold is left out), and what reading it back gives (lists as tuples)."""
+    plain = lambda v: v is None or isinstance(v, (bool, int, str)) or isinstance(v, float) and math.isfinite(v)  # noqa: E731
+    out: dict[str, Any] = {}
+    for k, v in args.items():
+        if isinstance(v, (list, tuple)) and all(plain(x) for x in v):
+            out[k] = tuple(v)
+        elif plain(v):
+            out[k] = v
+    return out
+
+
+def differing_arguments(a: dict[str, Any], b: dict[str, Any]) -> list[ArgDiff]:
+    """The arguments of two layers (:func:`layer_arguments`, read live or from dumps) whose meanings differ."""
     out = [ArgDiff(k, a[k], b[k]) for k in a if k in b and not _same(a[k], b[k])]
     # torch layers are channels-first and say nothing; a channels-last paddle layer is a difference.
     last = lambda args: str(args.get("data_format", "")).upper().endswith("C")  # noqa: E731

@@ -8,7 +8,7 @@ divergence is the earliest step's, then the lowest rank's; its step's findings a
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from nbdiff.align.optimizer_settings import OptimizerLog
@@ -80,10 +80,12 @@ class Verdict:
         events: Sequence[EventDiff] | None = None,
         explained_by: tuple[tuple[Framework, Framework], tuple[Any, Any], OptimizerLog] | None = None,
         notes: Sequence[str] = (),
+        recorded_arguments: tuple[Mapping[str, Any], Mapping[str, Any]] = ({}, {}),
         **more: Any,
     ) -> DiffResult:
         """The answer: ``names`` are base's and raw's frameworks then models; ``explained_by`` (live
-        runs): what finds the arguments and optimizer settings that differ. Nothing compared is an
+        runs): what finds the arguments and optimizer settings that differ; ``recorded_arguments``
+        (recorded runs): each side's layer arguments by path, as the dumps keep them. Nothing compared is an
         error, never agreement."""
         if events is None:  # else the caller kept (and checked) them
             events = self.events
@@ -108,4 +110,6 @@ class Verdict:
             options=options,
             **more,
         )
-        return explain(result, *explained_by) if explained_by is not None else explain(result)
+        if explained_by is not None:
+            return explain(result, *explained_by)
+        return explain(result, recorded=recorded_arguments)

@@ -7,15 +7,16 @@ take) is a warning, not a failure.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
-from nbdiff.align.arguments import ArgDiff, argument_diffs
+from nbdiff.align.arguments import ArgDiff, differing_arguments, layer_arguments
 from nbdiff.align.optimizer_settings import OptimizerLog, optimizer_diffs, optimizer_settings
 from nbdiff.frameworks import Framework
 from nbdiff.judge.blame import Divergence, EventDiff
 from nbdiff.result import DiffResult
-from nbdiff.trace.events import Kind, Phase
+from nbdiff.trace.events import Event, Kind, Phase
 
 __all__ = ["explain"]
 
@@ -25,11 +26,14 @@ def explain(
     frameworks: tuple[Framework, Framework] | None = None,
     models: tuple[Any, Any] | None = None,
     optimizers: OptimizerLog | None = None,
+    recorded: tuple[Mapping[str, Any], Mapping[str, Any]] = ({}, {}),
 ) -> DiffResult:
     """``result`` with each finding's argument differences and warnings for the silent ones.
 
     A finding in an optimizer update gets the settings its two optimizers apply to that parameter
-    (learning rate, betas, eps, weight decay and its style and filter, grad clipping).
+    (learning rate, betas, eps, weight decay and its style and filter, grad clipping). Layers are
+    read live where the events hold them, else from ``recorded``: each side's arguments by layer
+    path, as a dump keeps them (``layer_args``).
     """
     findings = list(result.findings)
     blamed = result.first_divergence
@@ -42,7 +46,10 @@ def explain(
         if key in layer_args:
             continue
         layer_args[key] = diffs = tuple(
-            argument_diffs(result.base_framework, d.base.layer, result.raw_framework, d.raw.layer)
+            differing_arguments(
+                _arguments(result.base_framework, d.base, recorded[0]),
+                _arguments(result.raw_framework, d.raw, recorded[1]),
+            )
         )
         if diffs and d.passed and not any(_names(f) == key for f in findings):
             warnings.append(
@@ -74,6 +81,12 @@ def explain(
         warnings=result.warnings + tuple(warnings),
         options=options,
     )
+
+
+def _arguments(framework: str, e: Event, recorded: Mapping[str, Any]) -> dict[str, Any]:
+    if e.layer is not None:
+        return layer_arguments(framework, e.layer)
+    return dict(recorded.get(e.path, {}))
 
 
 def _names(f: Divergence) -> tuple[str, str]:

@@ -159,6 +159,12 @@ def api_local(d: EventDiff, tol: TolFn, mode: str, received: str = "inputs") -> 
     return d.tensors if all(t.passed for t in got) else ()
 
 
+def received_differ(raw: Sequence[TensorRecord], base: Sequence[TensorRecord], tol: TolFn, mode: str) -> bool:
+    """Whether what two calls received (inputs, or the gradients arriving) differs beyond tolerance."""
+    r, b = _received_pairs(raw, base)
+    return not all(t.passed for t in tensor_diffs(r, b, tol, mode))
+
+
 def _received_pairs(
     raw: Sequence[TensorRecord], base: Sequence[TensorRecord]
 ) -> tuple[list[TensorRecord], list[TensorRecord]]:

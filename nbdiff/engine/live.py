@@ -24,7 +24,7 @@ from nbdiff.engine.updates import GradientSpread, Snapshot, snapshot, snapshot_u
 from nbdiff.frameworks import Framework
 from nbdiff.judge.blame import EventDiff
 from nbdiff.judge.metrics import TensorDiff
-from nbdiff.trace.events import Event, Kind, TensorRecord
+from nbdiff.trace.events import Event, TensorRecord
 from nbdiff.trace.spool import Spool
 from nbdiff.trace.stack import Frame
 from nbdiff.weights.assign import WeightMap, execution_pairs, plan_pairing
@@ -126,8 +126,7 @@ class LiveComparer(StepComparer):
         return self.replayer.forward(d.base, d.raw, kids)
 
     def local_backward(self, brec: StepRecord, rrec: StepRecord, d: EventDiff) -> tuple[TensorDiff, ...] | None:
-        bf = _forward_of(brec, d.base)
-        rf = _forward_of(rrec, d.raw)
+        bf, rf = brec.forward_of(d.base), rrec.forward_of(d.raw)
         if bf is None or rf is None or self.replayer is None:
             return None
         return self.replayer.backward(bf, rf, d.base)
@@ -169,12 +168,14 @@ class LiveComparer(StepComparer):
                     rfw.set_value(held, g[n])
 
     def compare_state(
-        self, step: int, before: State | None = None, forward: tuple[Event, ...] | list[Event] = ()
+        self, step: int, before: State | None = None, brec: StepRecord | None = None, rrec: StepRecord | None = None
     ) -> StepComparison:
         """Running statistics after a train-mode step, then raw's set to base's (as weights are);
-        ``before`` and ``forward`` (base's) let known framework differences be verified (:mod:`nbdiff.engine.state`)."""
+        ``before`` and the step's records let known framework differences be verified, and tell a layer
+        that received other inputs (its statistics inherit that) (:mod:`nbdiff.engine.state`)."""
+        forward = (brec.forward if brec else [], rrec.forward if rrec else [])
         found, diffs = state_diffs(
-            (self.bfw, self.rfw), (self.blayers, self.rlayers), self.plans, self.tol, self.mode, step, before, forward
+            (self.bfw, self.rfw), (self.blayers, self.rlayers), self.plans, self.tol, self.mode, step, before, *forward
         )
         return StepComparison(found, diffs)
 
@@ -199,7 +200,3 @@ class LiveComparer(StepComparer):
                 for k, u in updates.items()
             }
         return self.compare_updates(updates, grads)
-
-
-def _forward_of(rec: StepRecord, bwd: Event) -> Event | None:
-    return next((e for e in rec.forward if e.kind is Kind.LAYER and (e.path, e.call) == (bwd.path, bwd.call)), None)

@@ -18,7 +18,7 @@ from nbdiff.align.fused import FusedGroup, member_name, stand_ins
 from nbdiff.align.pairing import Pair, Pairing
 from nbdiff.engine.backward import GradsOf
 from nbdiff.engine.comparer import Plans, StepComparer
-from nbdiff.engine.forward import TolFn, api_local
+from nbdiff.engine.forward import TolFn, api_local, received_differ
 from nbdiff.engine.layouts import converted, converted_records
 from nbdiff.engine.stepping import StepRecord
 from nbdiff.engine.updates import GradientSpread, Updates
@@ -113,10 +113,29 @@ class RecordedComparer(StepComparer):
         return of
 
     def local_layer(self, d: EventDiff, kids: list[tuple[Event, Event]]) -> tuple[TensorDiff, ...] | None:
-        return api_local(d, self.tol, self.mode)  # judged from what it received: no replay
+        """Judged from what it received (no replay); a layer with sublayers only where its own code,
+        not a sublayer, first hands on a difference."""
+        own = api_local(d, self.tol, self.mode)
+        if not own or not kids:
+            return own
+        for b, r in sorted(kids, key=lambda k: k[0].order):
+            if self._differ(r.inputs, b.inputs):
+                return own  # its code before this sublayer made the difference out of agreeing tensors
+            if self._differ(r.outputs, b.outputs):
+                return ()  # a sublayer's: what follows inherits it (a second bug after it stays unseen)
+        return own  # its code after the last sublayer
 
     def local_backward(self, brec: StepRecord, rrec: StepRecord, d: EventDiff) -> tuple[TensorDiff, ...] | None:
-        return api_local(d, self.tol, self.mode, "outputs")
+        """Judged from the gradients arriving at its outputs and, as replaying it would on base's
+        inputs, from its forward inputs: a parameter's gradient is the arriving gradient times them."""
+        own = api_local(d, self.tol, self.mode, "outputs")
+        bf, rf = brec.forward_of(d.base), rrec.forward_of(d.raw)
+        if own and bf is not None and rf is not None and self._differ(rf.inputs, bf.inputs):
+            return ()
+        return own
+
+    def _differ(self, raw: tuple[TensorRecord, ...], base: tuple[TensorRecord, ...]) -> bool:
+        return received_differ(raw, base, self.tol, self.mode)
 
     def updates(self, pairing: Pairing, brec: StepRecord, rrec: StepRecord) -> dict[str, Updates]:
         """The step's optimizer events by plan (a fused group's members' as one): the dump keeps

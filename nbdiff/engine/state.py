@@ -9,12 +9,14 @@ a :mod:`nbdiff.judge.framework_differences` entry explains exactly (paddle's bia
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
 import numpy as np
 
 from nbdiff.align.fused import FusedLayers
+from nbdiff.engine.forward import received_differ
 from nbdiff.engine.replay import magnitude
 from nbdiff.engine.updates import name_parameter, param_events
 from nbdiff.frameworks import Framework
@@ -61,15 +63,18 @@ def state_diffs(
     step: int,
     before: State | None = None,
     forward: tuple[Event, ...] | list[Event] = (),
+    raw_forward: tuple[Event, ...] | list[Event] = (),
 ) -> tuple[list[Divergence], list[EventDiff]]:
     """Findings and compared pairs of every planned layer's running statistics after ``step``.
 
     ``before``: base's statistics when the step began (:func:`state_of`); ``forward``: base's
     forward events of the step (how many values each call normalised over). With both, a
-    difference is checked against the known framework differences.
+    difference is checked against the known framework differences. With ``raw_forward`` too, a
+    layer whose inputs already differed inherits its statistics' difference: not its own error.
     """
     bfw, rfw = fws
     diffs, explained = [], []
+    inherited: set[int] = set()  # orders of the layers whose inputs differed
     for order, plan in enumerate(plans.values()):
         bl, rl = layers[0][plan.base_path], layers[1][plan.raw_path]
         own = _buffers(bfw, bl, plan.recursive)
@@ -112,15 +117,31 @@ def state_diffs(
             rfw.set_value(theirs[n], converted[n])
         if tensors:
             diffs.append(EventDiff(*param_events(step, Phase.STATE, order, plan, mine, values), tuple(tensors)))
-    return _findings(diffs, explained, plans), diffs
+            if not all(t.passed for t in tensors) and _received_differently(plan, forward, raw_forward, tol, mode):
+                inherited.add(order)
+    return _findings(diffs, explained, plans, inherited), diffs
+
+
+def _received_differently(
+    plan: LayerWeights, forward: Sequence[Event], raw_forward: Sequence[Event], tol: Any, mode: str
+) -> bool:
+    """Whether the layer's first call of the step received other inputs on raw's side."""
+    b = next((e for e in forward if e.kind is Kind.LAYER and e.path == plan.base_path), None)
+    r = next((e for e in raw_forward if e.kind is Kind.LAYER and e.path == plan.raw_path), None)
+    return b is not None and r is not None and received_differ(r.inputs, b.inputs, tol, mode)
 
 
 def _findings(
-    diffs: list[EventDiff], explained: list[tuple[int, str, str]], plans: dict[str, LayerWeights]
+    diffs: list[EventDiff], explained: list[tuple[int, str, str]], plans: dict[str, LayerWeights], inherited: set[int]
 ) -> list[Divergence]:
-    """State divergences (blame over what no entry explains), then the framework differences."""
+    """State divergences (blame over what no entry explains, of layers whose inputs agreed), then the
+    framework differences."""
     why = {(o, n): s for o, n, s in explained}
-    unexplained = [replace(d, tensors=tuple(t for t in d.tensors if (d.base.order, t.name) not in why)) for d in diffs]
+    unexplained = [
+        replace(d, tensors=tuple(t for t in d.tensors if (d.base.order, t.name) not in why))
+        for d in diffs
+        if d.base.order not in inherited
+    ]
     found, _ = blame_all([d for d in unexplained if d.tensors], lambda d: d.tensors)
     out = [replace(name_parameter(f, plans), where="state") for f in found]
     for d in diffs:

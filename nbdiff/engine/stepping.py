@@ -11,7 +11,7 @@ import numpy as np
 
 from nbdiff.errors import InputError, ModelCallError
 from nbdiff.frameworks import Framework
-from nbdiff.trace.events import Event
+from nbdiff.trace.events import Event, Kind
 from nbdiff.trace.inputs import CallArgs, call_model
 from nbdiff.trace.nest import flatten
 from nbdiff.trace.recorder import Feed, Recorder
@@ -29,6 +29,12 @@ class StepRecord:
     """``id`` of a parameter -> its gradient in this step, the copy the backward events hold."""
     optimizer: list[Event] = field(default_factory=list)
     """The optimizer's updates, as a dump records them (live steps compare weights instead)."""
+
+    def forward_of(self, bwd: Event) -> Event | None:
+        """The forward layer call whose backward ``bwd`` is (a fused group's has none of its own)."""
+        return next(
+            (e for e in self.forward if e.kind is Kind.LAYER and (e.path, e.call) == (bwd.path, bwd.call)), None
+        )
 
 
 @functools.lru_cache(maxsize=1)  # both sides, every step: the same n

@@ -63,6 +63,9 @@ def payload_path(folder: Path, name: Any, key: str, where: Path | None = None) -
     return file
 
 
+_ARGUMENT = (bool, int, float, str, type(None))  # a constructor argument's value, as a dump keeps it
+
+
 def validate_manifest(data: Any, path: Path) -> None:
     """Raise :class:`DumpError` at the first field of ``data`` that does not fit the schema."""
     c = _Check(path)
@@ -82,6 +85,14 @@ def validate_manifest(data: Any, path: Path) -> None:
         for k, v in c.type(known, dict, f"layer_facts[{name!r}]", "an object").items():
             if not isinstance(v, (str, int)) or isinstance(v, bool):
                 raise c.fail(f"layer_facts[{name!r}][{k!r}]", f"is {v!r}; expected a string or a whole number")
+    args = c.type(data.get("layer_args", {}), dict, "layer_args", "an object of layer path to an object")
+    for name, known in args.items():
+        for k, v in c.type(known, dict, f"layer_args[{name!r}]", "an object").items():
+            if not all(isinstance(x, _ARGUMENT) for x in (v if isinstance(v, list) else [v])):
+                raise c.fail(
+                    f"layer_args[{name!r}][{k!r}]",
+                    f"is {v!r}; expected a number, a string, true/false or a list of them",
+                )
     steps = data.get("steps")
     if data.get("version") == 1:  # every step inline
         for k, step in enumerate(c.type(steps, list, "steps", "a list")):

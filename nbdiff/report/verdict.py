@@ -1,0 +1,105 @@
+"""``DiffResult.to_json()``: the verdict as a document a CI job or a script can act on.
+
+Not the saved result (``DiffResult.save`` keeps every event and tensor to reopen the view):
+this is the answer alone, small and stable. Its ``format`` is ``"nbdiff-verdict"`` and its
+``version`` is bumped whenever a key changes meaning or goes away (new keys may appear in
+any version). Non-finite numbers are written as the strings ``"nan"``, ``"inf"`` and
+``"-inf"``: JSON has no such numbers.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from nbdiff.judge.blame import Divergence
+from nbdiff.judge.metrics import TensorDiff
+from nbdiff.report.saved import _plain
+from nbdiff.trace.stack import Frame
+from nbdiff.trace.writer import _json_float
+
+if TYPE_CHECKING:
+    from nbdiff.result import DiffResult
+
+__all__ = ["FORMAT", "VERSION", "verdict", "write_verdict"]
+
+FORMAT = "nbdiff-verdict"
+VERSION = 1
+_METRICS = ("max_abs", "max_rel", "mean_abs", "cosine", "ratio")
+
+
+def verdict(result: DiffResult) -> dict[str, Any]:
+    """The verdict as plain JSON data (see the README's "A verdict machines can read")."""
+    return {
+        "format": FORMAT,
+        "version": VERSION,
+        "verdict": "aligned" if result else "diverged",
+        "base": {"framework": result.base_framework, "model": result.base_model},
+        "raw": {"framework": result.raw_framework, "model": result.raw_model},
+        "steps": result.steps,
+        "first_divergence": None if result.first_divergence is None else finding(result.first_divergence),
+        "findings": [finding(f) for f in result.findings],
+        "warnings": list(result.warnings),
+        "notes": list(result.notes),
+        "options": _plain(result.options),
+        "unmatched": {
+            "base": sorted({e.path for e in result.unmatched_base}),
+            "raw": sorted({e.path for e in result.unmatched_raw}),
+        },
+    }
+
+
+def finding(d: Divergence) -> dict[str, Any]:
+    """One finding: where (phase, step, rank, both paths), how much (metrics) and why."""
+    return {
+        "description": d.describe(),
+        "phase": d.phase.value,
+        "step": d.step,
+        "rank": d.rank,
+        "where": d.where,
+        "blame": _blame(d),
+        "base": {"path": d.base_path, "type": d.base_type, "stack": _stack(d.base_stack)},
+        "raw": {"path": d.raw_path, "type": d.raw_type, "stack": _stack(d.raw_stack)},
+        "parameter": d.parameter,
+        "between": list(d.between) if d.where == "between" else None,
+        "metrics": _metrics(d.metrics),
+        "local_error": None if d.local_error is None else _metrics(d.local_error),
+        "why": d.why(),
+        "arguments": [{"name": a.name, "base": _plain(a.base), "raw": _plain(a.raw)} for a in d.arguments],
+    }
+
+
+def _blame(d: Divergence) -> str:
+    """``local`` (its own error, measured on identical inputs), ``inherited`` (no single event exceeds
+    tolerance on its own) or ``not measured`` (it could not be run again: never called local)."""
+    if d.inherited:
+        return "inherited"
+    return "not measured" if d.local_error is None else "local"
+
+
+def _metrics(t: TensorDiff) -> dict[str, Any]:
+    return {
+        "tensor": t.name,
+        **{k: _json_float(float(getattr(t, k))) for k in _METRICS},
+        "nan": {"base": t.nan_base, "raw": t.nan_raw},
+        "inf": {"base": t.inf_base, "raw": t.inf_raw},
+        "shape": {"base": list(t.base_shape), "raw": list(t.raw_shape)},
+        "tolerance": _plain(asdict(t.tolerance)),
+        "mode": t.mode,
+        "note": t.note,
+    }
+
+
+def _stack(frames: tuple[Frame, ...]) -> list[dict[str, Any]]:
+    return [{"file": f.filename, "line": f.lineno, "function": f.function} for f in frames]
+
+
+def write_verdict(result: DiffResult, path: str | os.PathLike[str] | None = None) -> str:
+    """The verdict as JSON text; with ``path``, written there too (``-``: nowhere but the return value)."""
+    text = json.dumps(verdict(result), indent=1, allow_nan=False)
+    if path is not None and str(path) != "-":
+        Path(path).write_text(text + "\n", encoding="utf-8")
+    return text

@@ -11,11 +11,10 @@ import os
 from dataclasses import replace
 from typing import Any
 
-from nbdiff.align.arguments import recorded_arguments
 from nbdiff.align.pairing import Pairing
 from nbdiff.engine.driver import Verdict
 from nbdiff.engine.options import check_tolerances
-from nbdiff.engine.recorded import RecordedComparer, recorded_step
+from nbdiff.engine.recorded import RecordedComparer, layer_args, recorded_step
 from nbdiff.errors import DumpError, OptionError
 from nbdiff.judge.blame import EventDiff
 from nbdiff.judge.tolerance import Tolerance, resolve_tolerance
@@ -85,7 +84,7 @@ def compare(
         events=kept.events(),
         notes=kept.summarised(),
         step_summary=tuple(kept.rows[k] for k in sorted(kept.rows)),
-        recorded_arguments=(_layer_args(a), _layer_args(b)),
+        recorded_arguments=(layer_args(a), layer_args(b)),
     )
 
 
@@ -106,11 +105,6 @@ def _compare_step(cmp: RecordedComparer, k: int, rank: int, verdict: Verdict) ->
     if diverged:
         cmp.spread = None  # after a divergence, later steps are for the chart
     return diverged and verdict.at == (k, rank), step.diffs + updates.diffs, pairing
-
-
-def _layer_args(dump: RankDump) -> dict[str, dict[str, Any]]:
-    """Each layer's constructor arguments, as the dump keeps them (none in dumps older than them)."""
-    return {path: recorded_arguments(args) for path, args in dump.meta.get("layer_args", {}).items()}
 
 
 def _unfinished(a: RankDump, b: RankDump, rank: int, dirs: tuple[Any, Any], ignore_unmatched: bool) -> list[str]:

@@ -17,6 +17,7 @@ import numpy as np
 
 from nbdiff.align.arguments import layer_arguments, recorded_arguments
 from nbdiff.align.fused import layout_facts
+from nbdiff.engine.recomputed import BATCH_NORMS
 from nbdiff.errors import OptionError
 from nbdiff.frameworks import Framework, framework_of
 from nbdiff.trace.events import Event, Kind, Phase, TensorRecord, changed
@@ -102,6 +103,12 @@ class record:
             if (a := recorded_arguments(layer_arguments(self.fw.name, layer)))
         }
         meta["layer_args"] = args
+        # A BatchNorm's mode when the recording began: compare recomputes it as it ran (engine/recomputed).
+        meta["batch_norm_training"] = {
+            path: bool(self.fw.is_training(layer))
+            for path, layer in self._layers.items()
+            if type(layer).__name__ in BATCH_NORMS
+        }
         self._writer = DumpWriter(
             self.dump_dir / f"rank{rank}", meta, layers, str(self.options["dump_type"]), self.overwrite
         )

@@ -8,15 +8,6 @@ import pytest
 from nbdiff.trace.interrupts import interrupts_deferred
 
 
-@pytest.fixture(autouse=True)
-def python_owns_ctrl_c():
-    """Python's own SIGINT handler, as in a terminal or a kernel: a run started in the background
-    (``pytest &``) inherits SIGINT ignored, and nothing would be raised."""
-    before = signal.signal(signal.SIGINT, signal.default_int_handler)
-    yield
-    signal.signal(signal.SIGINT, before)
-
-
 def test_a_ctrl_c_during_the_block_is_raised_after_it_ran_to_its_end():
     done = []
     with pytest.raises(KeyboardInterrupt), interrupts_deferred():

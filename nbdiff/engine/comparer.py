@@ -85,8 +85,17 @@ class StepComparer:
         """A layer call's own error, its paired sublayer calls ``kids`` left out."""
         raise NotImplementedError
 
-    def local_backward(self, brec: StepRecord, rrec: StepRecord, d: EventDiff) -> tuple[TensorDiff, ...] | None:
+    def local_backward(
+        self, brec: StepRecord, rrec: StepRecord, d: EventDiff, kids: list[tuple[Event, Event]]
+    ) -> tuple[TensorDiff, ...] | None:
+        """A backward event's own error, its paired sublayer calls ``kids`` (their backward events) known."""
         raise NotImplementedError
+
+    def amplified_rounding(self) -> str | None:
+        """After the forward blame of a step: where a layer was found to amplify differences within
+        tolerance past it (base's own layer, run on raw's inputs, gives raw's results), a note saying
+        so; an error no layer then makes on its own is that note, not a divergence."""
+        return None
 
     def read(self, b: Event, r: Event) -> None:
         """Told each pair of events a comparison read (a live recording's pages can then go)."""
@@ -144,6 +153,7 @@ class StepComparer:
         if self.diff_phase != "forward":
             bwd = backward_diffs(pairing, brec, rrec, self.tol, self.mode, self.grads_of(brec, rrec, grads), self.read)
         found: list[Divergence] = []
+        amplified = None
         if self.diff_phase != "backward":
             kids = _paired_children(fwd)
             # The loss is computed from the model's outputs: its own error is measurable only where they agree.
@@ -151,6 +161,8 @@ class StepComparer:
             local = lambda d: self.local_forward(d, kids.get(d.base.order, []), agree)  # noqa: E731
             found, fwd = blame_all(fwd, local, _final_forward, noise, every)
             found = self._unless_drift(found, drift, out.notes)
+            amplified = self.amplified_rounding()
+            found = _unless_amplified(found, amplified, out.notes)
             # The first event that produces NaN/Inf comes first, even where both sides agree on it (a
             # NaN weight copied into both): what the frameworks then do with NaN differs downstream.
             nonfinite = first_nonfinite(fwd, self.read)
@@ -159,9 +171,11 @@ class StepComparer:
         # Backward is measured on base's inputs and output gradients: its own errors show after a
         # forward one too (a backward-only bug in a port that also has a forward bug).
         if bwd and (every or not found):
-            local = lambda d: self.local_backward(brec, rrec, d)  # noqa: E731
+            bkids = _paired_children(bwd)
+            local = lambda d: self.local_backward(brec, rrec, d, bkids.get(d.base.order, []))  # noqa: E731
             more, bwd = blame_all(bwd, local, _final_backward, noise, every, False)
             more = self._unless_drift(more, drift, out.notes)
+            more = _unless_amplified(more, amplified, [])  # the forward's note says it
             found += [m for m in more if not (found and m.where == "accumulated")]
         out.findings = [with_unpaired(f, pairing) if f.where == "between" else f for f in found]
         out.diffs = fwd + bwd
@@ -187,6 +201,15 @@ class StepComparer:
             notes.append(drift)
             self._drift_noted = True
         return []
+
+
+def _unless_amplified(found: list[Divergence], note: str | None, notes: list[str]) -> list[Divergence]:
+    """No finding where the only one is an accumulated error that a layer amplifying rounding explains."""
+    if note is None or len(found) != 1 or found[0].where != "accumulated":
+        return found
+    if note not in notes:
+        notes.append(note)
+    return []
 
 
 def _before(a: Divergence, b: Divergence) -> bool:

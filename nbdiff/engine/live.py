@@ -125,7 +125,9 @@ class LiveComparer(StepComparer):
         assert self.replayer is not None
         return self.replayer.forward(d.base, d.raw, kids)
 
-    def local_backward(self, brec: StepRecord, rrec: StepRecord, d: EventDiff) -> tuple[TensorDiff, ...] | None:
+    def local_backward(
+        self, brec: StepRecord, rrec: StepRecord, d: EventDiff, kids: list[tuple[Event, Event]]
+    ) -> tuple[TensorDiff, ...] | None:
         bf, rf = brec.forward_of(d.base), rrec.forward_of(d.raw)
         if bf is None or rf is None or self.replayer is None:
             return None

@@ -9,17 +9,21 @@ with the same weight rules as ``assign_weight``, found by the layer classes the 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
 import numpy as np
 
+from nbdiff.align.arguments import recorded_arguments
 from nbdiff.align.fused import FusedGroup, member_name, stand_ins
 from nbdiff.align.pairing import Pair, Pairing
 from nbdiff.engine.backward import GradsOf
 from nbdiff.engine.comparer import Plans, StepComparer
-from nbdiff.engine.forward import TolFn, api_local, received_differ
+from nbdiff.engine.conditioning import MARGIN
+from nbdiff.engine.forward import TolFn, api_local, received_differ, tensor_diffs
 from nbdiff.engine.layouts import converted, converted_records
+from nbdiff.engine.recomputed import BATCH_NORMS, BatchNormCall, batch_norm_of, rounding_move
 from nbdiff.engine.stepping import StepRecord
 from nbdiff.engine.updates import GradientSpread, Updates
 from nbdiff.judge.blame import EventDiff
@@ -30,7 +34,28 @@ from nbdiff.trace.store import RankDump
 from nbdiff.weights.fused import fused_plan, unfused_plan
 from nbdiff.weights.plan import LayerWeights, plan_by_classes
 
-__all__ = ["RecordedComparer", "recorded_step"]
+__all__ = ["RecordedComparer", "recorded_step", "layer_args"]
+
+
+def layer_args(dump: RankDump) -> dict[str, dict[str, Any]]:
+    """Each layer's constructor arguments, as the dump keeps them (none in dumps older than them)."""
+    return {path: recorded_arguments(args) for path, args in dump.meta.get("layer_args", {}).items()}
+
+
+def _read_off(call: BatchNormCall, forward: Event) -> float:
+    """How closely base's BatchNorm is known when read off its recorded call: its output moves this
+    much (relative) from rounding its inputs, and the fitted scale carries that."""
+    x, y = forward.inputs[0].value, forward.outputs[0].value
+    top = float(np.abs(y).max(initial=0.0)) if y is not None else 0.0
+    return rounding_move(call.forward, x) / top if x is not None and top > 0 else 0.0
+
+
+def _value(records: tuple[TensorRecord, ...]) -> np.ndarray | None:
+    return records[0].value if records else None
+
+
+def _channels_last(args: dict[str, Any]) -> bool:
+    return str(args.get("data_format", "")).upper().endswith("C")
 
 
 def recorded_step(dump: RankDump, k: int, rank: int) -> StepRecord:
@@ -52,6 +77,10 @@ class RecordedComparer(StepComparer):
         self.a, self.b = a, b
         self._layers: tuple[dict[str, Any], dict[str, Any]] | None = None
         self._groups: tuple[FusedGroup, ...] = ()
+        self.arguments = (layer_args(a), layer_args(b))
+        """Each side's layer arguments by path, as the dumps keep them."""
+        self._amplified: list[tuple[str, float]] = []
+        """This step's layers that amplified differences within tolerance past it: (path, ratio)."""
         self.spread: GradientSpread | None = GradientSpread()
         """The gradients each optimizer was given, folded in up to the step compared (until a divergence)."""
 
@@ -114,25 +143,111 @@ class RecordedComparer(StepComparer):
 
     def local_layer(self, d: EventDiff, kids: list[tuple[Event, Event]]) -> tuple[TensorDiff, ...] | None:
         """Judged from what it received (no replay); a layer with sublayers only where its own code,
-        not a sublayer, first hands on a difference."""
-        own = api_local(d, self.tol, self.mode)
+        not a sublayer, first hands on a difference. A BatchNorm is recomputed where the dump holds values."""
+        if d.base.type_name in BATCH_NORMS:
+            recomputed = self._recomputed(d)
+            if recomputed is not None:
+                return recomputed
+        return self._own_code(api_local(d, self.tol, self.mode), kids, "inputs", "outputs")
+
+    def _own_code(
+        self,
+        own: tuple[TensorDiff, ...] | None,
+        kids: list[tuple[Event, Event]],
+        given: str,
+        made: str,
+        reverse: bool = False,
+    ) -> tuple[TensorDiff, ...] | None:
+        """A layer's error that its sublayers' calls ``kids`` leave to its own code: it hands one a
+        difference (in ``given``) before any of them made one (in ``made``); after the last of them, the
+        difference is its own too. Events are in the order they ran (backward: the last sublayer first)."""
         if not own or not kids:
             return own
         for b, r in sorted(kids, key=lambda k: k[0].order):
-            if self._differ(r.inputs, b.inputs):
+            if self._differ(getattr(r, given), getattr(b, given)):
                 return own  # its code before this sublayer made the difference out of agreeing tensors
-            if self._differ(r.outputs, b.outputs):
+            if self._differ(getattr(r, made), getattr(b, made)):
                 return ()  # a sublayer's: what follows inherits it (a second bug after it stays unseen)
-        return own  # its code after the last sublayer
+        return own
 
-    def local_backward(self, brec: StepRecord, rrec: StepRecord, d: EventDiff) -> tuple[TensorDiff, ...] | None:
+    def local_backward(
+        self, brec: StepRecord, rrec: StepRecord, d: EventDiff, kids: list[tuple[Event, Event]]
+    ) -> tuple[TensorDiff, ...] | None:
         """Judged from the gradients arriving at its outputs and, as replaying it would on base's
-        inputs, from its forward inputs: a parameter's gradient is the arriving gradient times them."""
-        own = api_local(d, self.tol, self.mode, "outputs")
+        inputs, from its forward inputs: a parameter's gradient is the arriving gradient times them.
+        A layer with sublayers: only where its own code first hands one a difference (backward order).
+        A BatchNorm is recomputed where the dump holds values."""
         bf, rf = brec.forward_of(d.base), rrec.forward_of(d.raw)
+        if bf is not None and rf is not None and d.base.type_name in BATCH_NORMS:
+            recomputed = self._recomputed_backward(d, bf, rf)
+            if recomputed is not None:
+                return recomputed
+        own = api_local(d, self.tol, self.mode, "outputs")
         if own and bf is not None and rf is not None and self._differ(rf.inputs, bf.inputs):
             return ()
-        return own
+        return self._own_code(own, kids, "outputs", "inputs")
+
+    def _recomputed(self, d: EventDiff) -> tuple[TensorDiff, ...] | None:
+        """Base's BatchNorm run on raw's inputs (:mod:`nbdiff.engine.recomputed`): its own error, where
+        the rounding it amplifies does not explain it."""
+        call = self._batch_norm(d.base)
+        x = _value(d.raw.inputs)
+        if call is None or x is None or x.shape != d.base.inputs[0].shape:
+            return None
+        return self._judged(d, d.raw.outputs, d.base.outputs[0], call.forward, x, _read_off(call, d.base))
+
+    def _recomputed_backward(self, d: EventDiff, bf: Event, rf: Event) -> tuple[TensorDiff, ...] | None:
+        """Base's BatchNorm backward on raw's forward inputs and the gradient arriving at raw's output."""
+        call, x, g = self._batch_norm(bf), _value(rf.inputs), _value(d.raw.outputs)
+        if call is None or x is None or g is None or not d.base.inputs or x.shape != bf.inputs[0].shape:
+            return None
+        fn = lambda v, dtype=np.float64: call.backward(v, g, dtype)  # noqa: E731
+        return self._judged(d, d.raw.inputs, d.base.inputs[0], fn, x, _read_off(call, bf))
+
+    def _batch_norm(self, forward: Event) -> BatchNormCall | None:
+        args = self.arguments[0].get(forward.path, {})
+        eps = args.get("eps", 1e-5)
+        train = self.a.meta.get("batch_norm_training", {}).get(forward.path)
+        return batch_norm_of(
+            forward, float(eps) if isinstance(eps, (int, float)) else 1e-5, _channels_last(args), train
+        )
+
+    def _judged(
+        self,
+        d: EventDiff,
+        got: tuple[TensorRecord, ...],
+        like: TensorRecord,
+        fn: Callable[[np.ndarray, type], np.ndarray],
+        x: np.ndarray,
+        known_to: float,
+    ) -> tuple[TensorDiff, ...] | None:
+        """Raw's result against ``fn(x)``, base's layer recomputed on raw's inputs: an own error, or
+        none where rounding explains it: the layer's own (one unit of ``x``, amplified), and what base's
+        layer is known to when read off its own rounded results (``known_to``, relative)."""
+        if not got or got[0].value is None:
+            return None
+        value = fn(x, np.float64)
+        expected = replace(like, value=value, stats=None)
+        local = tuple(tensor_diffs((replace(got[0], name=like.name),), (expected,), self.tol, self.mode))
+        move = max(rounding_move(fn, x), known_to * float(np.abs(value).max(initial=0.0)))
+        if all(t.passed or t.max_abs <= MARGIN * move for t in local):
+            if not d.passed:
+                self._amplified.append((d.base.path, d.ratio))
+            return ()
+        return local
+
+    def amplified_rounding(self) -> str | None:
+        if not self._amplified:
+            return None
+        path, ratio = self._amplified[0]
+        return (
+            f"`{path}` (BatchNorm) turns differences within tolerance into {ratio:.3g}x it: base's own layer, "
+            "recomputed on raw's inputs from the dump, gives raw's results (a train-mode BatchNorm over few values "
+            "per channel divides by their tiny spread), so the differences after it are rounding, not the port"
+        )
+
+    def done_reading(self) -> None:
+        self._amplified = []
 
     def _differ(self, raw: tuple[TensorRecord, ...], base: tuple[TensorRecord, ...]) -> bool:
         return received_differ(raw, base, self.tol, self.mode)

@@ -93,6 +93,11 @@ def validate_manifest(data: Any, path: Path) -> None:
                     f"layer_args[{name!r}][{k!r}]",
                     f"is {v!r}; expected a number, a string, true/false or a list of them",
                 )
+    modes = c.type(
+        data.get("batch_norm_training", {}), dict, "batch_norm_training", "an object of layer path to true/false"
+    )
+    for name, training in modes.items():
+        c.type(training, bool, f"batch_norm_training[{name!r}]", "true or false")
     steps = data.get("steps")
     if data.get("version") == 1:  # every step inline
         for k, step in enumerate(c.type(steps, list, "steps", "a list")):

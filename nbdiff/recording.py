@@ -9,6 +9,7 @@ with ``scope``; ``filter_data``; ``filter_stack``) with nbdiff's dump types.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable, Iterable, Sequence
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,7 @@ from nbdiff.align.fused import layout_facts
 from nbdiff.engine.recomputed import BATCH_NORMS
 from nbdiff.errors import OptionError
 from nbdiff.frameworks import Framework, framework_of
+from nbdiff.trace.capture import Capture
 from nbdiff.trace.events import Event, Kind, Phase, TensorRecord, changed
 from nbdiff.trace.interrupts import interrupts_deferred
 from nbdiff.trace.layer_paths import relative
@@ -42,6 +44,12 @@ class record:
     distributed rank. ``dump_type``: ``tensor`` (statistics and every tensor), ``statistics``
     (no payload) or ``stack`` (events and stacks only). A folder that already holds a dump is
     refused unless ``overwrite=True``.
+
+    For big models (:mod:`nbdiff.trace.capture`): ``layers`` (path patterns) and ``depth`` keep
+    some layers' calls, ``steps`` some steps (the first N, a list or range, or a function of the
+    step index), ``tensors`` the values of some layers only (the rest as statistics), for example
+    ``tensors=result.blamed_paths("raw"), steps=[result.first_divergence.step]`` after a first
+    comparison of statistics dumps. Both sides must be recorded with the same selection.
     """
 
     def __init__(
@@ -57,6 +65,10 @@ class record:
         filter_stack: bool = True,
         retain_backward: bool = True,
         overwrite: bool = False,
+        layers: Sequence[str] | str | None = None,
+        depth: int | None = None,
+        steps: int | Iterable[int] | Callable[[int], bool] | None = None,
+        tensors: Sequence[str] | str | None = None,
     ) -> None:
         if dump_type not in DUMP_TYPES:
             raise OptionError(f"dump_type={dump_type!r} is not one of {DUMP_TYPES}.")
@@ -66,6 +78,7 @@ class record:
             raise OptionError(f"mode={mode!r} needs scope=[...] (event names, dotted layer paths or keywords).")
         if mode == "range" and len(scope or ()) != 2:
             raise OptionError(f"mode='range' takes scope=[first, last]; got {scope!r}.")
+        self.capture = Capture.of(layers, depth, steps, tensors)
         self.fw: Framework = framework_of(model, "model")
         self.model = model
         self.dump_dir = Path(dump_dir)
@@ -88,6 +101,7 @@ class record:
         meta = dict(
             framework=self.fw.name, framework_version=str(self.fw.version), model=type(self.model).__name__,
             rank=rank, world_size=world, api_level=self.api_level, **{k: v for k, v in self.options.items() if k != "dump_type"},
+            capture=self.capture.described or {},
         )  # fmt: skip
         self._layers = dict(self.fw.named_layers(self.model))
         # Each layer's own parameters, read once: every step's updates and gradients look them up.
@@ -112,7 +126,10 @@ class record:
         self._writer = DumpWriter(
             self.dump_dir / f"rank{rank}", meta, layers, str(self.options["dump_type"]), self.overwrite
         )
-        if self.options["mode"] == "all":  # otherwise most statistics would be of tensors not written
+        if self.capture.tensors is not None:
+            self._writer.keeps_values = self.capture.keeps_values
+        if self.options["mode"] == "all" and not self.capture.narrows:
+            # Work on each array as it is copied; where events are left out, most of that would be wasted.
             self._session.recorder.on_copy = self._writer.prepare
         try:
             self._session.install(self._stack, self._on_step)
@@ -152,7 +169,8 @@ class record:
             k = first + i
             updates = _updates(self.fw, self._layers, self._params, k, session.weights[k], session.weights[k + 1])
             backward = _with_uncalled_grads(self.fw, self._params, forward, backward, session.grads[k])
-            self._writer.add_step(self._select(forward + backward + updates))
+            if self.capture.keeps_step(k):
+                self._writer.add_step(self._select(forward + backward + updates))
             session.weights[k], session.grads[k] = {}, {}  # done with them
             n += 1
         return n
@@ -161,7 +179,8 @@ class record:
         names = event_names(events)
         scope = self.options["scope"]
         keep = _selector(str(self.options["mode"]), list(scope) if isinstance(scope, list) else [], events, names)
-        out = [e for e in events if keep(e)]
+        depth = {e.path: e.depth for e in events if e.kind is Kind.LAYER}  # an update's is its layer's call's
+        out = [e for e in events if keep(e) and self.capture.keeps(e, depth.get(e.path))]
         if self.options["filter_data"]:
             out = [_floating_only(e) for e in out]
         return out

@@ -113,6 +113,19 @@ class DiffResult:
 
         return str(save_result(self, path))
 
+    def blamed_paths(self, side: str = "raw") -> list[str]:
+        """The dotted paths of the layers the findings blame on ``side`` (``"base"`` or ``"raw"``): for
+        a second, targeted recording, ``nbdiff.record(model, dir, tensors=result.blamed_paths("raw"))``.
+        A layer's own code brings the sublayers around the fault (base's names only)."""
+        if side not in ("base", "raw"):
+            raise ValueError(f"side={side!r}: expected 'base' or 'raw'")
+        out: list[str] = []
+        for f in self.findings:
+            path = (f.base_path if side == "base" else f.raw_path).partition("::")[0]
+            around = [p for p in f.between if p] if side == "base" and f.where == "between" else []
+            out += [p for p in (path, *around) if p not in out]
+        return out
+
     def repro(self, path: str, divergence: Divergence | None = None) -> str:
         """Write ``path/repro.py`` and its data: a standalone script (no nbdiff needed) that rebuilds a
         blamed layer pair (``first_divergence``, or one of ``findings``), runs both on the recorded

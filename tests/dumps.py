@@ -16,8 +16,11 @@ def pair(bug=None, base_fw="torch", raw_fw="paddle"):
     return base, raw
 
 
-def train(model, path, steps=3, lr=0.1, late_bug_at=None, **options):
-    """Record ``steps`` SGD steps; from step ``late_bug_at`` on, the model's fc2 output is scaled by 1.01."""
+def train(model, path, steps=3, lr=0.1, late_bug_at=None, record_steps=None, **options):
+    """Record ``steps`` SGD steps (``record_steps``: record's own ``steps``, the ones written); from step
+    ``late_bug_at`` on, the model's fc2 output is scaled by 1.01."""
+    if record_steps is not None:
+        options["steps"] = record_steps
     import paddle
     import torch
 

@@ -117,6 +117,8 @@ def _step(c: _Check, step: Any, key: str) -> None:
         c.type(step["complete"], bool, f"{key}.complete", "true or false")
     if step.get("payload") is not None:
         c.type(step["payload"], str, f"{key}.payload", "a file name")
+    if step.get("number") is not None:
+        c.int(step["number"], f"{key}.number")
     events = c.type(step.get("events"), list, f"{key}.events", "a list")
     for i, e in enumerate(events):
         _event(c, e, f"{key}.events[{i}]")

@@ -186,7 +186,8 @@ def _load_step(folder: Path, step: dict[str, Any], where: Path, key: str, k: int
         except (FileNotFoundError, SafetensorError, OSError) as exc:
             raise DumpError(f"{file}: cannot read step {k}'s tensors ({exc}).") from None
     try:
-        return [_event(e, k, payload, where) for e in step["events"]]
+        # "number": the training step it was (a recording that keeps some steps); else its place.
+        return [_event(e, int(step.get("number", k)), payload, where) for e in step["events"]]
     except (KeyError, TypeError, ValueError) as exc:
         raise DumpError(f"{where}: step {k} has a malformed event ({exc!r}); the dump was edited.") from None
 

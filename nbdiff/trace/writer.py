@@ -11,6 +11,7 @@ import math
 import os
 import queue
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -126,6 +127,8 @@ class DumpWriter:
         for p in old:
             p.unlink()
         self.meta, self.layers, self.dump_type = meta, layers, dump_type
+        self.keeps_values: Callable[[Event], bool] | None = None
+        """In a ``tensor`` dump, the events whose values are written (``None``: all; the rest keep statistics)."""
         self.steps = 0
         self._last: dict[str, Any] | None = None
         self._write_manifest(complete=False)
@@ -217,7 +220,8 @@ class DumpWriter:
         seen: dict[int, Stats | None] = {i: st for i, (_, st) in self._ahead.items()}
         keys: dict[int, str] = {}
         keep_values, keep_stats = self.dump_type == "tensor", self.dump_type != "stack"
-        ev_json = [_event_json(e, payload, keep_values, keep_stats, seen, keys) for e in events]
+        kept = self.keeps_values or (lambda e: True)
+        ev_json = [_event_json(e, payload, keep_values and kept(e), keep_stats, seen, keys) for e in events]
         file = f"step{k}.safetensors" if payload else None
         ahead, self._payload = self._payload, None
         if ahead is not None and ahead.path.name != file:
@@ -228,7 +232,8 @@ class DumpWriter:
             self._last_header = ahead.header_size or self._last_header
         elif file is not None:
             save_file(payload, str(self.path / file))
-        self._last = {"step": k, "payload": file, "events": ev_json, "complete": True}
+        number = events[0].step if events else k  # the training step, where a recording keeps some
+        self._last = {"step": k, "number": number, "payload": file, "events": ev_json, "complete": True}
         _write_atomic(self.path / f"step{k}.json", self._last)  # after its payload: never a dangling name
 
     def close(self, interrupted: bool = False) -> Path:

@@ -579,7 +579,7 @@ function render({ model, el }) {
             { class: "nbd-metrics" },
             h("tr", {}, ...["max abs", "max rel", "mean abs", "cosine", "NaN b/r", "Inf b/r"].map((x) => h("th", {}, x))),
             h("tr", {}, h("td", {}, fmt(m.max_abs)), h("td", {}, fmt(m.max_rel)), h("td", {}, fmt(m.mean_abs)), h("td", {}, fmt(m.cosine)), h("td", {}, m.nan.join("/")), h("td", {}, m.inf.join("/"))),
-            t.local ? h("tr", { class: "nbd-local" }, h("td", { colspan: "6" }, `local (same inputs): ${fmt(t.local.ratio)}x, max abs ${fmt(t.local.max_abs)}`)) : null,
+            t.local ? h("tr", { class: "nbd-local" }, h("td", { colspan: "6" }, `local (${t.local_label || "same inputs"}): ${fmt(t.local.ratio)}x, max abs ${fmt(t.local.max_abs)}`)) : null,
           ),
           h(
             "table",

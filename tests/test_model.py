@@ -136,3 +136,15 @@ def test_a_result_that_agrees_draws_inherited_excess_as_explained_and_says_why()
     statuses = {n["status"] for n in build_tree(result).nodes}
     assert "inherited" not in statuses and "explained" in statuses
     assert any("exceed their tolerance only by error inherited" in w for w in result.warnings)
+
+
+def test_the_panel_says_how_a_local_error_was_found(failed, tmp_path):
+    # Offline nothing is re-run: "local (same inputs)" said what compare never did.
+    from tests.dumps import pair, train
+
+    first = node_detail(build_tree(failed), build_tree(failed).first)
+    assert first["tensors"][0]["local_label"] == "same inputs"
+    base, raw = pair("eps")
+    offline = nbdiff.compare(train(base, tmp_path / "a", steps=1).parent, train(raw, tmp_path / "b", steps=1).parent)
+    tree = build_tree(offline)
+    assert node_detail(tree, tree.first)["tensors"][0]["local_label"].startswith("judged from the dump")

@@ -50,6 +50,7 @@ def test_one_bug_is_one_finding_and_says_why(tmp_path, base_fw, raw_fw, dump_typ
     assert (first.phase.value, first.base_path, first.where) == ("forward", "norm", "layer")
     assert {(f.base_path, f.where) for f in result.findings} == {("norm", "layer")}  # its backward may show too
     assert "eps: base 1e-05, raw 0.001" in result.first_divergence.why()
+    assert "not re-run" in result.report() and "run on the base side's inputs" not in result.report()
 
 
 @pytest.mark.parametrize("base_fw,raw_fw", [("torch", "paddle"), ("paddle", "torch")])
@@ -344,3 +345,4 @@ def test_a_batchnorm_amplifying_rounding_is_recomputed_from_the_dump(tmp_path, b
     else:
         d = result.first_divergence
         assert (d.phase.value, d.base_path, d.where) == ("forward", "1", "layer") and "eps" in d.why()
+        assert d.local_by == "recomputed" and "recomputed from the dump" in result.report()

@@ -35,6 +35,7 @@ def test_a_live_blame_reads_the_same_in_json(base_fw, raw_fw, tmp_path):
     assert first == doc["findings"][0]
     assert (first["phase"], first["step"], first["rank"], first["where"]) == ("forward", 0, 0, "layer")
     assert (first["base"]["path"], first["raw"]["path"], first["blame"]) == ("norm", "norm", "local")
+    assert first["local_by"] == "replay"
     assert first["metrics"]["ratio"] == d.metrics.ratio > 1 and first["local_error"]["ratio"] > 1
     assert "eps" in first["why"] and {a["name"] for a in first["arguments"]} >= {"eps"}
     assert first["base"]["stack"] and {"file", "line", "function"} == set(first["base"]["stack"][0])
@@ -63,6 +64,7 @@ def test_the_cli_writes_the_verdict_and_can_pipe_it(tmp_path, capsys):
     assert main(["compare", str(a), str(b), "--json", str(tmp_path / "v.json")]) == 1
     written = _strict((tmp_path / "v.json").read_text())
     assert written["verdict"] == "diverged" and written["first_divergence"]["base"]["path"] == "norm"
+    assert written["first_divergence"]["local_by"] == "received"  # offline: judged from what it received
     assert "JSON verdict:" in capsys.readouterr().out
     assert main(["compare", str(a), str(b), "--json", "-"]) == 1
     out = capsys.readouterr()

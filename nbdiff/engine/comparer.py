@@ -10,7 +10,7 @@ gradients from the layers. A recorded step (:class:`nbdiff.engine.recorded.Recor
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from nbdiff.align.layer_map import LayerMap
@@ -90,6 +90,10 @@ class StepComparer:
     ) -> tuple[TensorDiff, ...] | None:
         """A backward event's own error, its paired sublayer calls ``kids`` (their backward events) known."""
         raise NotImplementedError
+
+    def local_by(self, f: Divergence) -> str:
+        """How a finding's local error was found (``Divergence.local_by``)."""
+        return "replay"
 
     def amplified_rounding(self) -> str | None:
         """After the forward blame of a step: where a layer was found to amplify differences within
@@ -177,6 +181,7 @@ class StepComparer:
             more = self._unless_drift(more, drift, out.notes)
             more = _unless_amplified(more, amplified, [])  # the forward's note says it
             found += [m for m in more if not (found and m.where == "accumulated")]
+        found = [replace(f, local_by=self.local_by(f)) for f in found]
         out.findings = [with_unpaired(f, pairing) if f.where == "between" else f for f in found]
         out.diffs = fwd + bwd
         self.done_reading()

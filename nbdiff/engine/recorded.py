@@ -26,7 +26,7 @@ from nbdiff.engine.layouts import converted, converted_records
 from nbdiff.engine.recomputed import BATCH_NORMS, BatchNormCall, batch_norm_of, rounding_move
 from nbdiff.engine.stepping import StepRecord
 from nbdiff.engine.updates import GradientSpread, Updates
-from nbdiff.judge.blame import EventDiff
+from nbdiff.judge.blame import Divergence, EventDiff
 from nbdiff.judge.metrics import TensorDiff
 from nbdiff.trace.events import Event, Phase, TensorRecord, changed
 from nbdiff.trace.layer_paths import relative
@@ -81,6 +81,8 @@ class RecordedComparer(StepComparer):
         """Each side's layer arguments by path, as the dumps keep them."""
         self._amplified: list[tuple[str, float]] = []
         """This step's layers that amplified differences within tolerance past it: (path, ratio)."""
+        self._recomputed_events: set[int] = set()
+        """``id`` of this step's base events whose own error a recomputed layer measured."""
         self.spread: GradientSpread | None = GradientSpread()
         """The gradients each optimizer was given, folded in up to the step compared (until a divergence)."""
 
@@ -234,6 +236,7 @@ class RecordedComparer(StepComparer):
             if not d.passed:
                 self._amplified.append((d.base.path, d.ratio))
             return ()
+        self._recomputed_events.add(id(d.base))
         return local
 
     def amplified_rounding(self) -> str | None:
@@ -246,8 +249,12 @@ class RecordedComparer(StepComparer):
             "per channel divides by their tiny spread), so the differences after it are rounding, not the port"
         )
 
+    def local_by(self, f: Divergence) -> str:
+        return "recomputed" if f.event is not None and id(f.event.base) in self._recomputed_events else "received"
+
     def done_reading(self) -> None:
         self._amplified = []
+        self._recomputed_events: set[int] = set()
 
     def _differ(self, raw: tuple[TensorRecord, ...], base: tuple[TensorRecord, ...]) -> bool:
         return received_differ(raw, base, self.tol, self.mode)

@@ -101,6 +101,10 @@ class Divergence:
     unpaired: tuple[str, ...] = ()
     """For ``between``: the calls that stayed unpaired there (``raw `act` (BadAct)``): the code at fault
     may be theirs."""
+    local_by: str = "replay"
+    """How ``local_error`` was found: ``replay`` (the layer run again on base's inputs, live),
+    ``recomputed`` (base's layer recomputed from a dump, on raw's inputs) or ``received`` (from a
+    dump without re-running: what the event received agrees, what it made does not)."""
     event: EventDiff | None = field(default=None, compare=False, repr=False)
     """The blamed pair itself (with its layers, when recorded live), for ``DiffResult.repro``."""
     forward: EventDiff | None = field(default=None, compare=False, repr=False)

@@ -128,6 +128,7 @@ def _divergence_json(d: Divergence) -> dict[str, Any]:
         "arguments": [[a.name, _plain(a.base), _plain(a.raw)] for a in d.arguments],
         "explanation": d.explanation,
         "unpaired": list(d.unpaired),
+        "local_by": d.local_by,
     }
 
 
@@ -147,6 +148,7 @@ def _divergence(d: dict[str, Any]) -> Divergence:
         arguments=tuple(ArgDiff(n, _restore_args(b), _restore_args(r)) for n, b, r in d["arguments"]),
         explanation=str(d.get("explanation", "")),
         unpaired=tuple(str(x) for x in d.get("unpaired", [])),
+        local_by=str(d.get("local_by", "replay")),
     )
 
 

@@ -13,6 +13,13 @@ from nbdiff.trace.stack import Frame, cell_number, frame_label
 if TYPE_CHECKING:
     from nbdiff.result import DiffResult
 
+LOCAL_BY = {
+    "replay": "this event alone, run on the base side's inputs",
+    "recomputed": "base's layer recomputed from the dump and run on the raw side's inputs",
+    "received": "judged from the dump, not re-run: what this event received agrees within tolerance, what it made does not",
+}
+"""How a divergence's local error was found, as the report says it."""
+
 __all__ = ["render_text", "format_diff"]
 
 TREE_ROWS = 40
@@ -102,7 +109,7 @@ def render_text(result: DiffResult) -> str:
     lines.append(f"  accumulated  {format_diff(d.metrics)}")
     if d.local_error is not None:
         lines.append(f"  local        {format_diff(d.local_error)}")
-    lines.append("  (local = this event alone, run on the base side's inputs)")
+    lines.append(f"  (local = {LOCAL_BY.get(d.local_by, LOCAL_BY['replay'])})")
     phase_events = result.select(d.step, d.phase)
     lines += [
         "",

@@ -67,14 +67,15 @@ def finding(d: Divergence) -> dict[str, Any]:
         "between": list(d.between) if d.where == "between" else None,
         "metrics": _metrics(d.metrics),
         "local_error": None if d.local_error is None else _metrics(d.local_error),
+        "local_by": d.local_by if d.local_error is not None else None,
         "why": d.why(),
         "arguments": [{"name": a.name, "base": _plain(a.base), "raw": _plain(a.raw)} for a in d.arguments],
     }
 
 
 def _blame(d: Divergence) -> str:
-    """``local`` (its own error, measured on identical inputs), ``inherited`` (no single event exceeds
-    tolerance on its own) or ``not measured`` (it could not be run again: never called local)."""
+    """``local`` (its own error: ``local_by`` says how it was found), ``inherited`` (no single event
+    exceeds tolerance on its own) or ``not measured`` (it could not be run again: never called local)."""
     if d.inherited:
         return "inherited"
     return "not measured" if d.local_error is None else "local"

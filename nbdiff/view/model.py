@@ -46,6 +46,8 @@ class TreeData:
     """The two root models (live results only), to find where each layer was built."""
     optimizer_settings: dict[str, list[list[Any]]] = field(default_factory=dict)
     """Per updated layer: ``[setting, base, raw]`` of the two optimizers (live results that trained)."""
+    local_label: str = "same inputs"
+    """How a local error was found, as the panel says it (offline: judged from what was received)."""
 
 
 def summary_line(result: DiffResult) -> str:
@@ -149,7 +151,11 @@ def build_tree(result: DiffResult) -> TreeData:
                 _add_unpaired(nodes, group, result.unmatched_raw, raw_order, "raw")
     roots = root_layers(result.events)
     settings = dict(result.options.get("optimizer_settings") or {})
-    return TreeData(nodes, order, first, events, (result.base_framework, result.raw_framework), roots, settings)
+    # Offline, an event's own error is judged from what it received, not measured by re-running it.
+    local_label = "judged from the dump: what it received agrees" if "dumps" in result.options else "same inputs"
+    return TreeData(
+        nodes, order, first, events, (result.base_framework, result.raw_framework), roots, settings, local_label
+    )
 
 
 def _add_unpaired(
@@ -234,6 +240,7 @@ def node_detail(tree: TreeData, node_id: int) -> dict[str, Any]:
             dict(
                 metrics=_metrics(t),
                 local=_metrics(local[t.name]) if t.name in local else None,
+                local_label=tree.local_label,
                 base=record_stats(bt),
                 raw=record_stats(rt),
             )

@@ -47,3 +47,26 @@ class PaddleNet(paddle.nn.Layer):
 
     def forward(self, x):
         return self.fc2(self.act(self.fc1(x)))
+
+
+ODD_NAME = "norm\\Nx\\x00"  # a ModuleDict key can hold backslashes: in a docstring they were a SyntaxError
+
+
+class TorchOddNames(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(8, 8)
+        self.add_module(ODD_NAME, torch.nn.LayerNorm(8))
+
+    def forward(self, x):
+        return getattr(self, ODD_NAME)(self.fc(x))
+
+
+class PaddleOddNames(paddle.nn.Layer):
+    def __init__(self):
+        super().__init__()
+        self.fc = paddle.nn.Linear(8, 8)
+        self.add_sublayer(ODD_NAME, paddle.nn.LayerNorm(8, epsilon=1e-3))
+
+    def forward(self, x):
+        return getattr(self, ODD_NAME)(self.fc(x))

@@ -70,3 +70,15 @@ def test_repro_of_agreeing_models_says_there_is_nothing_to_reproduce(tmp_path):
     with pytest.raises(OptionError, match="no divergence to reproduce"):
         result.repro(str(tmp_path / "x"))
     assert not (tmp_path / "x").exists()
+
+
+def test_a_layer_named_with_backslashes_still_gives_a_script_that_runs(tmp_path):
+    import numpy as np
+
+    from tests.repro_models import ODD_NAME, PaddleOddNames, TorchOddNames
+
+    x = np.random.RandomState(0).randn(4, 8).astype("float32")
+    result = nbdiff.auto_diff(TorchOddNames(), PaddleOddNames(), x)
+    assert result.first_divergence.base_path == ODD_NAME
+    run = _run(result.repro(str(tmp_path / "repro")))
+    assert run.returncode == 1 and "DIVERGES" in run.stdout, run.stdout + run.stderr

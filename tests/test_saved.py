@@ -66,3 +66,48 @@ def test_a_compare_result_keeps_the_worst_errors_of_every_step(tmp_path):
     loaded = nbdiff.load(result.save(str(tmp_path / "r")))
     assert [r["step"] for r in loaded.step_errors()] == [0, 1, 2, 3, 4]
     assert loaded.step_errors() == result.step_errors() and loaded.notes == result.notes
+
+
+def test_a_save_over_another_cut_short_loads_as_the_old_result_never_a_mix(tmp_path, monkeypatch):
+    # The tensors were written over the old ones, then the kill came before the JSON: old JSON plus
+    # new tensors loaded without error.
+    import nbdiff.report.saved as saved
+
+    old = nbdiff.auto_diff(_net("torch"), _net("paddle", eps=1e-3), X)
+    new = nbdiff.auto_diff(_net("torch"), _net("paddle", approximate=True), X)
+    path = old.save(str(tmp_path / "r"))
+
+    def killed(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(saved, "_write_atomic", killed)
+    with pytest.raises(KeyboardInterrupt):
+        new.save(path)
+    monkeypatch.undo()
+    loaded = nbdiff.load(path)
+    assert loaded.first_divergence.describe() == old.first_divergence.describe()
+    a, b = old.events[3].base.outputs[0], loaded.events[3].base.outputs[0]
+    assert np.array_equal(a.value, b.value)
+    new.save(path)
+    assert nbdiff.load(path).first_divergence.describe() == new.first_divergence.describe()
+    assert len(list((tmp_path / "r").glob("*.safetensors"))) == 1  # the replaced result's tensors are gone
+
+
+def test_saved_tensors_named_outside_the_folder_are_refused(tmp_path):
+    path = nbdiff.auto_diff(_net("torch"), _net("paddle"), X).save(str(tmp_path / "r"))
+    data = json.loads((tmp_path / "r" / "result.json").read_text())
+    data["tensors"] = "../elsewhere.safetensors"
+    (tmp_path / "r" / "result.json").write_text(json.dumps(data))
+    with pytest.raises(DumpError, match="expected a file name in the result's folder"):
+        nbdiff.load(path)
+
+
+def test_a_save_that_cannot_be_written_names_the_folder(tmp_path, monkeypatch):
+    import safetensors.numpy
+
+    def full(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(safetensors.numpy, "save_file", full)
+    with pytest.raises(DumpError, match=r"r: cannot save the result there \(No space left on device\)"):
+        nbdiff.auto_diff(_net("torch"), _net("paddle"), X).save(str(tmp_path / "r"))

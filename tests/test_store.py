@@ -109,3 +109,37 @@ def test_values_shared_by_two_tensors_are_stored_once_and_read_back_for_both(tmp
     for e in back:
         for t in e.inputs + e.outputs:
             np.testing.assert_array_equal(t.value, shared)
+
+
+def _ranks(tmp_path, names_and_ranks):
+    from nbdiff.trace.store import rank_dirs
+
+    root = tmp_path / "dump"
+    for name, rank in names_and_ranks:
+        write_rank(root / name, {"framework": "torch", "model": "M", "rank": rank}, {}, [small_events()], "stack")
+    return root, rank_dirs
+
+
+@pytest.mark.parametrize(
+    "folders, says",
+    [
+        ([("rank0", 0), ("rank00", 0)], "rank00: holds the dump of rank 0, so it must be named rank0"),
+        ([("rank2", 2), ("rankfoo", 1)], "rankfoo: holds the dump of rank 1, so it must be named rank1"),
+    ],
+)
+def test_a_rank_folder_is_named_by_its_rank_or_refused(tmp_path, folders, says):
+    # rank0 and rank00 were read as one rank, and rankfoo silently replaced rank2.
+    root, rank_dirs = _ranks(tmp_path, folders)
+    with pytest.raises(DumpError, match=says):
+        rank_dirs(root)
+
+
+def test_a_linked_rank_folder_says_why_it_is_not_read(tmp_path):
+    root, rank_dirs = _ranks(tmp_path, [("rank0", 0)])
+    elsewhere = tmp_path / "elsewhere"
+    write_rank(elsewhere, {"framework": "torch", "model": "M", "rank": 1}, {}, [small_events()], "stack")
+    (root / "rank1").symlink_to(elsewhere)
+    with pytest.raises(DumpError, match="rank1: a link; nbdiff does not follow links inside a dump"):
+        rank_dirs(root)
+    (root / "rank1").unlink()
+    assert sorted(rank_dirs(root)) == [0]

@@ -102,3 +102,24 @@ def test_statistics_that_fail_ahead_are_computed_again_by_the_write_which_report
     writer.add_step(ev)  # the writer thread lives on: no wait for it hangs
     with pytest.raises(DumpError, match=r"writing step 0 failed \(no room\)"):
         writer.close()
+
+
+def test_one_writer_per_folder_and_a_killed_writers_lock_is_taken_over(tmp_path):
+    # Two writers with overwrite=True on one folder left a mixed dump while one exited 0.
+    import subprocess
+    import sys
+
+    from nbdiff.trace.writer import DumpWriter
+
+    meta = {"framework": "torch", "model": "M", "rank": 0}
+    first = DumpWriter(tmp_path / "rank0", meta, {}, "stack", overwrite=True)
+    with pytest.raises(DumpError, match=r"another recording \(process \d+\) is writing this folder"):
+        DumpWriter(tmp_path / "rank0", meta, {}, "stack", overwrite=True)
+    first.add_step(small_events())
+    first.close()
+    assert not (tmp_path / "rank0" / ".nbdiff-writing").exists()
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    (tmp_path / "rank0" / ".nbdiff-writing").write_text(dead.stdout.strip())  # a writer killed mid-way
+    again = DumpWriter(tmp_path / "rank0", meta, {}, "stack", overwrite=True)
+    again.add_step(small_events())
+    assert again.close() == tmp_path / "rank0"

@@ -167,7 +167,7 @@ def write_repro(divergence: Divergence, path: str | os.PathLike[str]) -> Path:
     save_file(payload, str(out / "repro.safetensors"))
     tol = divergence.tolerance
     script = _SCRIPT.format(
-        what=divergence.describe().replace('"', "'"),
+        what=_docstring_safe(divergence.describe()),
         frameworks=" and ".join(sorted({bfw.name, rfw.name})),
         imports="\n".join(f"import {m}" for m in sorted({bfw.name, rfw.name} | _modules(d))),
         atol=tol.atol, rtol=tol.rtol, scaled=tol.scaled, n_inputs=len(ins), backward=backward,
@@ -178,6 +178,12 @@ def write_repro(divergence: Divergence, path: str | os.PathLike[str]) -> Path:
     )  # fmt: skip
     (out / "repro.py").write_text(script)
     return out / "repro.py"
+
+
+def _docstring_safe(text: str) -> str:
+    """``text`` for the script's docstring: a layer named with a backslash or a NUL (a ModuleDict key)
+    made the script a SyntaxError, whose exit status 1 read as "DIVERGES"."""
+    return text.encode("unicode_escape").decode("ascii").replace('"', "'")
 
 
 def _import_roots(d: EventDiff) -> list[str]:

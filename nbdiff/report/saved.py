@@ -14,6 +14,7 @@ kept: a loaded result is for reading, not for re-running.
 from __future__ import annotations
 
 import os
+import uuid
 from dataclasses import asdict, fields, replace
 from pathlib import Path
 from typing import Any
@@ -70,11 +71,15 @@ def _plain(v: Any) -> Any:
 
 
 def save_result(result: DiffResult, path: str | os.PathLike[str]) -> Path:
+    from safetensors import SafetensorError
     from safetensors.numpy import save_file
 
     out = Path(path)
     out.mkdir(parents=True, exist_ok=True)
     payload: dict[str, np.ndarray] = {}
+    # A save over an older one, cut short, must read as the old or the new result, never a mix: the
+    # tensors go to a file of their own name, then the JSON naming it replaces the old at once.
+    tensors = f"tensors-{uuid.uuid4().hex[:12]}.safetensors"
 
     def event(e: Event, prefix: str) -> dict[str, Any]:
         mine: dict[str, np.ndarray] = {}
@@ -109,9 +114,17 @@ def save_result(result: DiffResult, path: str | os.PathLike[str]) -> Path:
         "unmatched_base": [event(e, f"ub{i}.") for i, e in enumerate(result.unmatched_base)],
         "unmatched_raw": [event(e, f"ur{i}.") for i, e in enumerate(result.unmatched_raw)],
         "step_summary": [_plain(r) for r in result.step_summary],
+        "tensors": tensors,
     }
-    save_file(payload, str(out / _TENSORS))
-    _write_atomic(out / _JSON, data)
+    try:
+        save_file(payload, str(out / tensors))
+        _write_atomic(out / _JSON, data)
+    except (OSError, SafetensorError) as exc:
+        (out / tensors).unlink(missing_ok=True)
+        raise DumpError(f"{out}: cannot save the result there ({getattr(exc, 'strerror', None) or exc}).") from None
+    for old in out.glob("tensors*.safetensors"):  # the tensors of the result this one replaced
+        if old.name != tensors:
+            old.unlink(missing_ok=True)
     return out
 
 
@@ -170,12 +183,15 @@ def load_result(path: str | os.PathLike[str]) -> DiffResult:
     folder = Path(path)
     where = folder / _JSON
     data = _load_json(where, "a saved nbdiff result", written_by="DiffResult.save")
-    try:
-        payload = load_file(str(folder / _TENSORS))
-    except (SafetensorError, OSError) as exc:
-        raise DumpError(f"{folder / _TENSORS}: cannot read the saved tensors ({exc}).") from None
     if not isinstance(data, dict) or data.get("format") != FORMAT or data.get("version") != VERSION:
         raise DumpError(f'{where}: not a saved nbdiff result (no "format": "{FORMAT}", version {VERSION}).')
+    name = data.get("tensors", _TENSORS)
+    if not isinstance(name, str) or not name.startswith("tensors") or "/" in name or "\\" in name or ".." in name:
+        raise DumpError(f"{where}: tensors is {name!r}; expected a file name in the result's folder.")
+    try:
+        payload = load_file(str(folder / name))
+    except (SafetensorError, OSError) as exc:
+        raise DumpError(f"{folder / name}: cannot read the saved tensors ({exc}).") from None
     try:
 
         def event(j: dict[str, Any]) -> Event:

@@ -82,8 +82,19 @@ def rank_dirs(dump_dir: str | os.PathLike[str]) -> dict[int, Path]:
     found: dict[int, Path] = {}
     if root.is_dir():
         for sub in sorted(root.iterdir()):
-            if sub.name.startswith("rank") and not sub.is_symlink() and (sub / MANIFEST).is_file():
-                found[int(sub.name[4:]) if sub.name[4:].isdigit() else len(found)] = sub
+            if not sub.name.startswith("rank") or not (sub / MANIFEST).is_file():
+                continue
+            if sub.is_symlink():
+                raise DumpError(
+                    f"{sub}: a link; nbdiff does not follow links inside a dump (a payload could be swapped). "
+                    "Copy the rank folder in instead."
+                )
+            # The rank is the manifest's; the folder's name must say the same (rank0 and rank00 were one
+            # rank, and rankfoo replaced rank2).
+            rank = _manifest(sub)["rank"]
+            if sub.name != f"rank{rank}":
+                raise DumpError(f"{sub}: holds the dump of rank {rank}, so it must be named rank{rank}; rename it.")
+            found[rank] = sub
     if not found:
         raise DumpError(f"{root}: no nbdiff dump here (expected rank*/{MANIFEST}, written by nbdiff.record).")
     return found

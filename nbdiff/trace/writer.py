@@ -88,6 +88,51 @@ def _event_json(
     }
 
 
+_LOCK = ".nbdiff-writing"
+"""Held by the recording writing a rank folder: the process id of its writer."""
+
+
+def _lock(folder: Path) -> Path:
+    """Take the folder for this writer, or say who has it (a lock left by a killed writer is taken over)."""
+    path = folder / _LOCK
+    for _ in range(3):
+        try:
+            fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+        except FileExistsError:
+            holder = _holder(path)
+            if holder is not None and _alive(holder):
+                raise DumpError(
+                    f"{folder}: another recording (process {holder}) is writing this folder; record into another "
+                    f"folder, or wait for it to end (if none runs, delete {path})."
+                ) from None
+            path.unlink(missing_ok=True)  # its writer was killed
+            continue
+        except OSError as exc:
+            raise DumpError(f"{folder}: cannot write a dump here ({exc.strerror or exc}).") from None
+        with os.fdopen(fd, "w") as f:
+            f.write(str(os.getpid()))
+        return path
+    raise DumpError(f"{folder}: could not take the folder for this recording; record into another folder.")
+
+
+def _holder(path: Path) -> int | None:
+    try:
+        text = path.read_text()[:32]
+    except OSError:
+        return None
+    return int(text) if text.strip().isdigit() else None
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OSError):
+        return True
+    return True
+
+
 class DumpWriter:
     """Writes one rank's dump step by step: the manifest first, each step's files as it completes,
     the manifest again (marked complete) at the end.
@@ -124,8 +169,16 @@ class DumpWriter:
                 f"{self.path} already holds an nbdiff dump. A new recording is never mixed with an old one: "
                 "record into a new folder, or pass overwrite=True to replace it."
             )
-        for p in old:
-            p.unlink()
+        self._lock: Path | None = _lock(self.path)  # one writer per folder: two would mix their steps
+        try:
+            for p in old:
+                p.unlink()
+            self._start(meta, layers, dump_type, background)
+        except BaseException:
+            self._release()
+            raise
+
+    def _start(self, meta: dict[str, Any], layers: dict[str, list[str]], dump_type: str, background: bool) -> None:
         self.meta, self.layers, self.dump_type = meta, layers, dump_type
         self.keeps_values: Callable[[Event], bool] | None = None
         """In a ``tensor`` dump, the events whose values are written (``None``: all; the rest keep statistics)."""
@@ -165,8 +218,11 @@ class DumpWriter:
         else:
             self._queue.put((k, events))
 
-    def abandon(self) -> None:
-        """Wait for the steps queued, and end the writer thread (the manifest stays as it is)."""
+    def abandon(self, release: bool = True) -> None:
+        """Wait for the steps queued, and end the writer thread (the manifest stays as it is);
+        ``release``: let another writer have the folder."""
+        if release:
+            self._release()
         if self._queue is not None:
             self._queue.put(None)
             self._thread.join()
@@ -239,14 +295,22 @@ class DumpWriter:
     def close(self, interrupted: bool = False) -> Path:
         """The final manifest, once every step is written. ``interrupted``: an exception cut the
         last step short."""
-        self.abandon()
-        self._raise_failure()
-        if interrupted and self._last is not None:
-            self._last["complete"] = False
-            _write_atomic(self.path / f"step{self._last['step']}.json", self._last)
-        self._last = None
-        self._write_manifest(complete=True)
+        try:
+            self.abandon(release=False)
+            self._raise_failure()
+            if interrupted and self._last is not None:
+                self._last["complete"] = False
+                _write_atomic(self.path / f"step{self._last['step']}.json", self._last)
+            self._last = None
+            self._write_manifest(complete=True)
+        finally:
+            self._release()
         return self.path
+
+    def _release(self) -> None:
+        if self._lock is not None:
+            self._lock.unlink(missing_ok=True)
+            self._lock = None
 
     def _write_manifest(self, complete: bool) -> None:
         manifest = {"format": FORMAT, "version": VERSION, **self.meta, "dump_type": self.dump_type}

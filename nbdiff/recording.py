@@ -9,6 +9,8 @@ with ``scope``; ``filter_data``; ``filter_stack``) with nbdiff's dump types.
 from __future__ import annotations
 
 import os
+import threading
+import warnings
 from collections.abc import Callable, Iterable, Sequence
 from contextlib import ExitStack
 from pathlib import Path
@@ -128,6 +130,9 @@ class record:
         )
         if self.capture.tensors is not None:
             self._writer.keeps_values = self.capture.keeps_values
+        # The steps are the calls made by the thread that records; others' would be merged into them.
+        self._thread, self._other_threads = threading.get_ident(), 0
+        self._session.recorder.thread = self._thread
         if self.options["mode"] == "all" and not self.capture.narrows:
             # Work on each array as it is copied; where events are left out, most of that would be wasted.
             self._session.recorder.on_copy = self._writer.prepare
@@ -140,6 +145,9 @@ class record:
         return self
 
     def _on_step(self, *args: Any, **kwargs: Any) -> None:
+        if threading.get_ident() != self._thread:  # another thread's call: not this recording's step
+            self._other_threads += 1
+            return
         self._session.begin_step()
         # The previous step is complete (this hook runs before the new root call is recorded):
         # write it and let it go.
@@ -158,7 +166,15 @@ class record:
                 written = self._flush()
                 flushed = True
             finally:
+                if self._other_threads:
+                    self._writer.meta["calls_from_other_threads"] = self._other_threads
                 self.path = self._writer.close(interrupted=(exc_type is not None and written > 0) or not flushed)
+            if self._other_threads:
+                warnings.warn(
+                    f"nbdiff.record: {self._other_threads} call(s) of the model from threads other than the one "
+                    f"recording were not recorded ({self.path}); record each thread's model on its own.",
+                    stacklevel=2,
+                )
 
     def _flush(self) -> int:
         """Write the steps recorded since the last flush; returns how many."""

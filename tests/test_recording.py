@@ -303,3 +303,26 @@ def test_a_ctrl_c_during_the_last_flush_still_closes_the_dump(tmp_path, monkeypa
     manifest = json.loads((rec.path / "manifest.json").read_text())
     assert manifest["complete"] is True and manifest["steps"] == 1
     read_dump(rec.path)  # a closed dump reads
+
+
+@pytest.mark.parametrize("fw", ["torch", "paddle"])
+def test_another_threads_calls_are_not_merged_into_the_steps(tmp_path, fw):
+    # 3 steps of the recording thread and 5 calls from another gave 8 (or, interleaved, 20 to 22 of 23).
+    import threading
+
+    import paddle
+    import torch
+
+    model, _ = pair(base_fw=fw)
+    x = (lambda: torch.tensor(X)) if fw == "torch" else (lambda: paddle.to_tensor(X))
+    with pytest.warns(UserWarning, match=r"5 call\(s\) of the model from threads other than the one recording"):
+        with nbdiff.record(model, tmp_path / "d") as rec:
+            model(x()).mean().backward()
+            other = threading.Thread(target=lambda: [model(x()) for _ in range(5)])
+            other.start()
+            other.join()
+            for _ in range(2):
+                model(x()).mean().backward()
+    dump = read_dump(rec.path)
+    assert len(dump.steps) == 3 and dump.meta["calls_from_other_threads"] == 5
+    assert all(len([e for e in s if e.path == "fc1" and e.phase.value == "forward"]) == 1 for s in dump.steps)

@@ -123,3 +123,15 @@ def test_one_writer_per_folder_and_a_killed_writers_lock_is_taken_over(tmp_path)
     again = DumpWriter(tmp_path / "rank0", meta, {}, "stack", overwrite=True)
     again.add_step(small_events())
     assert again.close() == tmp_path / "rank0"
+
+
+def test_a_manifest_that_cannot_be_written_names_the_file(tmp_path, monkeypatch):
+    import nbdiff.trace.writer as writer
+
+    def full(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(writer, "_write_atomic", full)
+    with pytest.raises(DumpError, match=r"rank0/manifest.json: cannot be written \(No space left on device\)"):
+        writer.DumpWriter(tmp_path / "rank0", {"framework": "torch", "model": "M", "rank": 0}, {}, "stack")
+    assert not (tmp_path / "rank0" / ".nbdiff-writing").exists()  # the folder is free again

@@ -9,6 +9,7 @@ handed on through a view by its buffer (:meth:`Recorder._grad_copy`).
 
 from __future__ import annotations
 
+import threading
 import weakref
 from collections.abc import Callable, Hashable
 from typing import Any
@@ -79,6 +80,9 @@ class Recorder:
         """Folders whose frames are not user code (empty: keep every frame)."""
         self.paused = False
         """While True, calls are not recorded (a probe call made from a hook)."""
+        self.thread: int | None = None
+        """The thread whose calls are recorded (``None``: any); another thread's calls of the model
+        would be merged into its steps."""
         self._next_order = 0  # call numbers stay unique when finished steps are taken out
         self.steps_taken = 0
         """Root calls (steps) already handed out by :meth:`take_steps` and dropped."""
@@ -143,7 +147,7 @@ class Recorder:
         fw = self.fw
 
         def pre(layer: Any, args: tuple, kwargs: dict) -> Any:
-            if self.paused:
+            if self.paused or (self.thread is not None and threading.get_ident() != self.thread):
                 return None
             self._busy = True
             try:
@@ -203,7 +207,7 @@ class Recorder:
         fw = self.fw
 
         def post(layer: Any, args: tuple, kwargs: dict, output: Any) -> Any:
-            if self.paused or not self._active:
+            if self.paused or not self._active or (self.thread is not None and threading.get_ident() != self.thread):
                 return None
             self._busy = True
             try:
@@ -228,6 +232,8 @@ class Recorder:
     def _api(self, name: str, args: tuple, kwargs: dict, out: Any) -> None:
         """One framework API call (API-level tracing), recorded under the layer whose code made it."""
         if self._busy or self.paused or not self._active:
+            return
+        if self.thread is not None and threading.get_ident() != self.thread:
             return
         parent = self._active[-1]
         fw = self.fw

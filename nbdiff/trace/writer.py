@@ -315,7 +315,10 @@ class DumpWriter:
     def _write_manifest(self, complete: bool) -> None:
         manifest = {"format": FORMAT, "version": VERSION, **self.meta, "dump_type": self.dump_type}
         manifest.update(complete=complete, layers=self.layers, steps=self.steps if complete else None)
-        _write_atomic(self.path / MANIFEST, manifest)
+        try:
+            _write_atomic(self.path / MANIFEST, manifest)
+        except OSError as exc:  # a full disk, a folder made read-only: say where
+            raise DumpError(f"{self.path / MANIFEST}: cannot be written ({exc.strerror or exc}).") from None
 
 
 def _write_atomic(path: Path, data: dict[str, Any]) -> None:

@@ -15,7 +15,13 @@ from nbdiff.engine.driver import Verdict
 from nbdiff.engine.feed import feed_for, guessed_feed, same_feed
 from nbdiff.engine.gc_pause import gc_paused
 from nbdiff.engine.live import LiveComparer, live_param_grads
-from nbdiff.engine.options import check_comparison, check_framework_differences, check_gradients, check_run
+from nbdiff.engine.options import (
+    check_comparison,
+    check_framework_differences,
+    check_gradients,
+    check_materialized,
+    check_run,
+)
 from nbdiff.engine.progress import progress
 from nbdiff.engine.spill import SPILL_ABOVE_MIB, spilled
 from nbdiff.engine.state import state_of
@@ -79,6 +85,7 @@ def auto_diff(
     check_run(loss_fns, optimizers, diff_phase, steps, spill_above_mib, memory_mib)
     check_framework_differences(framework_differences)
     bfw, rfw = framework_of(base, "base"), framework_of(raw, "raw")
+    check_materialized((bfw, rfw), (base, raw))
     check_gradients((bfw, rfw), (base, raw), diff_phase)
     calls = split_inputs(inputs, bfw, rfw)
     # A failure after the copy (or after training steps) leaves both models as they were given.

@@ -1,5 +1,6 @@
 """The user's inputs: pairs, single arrays, and clear errors for wrong forms."""
 
+import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -43,3 +44,13 @@ def test_a_generator_forward_is_not_a_silent_success():
 
     with pytest.raises(InputError, match="nothing was compared: Gen's call ran no layer.*generator"):
         nbdiff.auto_diff(Gen(), Gen(), inputs("mlp"), diff_phase="forward")
+
+
+@pytest.mark.parametrize("side", ["base", "raw"])
+def test_an_empty_batch_says_so_and_does_not_blame_the_model(side):
+    # It failed inside nbdiff's own hook (paddle: "cannot reshape tensor of 0 elements"), blamed on the model.
+    x = np.random.RandomState(0).randn(4, 16).astype("float32")
+    empty = np.zeros((0, 16), "float32")
+    pair = (empty, x) if side == "base" else (x, empty)
+    with pytest.raises(InputError, match=rf"the {side} inputs hold no values \(every tensor is empty: \(0, 16\)\)"):
+        nbdiff.auto_diff(BUILDERS["mlp"]("torch"), BUILDERS["mlp"]("paddle"), pair)

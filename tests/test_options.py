@@ -82,3 +82,20 @@ def test_optimizers_that_are_models_or_nothing_callable_are_refused():
         nbdiff.auto_diff(base, raw, x, optimizers=[torch.optim.SGD(base.parameters(), lr=0.1), raw], steps=2)
     with pytest.raises(InputError, match=r"optimizers\[0\] \(base\) is a str"):
         nbdiff.auto_diff(base, raw, x, optimizers=["adam", "adam"], steps=2)
+
+
+@pytest.mark.parametrize("verb", ["auto_diff", "watch", "record"])
+def test_a_meta_device_model_says_it_has_no_values(verb, tmp_path):
+    # A bare NotImplementedError, or an error blaming the model.
+    import torch
+
+    with torch.device("meta"):
+        meta = torch.nn.Sequential(torch.nn.Linear(16, 8))
+    says = r"`0.weight` is on the meta device \(a shape without values\).*to_empty"
+    with pytest.raises(InputError, match=says):
+        if verb == "auto_diff":
+            nbdiff.auto_diff(meta, BUILDERS["mlp"]("paddle"), inputs("mlp"))
+        elif verb == "watch":
+            nbdiff.watch(BUILDERS["mlp"]("torch"), meta)
+        else:
+            nbdiff.record(meta, tmp_path / "d")

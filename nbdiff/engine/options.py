@@ -53,6 +53,21 @@ def check_tolerances(atol: Any, rtol: Any, compare_mode: Any) -> None:
         raise OptionError(f"compare_mode={compare_mode!r} is not one of {COMPARE_MODES}.")
 
 
+def check_materialized(fws: Any, models: Any, sides: tuple[str, ...] = ("base", "raw")) -> None:
+    """A model built on torch's ``meta`` device has shapes but no values: say so before running it
+    (it failed deep inside with a bare NotImplementedError, or blamed the model)."""
+    for side, fw, model in zip(sides, fws, models):
+        for path, layer in fw.named_layers(model):
+            for name, t in (*fw.direct_params(layer), *fw.direct_buffers(layer)):
+                if not fw.has_values(t):
+                    where = f"{path}.{name}" if path else name
+                    raise InputError(
+                        f"{side} ({type(model).__name__}): `{where}` is on the meta device (a shape without values), "
+                        "so there is nothing to compare. Materialize the model first (model.to_empty(device='cpu') "
+                        "and load its weights)."
+                    )
+
+
 def check_gradients(fws: Any, models: Any, diff_phase: str) -> None:
     """Backward needs gradients: under ``no_grad``, or with nothing trainable, say so up front
     (paddle gave a silent SUCCESS with no backward compared, torch a deep autograd error)."""

@@ -146,6 +146,9 @@ class PaddleFramework:
     def is_floating(self, tensor: Any) -> bool:
         return bool(tensor.is_floating_point())
 
+    def has_values(self, tensor: Any) -> bool:
+        return True  # paddle has no meta device
+
     def detach(self, tensor: Any) -> Any:
         return tensor.detach()
 

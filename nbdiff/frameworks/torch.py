@@ -91,6 +91,9 @@ class TorchFramework:
     def is_floating(self, tensor: Any) -> bool:
         return bool(tensor.is_floating_point())
 
+    def has_values(self, tensor: Any) -> bool:
+        return not tensor.is_meta
+
     def detach(self, tensor: Any) -> Any:
         return tensor.detach()
 

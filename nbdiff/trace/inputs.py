@@ -46,6 +46,14 @@ def split_inputs(inputs: Any, base_fw: Framework, raw_fw: Framework) -> tuple[Ca
             "Example: inputs=(torch_x, paddle_x) or inputs=({'x': torch_x}, {'x': paddle_x})."
         )
     calls = _convert(base_fw, _as_call(inputs[0])), _convert(raw_fw, _as_call(inputs[1]))
+    for side, call, fw in (("base", calls[0], base_fw), ("raw", calls[1], raw_fw)):
+        tensors = flatten(call, fw.is_tensor)[0]
+        if tensors and all(0 in fw.shape_of(t) for _, t in tensors):
+            shapes = ", ".join(str(fw.shape_of(t)) for _, t in tensors[:3])
+            raise InputError(
+                f"the {side} inputs hold no values (every tensor is empty: {shapes}), so nothing can be compared; "
+                "give at least one sample."
+            )
     if base_fw.name != raw_fw.name:
         for side, call, fw, other in (("base", calls[0], base_fw, raw_fw), ("raw", calls[1], raw_fw, base_fw)):
             leaves, _ = flatten(call, lambda v, fw=fw, other=other: other.is_tensor(v) and not fw.is_tensor(v))

@@ -111,3 +111,23 @@ def test_a_save_that_cannot_be_written_names_the_folder(tmp_path, monkeypatch):
     monkeypatch.setattr(safetensors.numpy, "save_file", full)
     with pytest.raises(DumpError, match=r"r: cannot save the result there \(No space left on device\)"):
         nbdiff.auto_diff(_net("torch"), _net("paddle"), X).save(str(tmp_path / "r"))
+
+
+def test_a_saved_result_claiming_a_huge_depth_is_refused(tmp_path):
+    # The view indented by it: 5.9 GB, then a crash.
+    path = nbdiff.auto_diff(_net("torch"), _net("paddle"), X).save(str(tmp_path / "r"))
+    data = json.loads((tmp_path / "r" / "result.json").read_text())
+    data["events"][1]["base"]["depth"] = 10**9
+    (tmp_path / "r" / "result.json").write_text(json.dumps(data))
+    with pytest.raises(DumpError, match=r"depth is 1000000000; no model nests calls deeper than 10000"):
+        nbdiff.load(path)
+
+
+def test_nbdiff_view_does_not_write_through_a_link_in_the_result_folder(tmp_path, capsys):
+    path = nbdiff.auto_diff(_net("torch"), _net("paddle"), X).save(str(tmp_path / "r"))
+    target = tmp_path / "precious.txt"
+    target.write_text("keep me")
+    (tmp_path / "r" / "report.html").symlink_to(target)
+    assert main(["view", path, "--no-browser"]) == 2
+    assert "report.html: a link; the page is not written through it" in capsys.readouterr().err
+    assert target.read_text() == "keep me"

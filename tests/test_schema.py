@@ -69,6 +69,7 @@ def _edit_path(folder, path, value):
         (["steps", 0, "events", 1, "parent"], "0", "the step.events[1].parent must be an integer"),
         (["steps", 0, "events", 1, "outputs", 0, "shape"], [2, -1], "outputs[0].shape must be at least 0"),
         (["steps", 0, "events", 0, "phase"], "sideways", "the step.events[0].phase is 'sideways'"),
+        (["steps", 0, "events", 1, "depth"], 10**9, "depth is 1000000000; no model nests calls deeper than 10000"),
         (["steps", 0, "events", 1, "stack"], [["f.py", "x", "g"]], "the step.events[1].stack[0] must be an integer"),
     ],
 )

@@ -28,6 +28,7 @@ from nbdiff.judge.metrics import TensorDiff
 from nbdiff.judge.tolerance import Tolerance
 from nbdiff.result import DiffResult
 from nbdiff.trace.events import Event, Phase
+from nbdiff.trace.schema import MAX_DEPTH
 from nbdiff.trace.stack import Frame
 from nbdiff.trace.store import _event, _load_json, _read_float
 from nbdiff.trace.writer import _event_json, _json_float, _write_atomic
@@ -195,6 +196,12 @@ def load_result(path: str | os.PathLike[str]) -> DiffResult:
     try:
 
         def event(j: dict[str, Any]) -> Event:
+            depth = j.get("depth")
+            if isinstance(depth, bool) or not isinstance(depth, int) or not 0 <= depth <= MAX_DEPTH:
+                # a claimed depth of 1e9 made the view indent by it (5.9 GB)
+                raise DumpError(
+                    f"{where}: an event's depth is {depth!r}; no model nests calls deeper than {MAX_DEPTH}."
+                )
             e = _event(j, int(j["step"]), payload, where)
             return replace(e, rank=int(j["rank"])) if j.get("rank") else e
 

@@ -14,7 +14,7 @@ from typing import Any
 from nbdiff.errors import DumpError
 from nbdiff.trace.events import Kind, Phase
 
-__all__ = ["validate_manifest", "validate_step", "payload_path", "FRAMEWORKS"]
+__all__ = ["validate_manifest", "validate_step", "payload_path", "FRAMEWORKS", "MAX_DEPTH"]
 
 FRAMEWORKS = ("torch", "paddle")
 _PHASES = {p.value for p in Phase}
@@ -125,6 +125,10 @@ def _step(c: _Check, step: Any, key: str) -> None:
     _tree(c, events, key)
 
 
+MAX_DEPTH = 10_000
+"""Deeper than Python's own recursion allows: a dump or result that claims more was edited."""
+
+
 def _event(c: _Check, e: Any, key: str) -> None:
     c.type(e, dict, key, "an object")
     if e.get("phase") not in _PHASES:
@@ -133,6 +137,8 @@ def _event(c: _Check, e: Any, key: str) -> None:
         raise c.fail(f"{key}.kind", f"is {e.get('kind')!r}, not one of {sorted(_KINDS)}")
     for field in ("order", "call", "depth"):
         c.int(e.get(field), f"{key}.{field}")
+    if e["depth"] > MAX_DEPTH:  # a claimed depth of 1e9 made the view indent by it (5.9 GB)
+        raise c.fail(f"{key}.depth", f"is {e['depth']}; no model nests calls deeper than {MAX_DEPTH}")
     if e.get("parent") is not None:
         c.int(e["parent"], f"{key}.parent")
     for field in ("path", "type"):

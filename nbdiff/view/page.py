@@ -14,6 +14,7 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from nbdiff.errors import OptionError
 from nbdiff.report.text import render_text
 from nbdiff.view.model import build_tree, node_detail, step_rows, summary_line
 from nbdiff.view.sources import source_excerpt
@@ -109,6 +110,16 @@ def render_static(result: DiffResult, static_id: str = "") -> str:
 
 
 def write_html(result: DiffResult, path: str | os.PathLike[str]) -> Path:
+    """Write the page; a link at ``path`` is refused, never written through (``nbdiff view`` writes into
+    a result folder that someone else may have prepared)."""
     out = Path(path)
-    out.write_text(render_html(result), encoding="utf-8")
+    page = render_html(result).encode("utf-8")
+    try:
+        fd = os.open(out, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0), 0o644)
+    except OSError as exc:
+        if out.is_symlink():
+            raise OptionError(f"{out}: a link; the page is not written through it. Name another file.") from None
+        raise OptionError(f"{out}: cannot write the page ({exc.strerror or exc}).") from None
+    with os.fdopen(fd, "wb") as f:
+        f.write(page)
     return out

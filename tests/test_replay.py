@@ -129,3 +129,56 @@ def test_replays_leave_a_stateful_models_python_state_as_they_found_it(direction
     # The error first appears in what the root's own code hands `proj`, and `qkv` before it agrees.
     d = result.first_divergence
     assert (d.where, d.base_path, d.between, d.inherited) == ("between", "", ("qkv", "proj"), False), result.report()
+
+
+def _hf_block(fw: str, gelu: bool):
+    """A decoder block as ported models write it: its attention is handed keyword arguments, and the
+    two sides hand it different ones (base: integer positions; raw: a float mask), as transformers'
+    and paddleformers' Llama do. ``gelu``: the activation after it is GELU instead of ReLU."""
+    if fw == "torch":
+        import torch
+
+        nn, arange, zeros, ones = torch.nn, (lambda n: torch.arange(n)[None]), torch.zeros, torch.ones
+    else:
+        import paddle
+
+        nn, arange, zeros, ones = paddle.nn, (lambda n: paddle.arange(n)[None]), paddle.zeros, paddle.ones
+
+    class Attention(nn.Module if fw == "torch" else nn.Layer):
+        def __init__(self):
+            super().__init__()
+            self.proj = nn.Linear(8, 8)
+
+        def forward(self, hidden_states, position_embeddings, position_ids=None, attention_mask=None):
+            return self.proj(hidden_states) * position_embeddings
+
+    class Block(nn.Module if fw == "torch" else nn.Layer):
+        def __init__(self):
+            super().__init__()
+            self.attn, self.act = Attention(), (nn.GELU() if gelu else nn.ReLU())
+
+        def forward(self, x):
+            pe = ones([1, x.shape[1], 8])
+            if fw == "torch":
+                h = self.attn(hidden_states=x, position_ids=arange(x.shape[1]), position_embeddings=pe)
+            else:
+                h = self.attn(
+                    hidden_states=x, attention_mask=zeros([1, 1, x.shape[1], x.shape[1]]), position_embeddings=pe
+                )
+            return self.act(h)
+
+    return Block()
+
+
+@pytest.mark.parametrize("base_fw, raw_fw", [("torch", "paddle"), ("paddle", "torch")])
+def test_a_block_handing_its_sublayer_other_keyword_arguments_is_not_blamed_for_a_sublayers_bug(base_fw, raw_fw):
+    # What the block hands its attention was compared argument by argument in order: base's integer
+    # positions against raw's float mask (and cos against sin) read as the block's own error, a
+    # second finding after the activation's own.
+    import nbdiff
+
+    x = np.random.RandomState(0).randn(2, 5, 8).astype("float32")
+    result = nbdiff.auto_diff(_hf_block(base_fw, False), _hf_block(raw_fw, True), x)
+    assert [(f.phase.value, f.base_path, f.where) for f in result.findings if f.phase.value == "forward"] == [
+        ("forward", "act", "layer")
+    ]

@@ -13,6 +13,7 @@ import numpy as np
 
 from nbdiff.align.calls import api_pairs, under_paired_ancestors
 from nbdiff.align.pairing import Pairing
+from nbdiff.align.received import received_pairs
 from nbdiff.engine.replay import magnitude
 from nbdiff.engine.stepping import StepRecord
 from nbdiff.judge.blame import EventDiff, post_order
@@ -152,7 +153,7 @@ def at_least_as_loose(tol: TolFn, dtypes: Sequence[str]) -> TolFn:
 def api_local(d: EventDiff, tol: TolFn, mode: str, received: str = "inputs") -> tuple[TensorDiff, ...] | None:
     """Local error without replay: the event's own results' error when what it received agrees
     (``received``: its inputs in forward, the gradients at its outputs in backward), else none."""
-    raw, base = _received_pairs(getattr(d.raw, received), getattr(d.base, received))
+    raw, base = received_pairs(getattr(d.raw, received), getattr(d.base, received))
     got = tensor_diffs(raw, base, tol, mode)
     if not got:
         return None  # nothing to judge by
@@ -161,25 +162,5 @@ def api_local(d: EventDiff, tol: TolFn, mode: str, received: str = "inputs") -> 
 
 def received_differ(raw: Sequence[TensorRecord], base: Sequence[TensorRecord], tol: TolFn, mode: str) -> bool:
     """Whether what two calls received (inputs, or the gradients arriving) differs beyond tolerance."""
-    r, b = _received_pairs(raw, base)
+    r, b = received_pairs(raw, base)
     return not all(t.passed for t in tensor_diffs(r, b, tol, mode))
-
-
-def _received_pairs(
-    raw: Sequence[TensorRecord], base: Sequence[TensorRecord]
-) -> tuple[list[TensorRecord], list[TensorRecord]]:
-    """What both sides received, paired by name, then the rest in order among equal shapes: one side's
-    extra argument (an attention mask passed by keyword, positions passed by place) is left out
-    rather than compared with another argument."""
-    named = {t.name: t for t in base}
-    pairs = [(r, named[r.name]) for r in raw if r.name in named]
-    taken = {r.name for r, _ in pairs}
-    left = [b for b in base if b.name not in taken]
-    for r in raw:
-        if r.name in named:
-            continue
-        b = next((b for b in left if tuple(b.shape) == tuple(r.shape)), None)
-        if b is not None:
-            left.remove(b)
-            pairs.append((r, replace(b, name=r.name)))
-    return [r for r, _ in pairs], [b for _, b in pairs]

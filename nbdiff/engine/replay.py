@@ -13,9 +13,11 @@ from typing import Any
 
 import numpy as np
 
+from nbdiff.align.received import received_pairs
 from nbdiff.frameworks import Framework
 from nbdiff.judge.metrics import TensorDiff, compare_tensors
 from nbdiff.judge.tolerance import Tolerance, summed_terms
+from nbdiff.trace.calls import input_name
 from nbdiff.trace.events import Event, TensorRecord
 from nbdiff.trace.modes import kept_state
 from nbdiff.trace.nest import flatten, unflatten
@@ -235,7 +237,11 @@ class Replayer:
             if queue.get(id(layer)):
                 given, _ = flatten((args, kwargs), fw.is_tensor)
                 given_now.setdefault(id(layer), []).append(
-                    [fw.to_numpy(t).copy() if fw.is_floating(t) else None for _, t in given]
+                    [
+                        TensorRecord(input_name(key), fw.shape_of(t), fw.dtype_name(t), fw.to_numpy(t).copy())
+                        for key, t in given
+                        if fw.is_floating(t)
+                    ]
                 )
 
         def post(layer: Any, args: tuple, kwargs: dict, output: Any) -> Any:
@@ -245,10 +251,11 @@ class Replayer:
             b, r = todo.pop(0)
             stack = given_now.get(id(layer))
             given = stack.pop() if stack else []
-            for got, want in zip(given, b.inputs):
-                if want.value is not None and got is not None:
-                    tol = self.tol(want.dtype, str(got.dtype))
-                    fed.append(compare_tensors(f"{b.path}:{want.name}", got, want.value, tol, self.mode))
+            # Paired by name, then by shape: the two sides may pass other arguments (positions, a mask).
+            for got, want in zip(*received_pairs(given, b.inputs)):
+                if want.value is not None and got.value is not None:
+                    tol = self.tol(want.dtype, str(got.value.dtype))
+                    fed.append(compare_tensors(f"{b.path}:{want.name}", got.value, want.value, tol, self.mode))
             leaves, template = flatten(output, fw.is_tensor, "out")
             values = []
             for i, (_, t) in enumerate(leaves):

@@ -131,54 +131,67 @@ def test_replays_leave_a_stateful_models_python_state_as_they_found_it(direction
     assert (d.where, d.base_path, d.between, d.inherited) == ("between", "", ("qkv", "proj"), False), result.report()
 
 
-def _hf_block(fw: str, gelu: bool):
-    """A decoder block as ported models write it: its attention is handed keyword arguments, and the
-    two sides hand it different ones (base: integer positions; raw: a float mask), as transformers'
-    and paddleformers' Llama do. ``gelu``: the activation after it is GELU instead of ReLU."""
+def _hf_model(fw: str, gelu: bool):
+    """A decoder as ported models write it: the model computes the position embeddings (cos, sin) and
+    hands them to its block, which hands them to its attention with other arguments on each side, as
+    transformers' and paddleformers' Qwen3 do: base by keyword with integer positions, raw by place
+    with a float mask. ``gelu``: the block's activation is GELU instead of ReLU."""
     if fw == "torch":
         import torch
 
-        nn, arange, zeros, ones = torch.nn, (lambda n: torch.arange(n)[None]), torch.zeros, torch.ones
+        nn, lib = torch.nn, torch
     else:
         import paddle
 
-        nn, arange, zeros, ones = paddle.nn, (lambda n: paddle.arange(n)[None]), paddle.zeros, paddle.ones
+        nn, lib = paddle.nn, paddle
+    module = nn.Module if fw == "torch" else nn.Layer
 
-    class Attention(nn.Module if fw == "torch" else nn.Layer):
+    class Attention(module):
         def __init__(self):
             super().__init__()
             self.proj = nn.Linear(8, 8)
 
-        def forward(self, hidden_states, position_embeddings, position_ids=None, attention_mask=None):
-            return self.proj(hidden_states) * position_embeddings
+        def forward(self, hidden_states, attention_mask=None, position_embeddings=None, position_ids=None):
+            cos, sin = position_embeddings
+            return self.proj(hidden_states) * cos + sin
 
-    class Block(nn.Module if fw == "torch" else nn.Layer):
+    class Block(module):
         def __init__(self):
             super().__init__()
             self.attn, self.act = Attention(), (nn.GELU() if gelu else nn.ReLU())
 
-        def forward(self, x):
-            pe = ones([1, x.shape[1], 8])
-            if fw == "torch":
-                h = self.attn(hidden_states=x, position_ids=arange(x.shape[1]), position_embeddings=pe)
-            else:
-                h = self.attn(
-                    hidden_states=x, attention_mask=zeros([1, 1, x.shape[1], x.shape[1]]), position_embeddings=pe
-                )
-            return self.act(h)
+        def forward(self, x, attention_mask=None, position_embeddings=None, position_ids=None):
+            return self.act(self.attn(x, attention_mask, position_embeddings, position_ids))
 
-    return Block()
+    class Model(module):
+        def __init__(self):
+            super().__init__()
+            self.block = Block()
+
+        def forward(self, x):
+            n = x.shape[1]
+            angle = (
+                lib.arange(n * 8).reshape([1, n, 8]).astype("float32") / 10.0
+                if fw == "paddle"
+                else (lib.arange(n * 8).reshape(1, n, 8).float() / 10.0)
+            )
+            cos, sin = lib.cos(angle), lib.sin(angle)
+            if fw == "torch":
+                return self.block(x, position_embeddings=(cos, sin), position_ids=lib.arange(n)[None])
+            return self.block(x, lib.zeros([1, 1, n, n]), (cos, sin))
+
+    return Model()
 
 
 @pytest.mark.parametrize("base_fw, raw_fw", [("torch", "paddle"), ("paddle", "torch")])
-def test_a_block_handing_its_sublayer_other_keyword_arguments_is_not_blamed_for_a_sublayers_bug(base_fw, raw_fw):
-    # What the block hands its attention was compared argument by argument in order: base's integer
-    # positions against raw's float mask (and cos against sin) read as the block's own error, a
-    # second finding after the activation's own.
+def test_a_block_given_other_arguments_on_each_side_is_not_blamed_for_a_sublayers_bug(base_fw, raw_fw):
+    # Inputs were fed by place: raw's cosine slot got base's sine, and base's integer positions were
+    # compared with raw's float mask; the block read as having an error of its own, a second finding.
     import nbdiff
 
     x = np.random.RandomState(0).randn(2, 5, 8).astype("float32")
-    result = nbdiff.auto_diff(_hf_block(base_fw, False), _hf_block(raw_fw, True), x)
+    result = nbdiff.auto_diff(_hf_model(base_fw, False), _hf_model(raw_fw, True), x)
     assert [(f.phase.value, f.base_path, f.where) for f in result.findings if f.phase.value == "forward"] == [
-        ("forward", "act", "layer")
+        ("forward", "block.act", "layer")
     ]
+    assert nbdiff.auto_diff(_hf_model(base_fw, False), _hf_model(raw_fw, False), x)

@@ -8,7 +8,7 @@ hands each sublayer both pair this way.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 
 from nbdiff.trace.events import TensorRecord
@@ -17,11 +17,14 @@ __all__ = ["received_pairs"]
 
 
 def received_pairs(
-    raw: Sequence[TensorRecord], base: Sequence[TensorRecord]
+    raw: Sequence[TensorRecord],
+    base: Sequence[TensorRecord],
+    fits: Callable[[TensorRecord, TensorRecord], bool] | None = None,
 ) -> tuple[list[TensorRecord], list[TensorRecord]]:
-    """What both sides received, paired by name, then the rest in order among equal shapes: one side's
-    extra argument (an attention mask passed by keyword, positions passed by place) is left out
-    rather than compared with another argument."""
+    """What both sides received, paired by name, then the rest in order among equal shapes (or those
+    ``fits(base, raw)`` accepts): one side's extra argument (an attention mask passed by keyword,
+    positions passed by place) is left out rather than compared with another argument."""
+    fits = fits or (lambda b, r: tuple(b.shape) == tuple(r.shape))
     named = {t.name: t for t in base}
     # The same name with another kind of value (positions in one, a float mask in the other, both
     # passed by place) is not the same argument.
@@ -32,7 +35,7 @@ def received_pairs(
     for r in raw:
         if r.name in named:
             continue
-        b = next((b for b in left if tuple(b.shape) == tuple(r.shape) and _kind(b) == _kind(r)), None)
+        b = next((b for b in left if _kind(b) == _kind(r) and fits(b, r)), None)
         if b is not None:
             left.remove(b)
             pairs.append((r, replace(b, name=r.name)))

@@ -151,33 +151,35 @@ class Replayer:
 
     def _args(
         self, fw: Framework, template_event: Event, base_inputs: Event, grad: bool
-    ) -> tuple[Any, list[Any]] | None:
-        """The layer's call with base's inputs in place of its own.
+    ) -> tuple[Any, list[Any], list[np.ndarray]] | None:
+        """The layer's call with base's inputs in place of its own, the values given, and those of
+        its own inputs kept.
 
-        Inputs pair by name, else by position where the shapes fit. Forward only, an input base
-        has no counterpart for (paddle's attention mask, where transformers passes ``None``)
-        keeps the layer's own recorded value; gradients need every input from base.
+        Inputs pair by name, else in order among those that fit. Forward only, an input base has no
+        counterpart for (paddle's attention mask, where transformers passes ``None``) keeps the
+        layer's own recorded value; gradients need every input from base.
         """
         mine_all, theirs_all = template_event.inputs, base_inputs.inputs
-        by_name = {t.name: t for t in theirs_all}
-        values, fed = [], 0
-        for i, mine in enumerate(mine_all):
-            theirs = by_name.get(mine.name)
-            if theirs is None and i < len(theirs_all) and theirs_all[i].name not in {m.name for m in mine_all}:
-                theirs = theirs_all[i] if _fits(theirs_all[i], mine) else None
+        # By name, then in order among those that fit (not by place: positions passed by place on one
+        # side fed the other's sine into its cosine).
+        paired = dict((r.name, b) for r, b in zip(*received_pairs(mine_all, theirs_all, _fits)))
+        values, fed, kept = [], 0, []
+        for mine in mine_all:
+            theirs = paired.get(mine.name)
             if theirs is not None and not _fits(theirs, mine, same_kind=False):
                 theirs = None  # same name, but a shape this layer cannot take (a wrong pairing)
             if theirs is None:
                 if grad:
                     return None
                 values.append(fw.from_numpy(mine.data))
+                kept.append(mine.data)
                 continue
             arr = np.broadcast_to(theirs.data, mine.shape).astype(mine.data.dtype)
             values.append(fw.from_numpy(arr, requires_grad=grad))
             fed += 1
         if not fed or (grad and len(mine_all) != len(theirs_all)):
             return None
-        return unflatten(template_event.template, values), values
+        return unflatten(template_event.template, values), values, kept
 
     def forward(
         self,
@@ -195,8 +197,10 @@ class Replayer:
         built = self._args(fw, raw, base, grad=False)
         if built is None or raw.layer is None:
             return None
-        (args, kwargs), _ = built
-        handles, fed = self._force_outputs(children)
+        (args, kwargs), _, own = built
+        # Inputs base has no counterpart for keep raw's own values: what the layer hands on of them
+        # unchanged (position embeddings in another layout) is not its own code's difference.
+        handles, fed = self._force_outputs(children, own)
         try:
             with kept_state(fw, raw.layer), kept_user_state(fw, raw.layer) as state, fw.no_grad():
                 out = raw.layer(*args, **kwargs)
@@ -214,11 +218,14 @@ class Replayer:
             diffs.append(compare_tensors(b.name, r, b.data, self.tol(b.dtype, fw.dtype_name(t)), self.mode))
         return tuple(diffs) if diffs else None
 
-    def _force_outputs(self, children: list[tuple[Event, Event]]) -> tuple[list[Any], list[TensorDiff]]:
+    def _force_outputs(
+        self, children: list[tuple[Event, Event]], own: list[np.ndarray] = ()  # type: ignore[assignment]
+    ) -> tuple[list[Any], list[TensorDiff]]:
         """Hooks making each paired sublayer return the base side's recorded outputs, call by call.
 
         What the layer's own code hands each sublayer is compared with what base handed it
         (the second list, filled as the replay runs): code between two sublayers shows there.
+        A value handed on exactly as one of ``own`` (raw's inputs not fed from base) is left out.
         """
         fw = self.rfw
         fed: list[TensorDiff] = []
@@ -253,6 +260,8 @@ class Replayer:
             given = stack.pop() if stack else []
             # Paired by name, then by shape: the two sides may pass other arguments (positions, a mask).
             for got, want in zip(*received_pairs(given, b.inputs)):
+                if got.value is not None and any(_same_array(got.value, o) for o in own):
+                    continue
                 if want.value is not None and got.value is not None:
                     tol = self.tol(want.dtype, str(got.value.dtype))
                     fed.append(compare_tensors(f"{b.path}:{want.name}", got.value, want.value, tol, self.mode))
@@ -275,7 +284,7 @@ class Replayer:
         built = self._args(fw, fwd, base_fwd, grad=True)
         if built is None or fwd.layer is None:
             return None
-        _, ins = built
+        _, ins, _ = built
         # Copies, not the leaves themselves: an in-place layer (ReLU(inplace=True)) cannot write a leaf.
         args, kwargs = unflatten(fwd.template, [fw.identity(x, copy=True) if fw.requires_grad(x) else x for x in ins])
         params = {n: p for n, p in layer_tensors(fw, fwd.layer, plan_recursive).items() if fw.is_trainable(p)}
@@ -324,3 +333,7 @@ class Replayer:
                 )
         diffs += compare_param_grads(b[1], r[1], plan, self.tol, self.mode, hint, largest_shape(base_bwd.outputs))
         return tuple(diffs) if diffs else None
+
+
+def _same_array(a: np.ndarray, b: np.ndarray) -> bool:
+    return a.shape == b.shape and a.dtype == b.dtype and bool(np.array_equal(a, b))

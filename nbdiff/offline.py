@@ -97,7 +97,7 @@ def _compare_step(cmp: RecordedComparer, k: int, rank: int, verdict: Verdict) ->
     step = cmp.compare(pairing, brec, rrec)
     spread = cmp.spread
     updates = cmp.compare_updates(
-        cmp.updates(pairing, brec, rrec), (lambda: cmp.gradient_spread(k)) if spread else None
+        cmp.updates(pairing, brec, rrec), (lambda: cmp.gradient_spread(k)) if spread else None, step
     )
     findings = step.findings + updates.findings
     verdict.warnings += step.notes + updates.notes

@@ -13,7 +13,7 @@ from dataclasses import replace
 
 from nbdiff.trace.events import TensorRecord
 
-__all__ = ["received_pairs"]
+__all__ = ["received_pairs", "broadcasts"]
 
 
 def received_pairs(
@@ -21,10 +21,11 @@ def received_pairs(
     base: Sequence[TensorRecord],
     fits: Callable[[TensorRecord, TensorRecord], bool] | None = None,
 ) -> tuple[list[TensorRecord], list[TensorRecord]]:
-    """What both sides received, paired by name, then the rest in order among equal shapes (or those
-    ``fits(base, raw)`` accepts): one side's extra argument (an attention mask passed by keyword,
-    positions passed by place) is left out rather than compared with another argument."""
-    fits = fits or (lambda b, r: tuple(b.shape) == tuple(r.shape))
+    """What both sides received, paired by name, then the rest in order among those of the same kind
+    that fit (``fits(base, raw)``; by default base's broadcasts to raw's: one side's position
+    embeddings for the batch, the other's per sample): one side's extra argument (an attention mask
+    passed by keyword, positions passed by place) is left out rather than compared with another."""
+    fits = fits or broadcasts
     named = {t.name: t for t in base}
     # The same name with another kind of value (positions in one, a float mask in the other, both
     # passed by place) is not the same argument.
@@ -40,6 +41,11 @@ def received_pairs(
             left.remove(b)
             pairs.append((r, replace(b, name=r.name)))
     return [r for r, _ in pairs], [b for _, b in pairs]
+
+
+def broadcasts(base: TensorRecord, raw: TensorRecord) -> bool:
+    """Whether base's tensor stands for raw's: the same rank, each size equal or 1 on base's side."""
+    return len(base.shape) == len(raw.shape) and all(a == b or a == 1 for a, b in zip(base.shape, raw.shape))
 
 
 def _kind(t: TensorRecord) -> str:

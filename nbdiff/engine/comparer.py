@@ -24,7 +24,7 @@ from nbdiff.errors import PairingError
 from nbdiff.judge.blame import Divergence, EventDiff, blame_all, first_nonfinite
 from nbdiff.judge.metrics import TensorDiff
 from nbdiff.judge.unpaired import with_unpaired
-from nbdiff.trace.events import Event, Kind
+from nbdiff.trace.events import Event, Kind, Phase
 from nbdiff.weights.plan import LayerWeights
 
 __all__ = ["StepComparer", "StepComparison", "Plans"]
@@ -190,13 +190,20 @@ class StepComparer:
         return out
 
     def compare_updates(
-        self, updates: dict[str, Updates], grads: Callable[[], GradientSpread] | None = None
+        self,
+        updates: dict[str, Updates],
+        grads: Callable[[], GradientSpread] | None = None,
+        step: StepComparison | None = None,
     ) -> StepComparison:
         """Optimizer updates per planned layer; every own error names its parameter. ``grads``: how
         far apart the gradients each optimizer was given were, when they differ (not fed base's,
-        as ``auto_diff`` does)."""
+        as ``auto_diff`` does). ``step``: the step's forward and backward comparison: an update
+        whose parameter's gradient already differed there inherits that (its cause is a finding of
+        the step), where ``grads`` cannot say by how much (a statistics dump)."""
         diffs = update_diffs(self.plans, updates, self.tol, self.mode, grads)
-        found, _ = blame_all(diffs, lambda d: d.tensors)
+        differed = _differing_gradients(step.diffs) if step is not None else set()
+        own = lambda d: tuple(t for t in d.tensors if (d.raw.path, t.name) not in differed)  # noqa: E731
+        found, _ = blame_all(diffs, own, final=lambda d: not all(t.passed for t in own(d)))
         return StepComparison([name_parameter(f, self.plans) for f in found], diffs)
 
     def _unless_drift(self, found: list[Divergence], drift: str | None, notes: list[str]) -> list[Divergence]:
@@ -206,6 +213,17 @@ class StepComparer:
             notes.append(drift)
             self._drift_noted = True
         return []
+
+
+def _differing_gradients(diffs: list[EventDiff]) -> set[tuple[str, str]]:
+    """``(raw layer path, parameter name)`` of every parameter gradient a step's backward found differing,
+    or near it (within :data:`MARGIN` of its tolerance: an update is judged by its own tolerance)."""
+    out = set()
+    for d in diffs:
+        if d.base.phase is Phase.BACKWARD:
+            names = {t.name for t in d.raw.params}
+            out |= {(d.raw.path, t.name) for t in d.tensors if t.name in names and t.ratio * MARGIN > 1}
+    return out
 
 
 def _unless_amplified(found: list[Divergence], note: str | None, notes: list[str]) -> list[Divergence]:

@@ -219,7 +219,9 @@ class Replayer:
         return tuple(diffs) if diffs else None
 
     def _force_outputs(
-        self, children: list[tuple[Event, Event]], own: list[np.ndarray] = ()  # type: ignore[assignment]
+        self,
+        children: list[tuple[Event, Event]],
+        own: list[np.ndarray] = (),  # type: ignore[assignment]
     ) -> tuple[list[Any], list[TensorDiff]]:
         """Hooks making each paired sublayer return the base side's recorded outputs, call by call.
 

@@ -75,3 +75,17 @@ def test_zoo_case_offline(case, dump_type):
         assert not ok, f"{case.name} ({dump_type}) now passes offline: take it off _OFFLINE_GAPS"
         pytest.xfail(f"{gap}: {text}")
     assert ok, text
+
+
+@pytest.mark.parametrize("name", ["qwen3 act", "llama act"])
+def test_a_bug_in_every_block_is_found_in_every_block_and_nowhere_else(name):
+    # Qwen3's blocks hand their attention the position embeddings by place on paddle's side and by
+    # keyword on torch's: fed by place, the replay gave raw's cosine slot base's sine, and every block
+    # (and the model) read as having an error of its own besides the activation's.
+    if not _HAVE_HF:
+        pytest.skip("transformers and paddleformers are not installed (make test installs them)")
+    case = next(c for c in CASES if c.name == name)
+    base, raw, inputs, options = case.build()
+    found = [(f.phase.value, f.base_path) for f in nbdiff.auto_diff(base, raw, inputs, **options).findings]
+    act = [f"model.layers.{i}.mlp.act_fn" for i in (0, 1)]
+    assert found == [("forward", act[0]), ("forward", act[1]), ("backward", act[1]), ("backward", act[0])]

@@ -159,7 +159,6 @@ class RecordedComparer(StepComparer):
         kids: list[tuple[Event, Event]],
         given: str,
         made: str,
-        reverse: bool = False,
     ) -> tuple[TensorDiff, ...] | None:
         """A layer's error that its sublayers' calls ``kids`` leave to its own code: it hands one a
         difference (in ``given``) before any of them made one (in ``made``); after the last of them, the
@@ -255,7 +254,7 @@ class RecordedComparer(StepComparer):
 
     def done_reading(self) -> None:
         self._amplified = []
-        self._recomputed_events: set[int] = set()
+        self._recomputed_events = set()
 
     def _from_received(self, d: EventDiff, received: str) -> tuple[TensorDiff, ...] | None:
         """Its error where what it received agrees (:func:`api_local`), unless what it received

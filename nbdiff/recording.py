@@ -248,10 +248,9 @@ def _selector(mode: str, scope: list[str], events: list[Event], names: dict[tupl
 
 
 def _floating_only(e: Event) -> Event:
-    floating = lambda t: t.dtype.startswith(("float", "bfloat", "complex"))  # noqa: E731
-    if all(floating(t) for ts in (e.inputs, e.outputs, e.params) for t in ts):
+    if all(t.floating for ts in (e.inputs, e.outputs, e.params) for t in ts):
         return e
-    keep = lambda ts: tuple(t for t in ts if floating(t))  # noqa: E731
+    keep = lambda ts: tuple(t for t in ts if t.floating)  # noqa: E731
     return changed(e, inputs=keep(e.inputs), outputs=keep(e.outputs), params=keep(e.params))
 
 

@@ -96,7 +96,7 @@ def _fits(sa: tuple[int, ...], sb: tuple[int, ...]) -> bool:
 
 
 def _floats(records: tuple[TensorRecord, ...]) -> tuple[TensorRecord, ...]:
-    return tuple(t for t in records if t.dtype.startswith(("float", "bfloat", "paddle.float")))
+    return tuple(t for t in records if t.floating)
 
 
 _CONTAINERS = frozenset({"sequential", "modulelist", "layerlist", "moduledict", "layerdict"})

@@ -29,14 +29,14 @@ def received_pairs(
     named = {t.name: t for t in base}
     # The same name with another kind of value (positions in one, a float mask in the other, both
     # passed by place) is not the same argument.
-    named = {n: t for n, t in named.items() if all(_kind(r) == _kind(t) for r in raw if r.name == n)}
+    named = {n: t for n, t in named.items() if all(r.floating == t.floating for r in raw if r.name == n)}
     pairs = [(r, named[r.name]) for r in raw if r.name in named]
     taken = {r.name for r, _ in pairs}
     left = [b for b in base if b.name not in taken]
     for r in raw:
         if r.name in named:
             continue
-        b = next((b for b in left if _kind(b) == _kind(r) and fits(b, r)), None)
+        b = next((b for b in left if b.floating == r.floating and fits(b, r)), None)
         if b is not None:
             left.remove(b)
             pairs.append((r, replace(b, name=r.name)))
@@ -46,8 +46,3 @@ def received_pairs(
 def broadcasts(base: TensorRecord, raw: TensorRecord) -> bool:
     """Whether base's tensor stands for raw's: the same rank, each size equal or 1 on base's side."""
     return len(base.shape) == len(raw.shape) and all(a == b or a == 1 for a, b in zip(base.shape, raw.shape))
-
-
-def _kind(t: TensorRecord) -> str:
-    """``float`` or not: what an argument holds, whatever its width."""
-    return "float" if t.dtype.startswith(("float", "bfloat", "complex")) or "float" in t.dtype else "other"

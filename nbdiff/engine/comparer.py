@@ -166,7 +166,7 @@ class StepComparer:
             found, fwd = blame_all(fwd, local, _final_forward, noise, every)
             found = self._unless_drift(found, drift, out.notes)
             amplified = self.amplified_rounding()
-            found = _unless_amplified(found, amplified, out.notes)
+            found = _explained(found, amplified, out.notes)
             # The first event that produces NaN/Inf comes first, even where both sides agree on it (a
             # NaN weight copied into both): what the frameworks then do with NaN differs downstream.
             nonfinite = first_nonfinite(fwd, self.read)
@@ -179,9 +179,9 @@ class StepComparer:
             local = lambda d: self.local_backward(brec, rrec, d, bkids.get(d.base.order, []))  # noqa: E731
             more, bwd = blame_all(bwd, local, _final_backward, noise, every, False)
             more = self._unless_drift(more, drift, out.notes)
-            more = _unless_amplified(more, amplified, [])  # the forward's note says it
+            more = _explained(more, amplified, [])  # the forward's note says it
             found += [m for m in more if not (found and m.where == "accumulated")]
-        found = [replace(f, local_by=self.local_by(f)) for f in found]
+        found = [f if (by := self.local_by(f)) == f.local_by else replace(f, local_by=by) for f in found]
         out.findings = [with_unpaired(f, pairing) if f.where == "between" else f for f in found]
         out.diffs = fwd + bwd
         self.done_reading()
@@ -207,12 +207,11 @@ class StepComparer:
         return StepComparison([name_parameter(f, self.plans) for f in found], diffs)
 
     def _unless_drift(self, found: list[Divergence], drift: str | None, notes: list[str]) -> list[Divergence]:
-        if not found or drift is None or found[0].where != "accumulated":
-            return found
-        if not self._drift_noted:  # once: every later step inherits the same drift
-            notes.append(drift)
-            self._drift_noted = True
-        return []
+        """An error no layer makes on its own, once the weights drifted, is the drift's note (said once:
+        every later step inherits the same drift)."""
+        kept = _explained(found, drift, [] if self._drift_noted else notes)
+        self._drift_noted = self._drift_noted or len(kept) < len(found)
+        return kept
 
 
 def _differing_gradients(diffs: list[EventDiff]) -> set[tuple[str, str]]:
@@ -226,9 +225,10 @@ def _differing_gradients(diffs: list[EventDiff]) -> set[tuple[str, str]]:
     return out
 
 
-def _unless_amplified(found: list[Divergence], note: str | None, notes: list[str]) -> list[Divergence]:
-    """No finding where the only one is an accumulated error that a layer amplifying rounding explains."""
-    if note is None or len(found) != 1 or found[0].where != "accumulated":
+def _explained(found: list[Divergence], note: str | None, notes: list[str]) -> list[Divergence]:
+    """No finding where the only one is an accumulated error that ``note`` explains (weights that
+    drifted, a layer amplifying rounding); the note goes to ``notes`` once."""
+    if note is None or not found or found[0].where != "accumulated":
         return found
     if note not in notes:
         notes.append(note)

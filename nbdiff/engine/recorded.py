@@ -18,7 +18,6 @@ import numpy as np
 from nbdiff.align.arguments import recorded_arguments
 from nbdiff.align.fused import FusedGroup, member_name, stand_ins
 from nbdiff.align.pairing import Pair, Pairing
-from nbdiff.align.received import received_pairs
 from nbdiff.engine.backward import GradsOf
 from nbdiff.engine.comparer import Plans, StepComparer
 from nbdiff.engine.conditioning import MARGIN
@@ -151,7 +150,7 @@ class RecordedComparer(StepComparer):
             recomputed = self._recomputed(d)
             if recomputed is not None:
                 return recomputed
-        return self._own_code(self._from_received(d, "inputs"), kids, "inputs", "outputs")
+        return self._own_code(api_local(d, self.tol, self.mode, "inputs", MARGIN), kids, "inputs", "outputs")
 
     def _own_code(
         self,
@@ -184,7 +183,7 @@ class RecordedComparer(StepComparer):
             recomputed = self._recomputed_backward(d, bf, rf)
             if recomputed is not None:
                 return recomputed
-        own = self._from_received(d, "outputs")
+        own = api_local(d, self.tol, self.mode, "outputs", MARGIN)
         if own and bf is not None and rf is not None and self._differ(rf.inputs, bf.inputs):
             return ()
         return self._own_code(own, kids, "outputs", "inputs")
@@ -255,17 +254,6 @@ class RecordedComparer(StepComparer):
     def done_reading(self) -> None:
         self._amplified = []
         self._recomputed_events = set()
-
-    def _from_received(self, d: EventDiff, received: str) -> tuple[TensorDiff, ...] | None:
-        """Its error where what it received agrees (:func:`api_local`), unless what it received
-        already differs enough to explain it: within tolerance but near it, amplified at most
-        :data:`MARGIN`-fold (a projection onto a large vocabulary after a bug upstream)."""
-        own = api_local(d, self.tol, self.mode, received)
-        if not own:
-            return own
-        r, b = received_pairs(getattr(d.raw, received), getattr(d.base, received))
-        near = max((t.ratio for t in tensor_diffs(r, b, self.tol, self.mode)), default=0.0)
-        return () if d.ratio <= MARGIN * near else own
 
     def _differ(self, raw: tuple[TensorRecord, ...], base: tuple[TensorRecord, ...]) -> bool:
         return received_differ(raw, base, self.tol, self.mode)

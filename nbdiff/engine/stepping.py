@@ -30,11 +30,15 @@ class StepRecord:
     optimizer: list[Event] = field(default_factory=list)
     """The optimizer's updates, as a dump records them (live steps compare weights instead)."""
 
+    _calls: dict[tuple[str, int], Event] | None = field(default=None, repr=False, compare=False)
+
     def forward_of(self, bwd: Event) -> Event | None:
-        """The forward layer call whose backward ``bwd`` is (a fused group's has none of its own)."""
-        return next(
-            (e for e in self.forward if e.kind is Kind.LAYER and (e.path, e.call) == (bwd.path, bwd.call)), None
-        )
+        """The forward layer call whose backward ``bwd`` is (a fused group's has none of its own).
+        Indexed on first use: after a bug upstream, every backward event asks."""
+        if self._calls is None:  # the first call of a (path, call) wins, as a search would find it
+            calls = {(e.path, e.call): e for e in reversed(self.forward) if e.kind is Kind.LAYER}
+            object.__setattr__(self, "_calls", calls)  # a cache: the record itself does not change
+        return self._calls.get((bwd.path, bwd.call))  # type: ignore[union-attr]
 
 
 @functools.lru_cache(maxsize=1)  # both sides, every step: the same n

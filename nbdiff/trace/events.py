@@ -63,6 +63,11 @@ class TensorRecord:
             raise ValueError(f"tensor {self.name!r} {self.shape} was kept as statistics only")
         return self.value
 
+    @property
+    def floating(self) -> bool:
+        """Whether it holds floating values (``float32``, ``bfloat16``, ``paddle.float16``, complex)."""
+        return "float" in self.dtype or self.dtype.startswith("complex")
+
     def statistics(self) -> Stats | None:
         return self.stats if self.stats is not None else (tensor_stats(self.value) if self.value is not None else None)
 

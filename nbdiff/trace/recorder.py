@@ -142,12 +142,16 @@ class Recorder:
         self._copies.clear()
         self._recent_grads.clear()
 
+    def _elsewhere(self) -> bool:
+        """Whether this call comes from a thread whose calls are not recorded."""
+        return self.thread is not None and threading.get_ident() != self.thread
+
     # -- hooks ---------------------------------------------------------------
     def _pre(self, path: str) -> Callable[..., Any]:
         fw = self.fw
 
         def pre(layer: Any, args: tuple, kwargs: dict) -> Any:
-            if self.paused or (self.thread is not None and threading.get_ident() != self.thread):
+            if self.paused or self._elsewhere():
                 return None
             self._busy = True
             try:
@@ -207,7 +211,7 @@ class Recorder:
         fw = self.fw
 
         def post(layer: Any, args: tuple, kwargs: dict, output: Any) -> Any:
-            if self.paused or not self._active or (self.thread is not None and threading.get_ident() != self.thread):
+            if self.paused or not self._active or self._elsewhere():
                 return None
             self._busy = True
             try:
@@ -231,9 +235,7 @@ class Recorder:
 
     def _api(self, name: str, args: tuple, kwargs: dict, out: Any) -> None:
         """One framework API call (API-level tracing), recorded under the layer whose code made it."""
-        if self._busy or self.paused or not self._active:
-            return
-        if self.thread is not None and threading.get_ident() != self.thread:
+        if self._busy or self.paused or not self._active or self._elsewhere():
             return
         parent = self._active[-1]
         fw = self.fw

@@ -8,11 +8,14 @@ replay) is judged from what they hold.
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator, Mapping
 from dataclasses import replace
 from typing import Any
 
 from nbdiff.align.pairing import Pairing
+from nbdiff.align.shards import Gathered
 from nbdiff.engine.driver import Verdict
+from nbdiff.engine.gathered import attributed, whole_dumps
 from nbdiff.engine.options import check_tolerances
 from nbdiff.engine.recorded import RecordedComparer, layer_args, recorded_step
 from nbdiff.errors import DumpError, OptionError
@@ -20,7 +23,7 @@ from nbdiff.judge.blame import EventDiff
 from nbdiff.judge.tolerance import Tolerance, resolve_tolerance
 from nbdiff.result import DiffResult, StepRow, step_error_rows
 from nbdiff.trace.events import Event, TensorRecord
-from nbdiff.trace.store import RankDump, rank_dirs, read_dump
+from nbdiff.trace.store import RankDump, manifest_of, rank_dirs, read_dump
 
 __all__ = ["compare"]
 
@@ -34,6 +37,7 @@ def compare(
     compare_mode: str = "strict",
     ignore_unmatched: bool = False,
     keep_steps: int = 4,
+    shards: Mapping[str, str] | None = None,
 ) -> DiffResult:
     """Compare dump ``dir_b`` (raw) against ``dir_a`` (base): every rank, every step.
 
@@ -43,8 +47,14 @@ def compare(
 
     Every step's worst errors are kept (``result.step_errors()``); events are kept for the first
     ``keep_steps`` steps and for the blamed step, so memory stays bounded by a few steps.
+
+    A tensor-parallel run compares with a run of another degree (a single-process reference) as
+    whole tensors: each step's shards are gathered (:mod:`nbdiff.align.shards`) by the layouts the
+    framework recorded (torch ``DTensor``), the layers' shard rules, and ``shards``
+    (``{"layers.*.mlp.up": "column"}``, for layouts nobody recorded); each finding names the rank
+    whose shard differs.
     """
-    ranks_a, ranks_b = _ranks_at_the_door(dir_a, dir_b, atol, rtol, compare_mode, keep_steps, ignore_unmatched)
+    ranks_a, ranks_b = _ranks_at_the_door(dir_a, dir_b, atol, rtol, compare_mode, keep_steps, ignore_unmatched, shards)
 
     def tol(a: str, b: str) -> Tolerance:
         return resolve_tolerance(atol, rtol, a, b)
@@ -53,8 +63,7 @@ def compare(
     kept = _KeptSteps(keep_steps)
     unmatched = _Unmatched()
     first: tuple[RankDump, RankDump] | None = None
-    for rank in sorted(set(ranks_a) & set(ranks_b)):
-        a, b = read_dump(ranks_a[rank], lazy=True), read_dump(ranks_b[rank], lazy=True)
+    for rank, a, b, gathered in _rank_pairs(ranks_a, ranks_b, shards):
         first = first or (a, b)
         verdict.warnings += _unfinished(a, b, rank, (dir_a, dir_b), ignore_unmatched)
         cmp = RecordedComparer(a, b, tol, compare_mode)
@@ -65,9 +74,11 @@ def compare(
                     f"rank {rank}, step {k}: cut short by an exception in {', '.join(cut)}; not compared."
                 )
                 continue
-            diverged, diffs, pairing = _compare_step(cmp, k, rank, verdict)
+            diverged, diffs, pairing = _compare_step(cmp, k, rank, verdict, gathered)
             kept.add(k, rank, diverged, diffs)
             unmatched.add(pairing)
+        if gathered is not None:
+            verdict.warnings += gathered.notes
     if first is None:
         raise DumpError(f"{dir_a} and {dir_b} have no rank in common.")
     if not kept.compared:
@@ -88,7 +99,34 @@ def compare(
     )
 
 
-def _compare_step(cmp: RecordedComparer, k: int, rank: int, verdict: Verdict) -> tuple[bool, list[EventDiff], Pairing]:
+def _rank_pairs(
+    ranks_a: dict[int, Any], ranks_b: dict[int, Any], shards: Mapping[str, str] | None
+) -> Iterator[tuple[int, RankDump, RankDump, Gathered | None]]:
+    """Each rank of both dumps, read; or, for runs of different tensor-parallel degrees, both as
+    one rank of whole tensors (with what gathered them)."""
+    if _gathers(ranks_a, ranks_b, shards):
+        a = [read_dump(ranks_a[r], lazy=True) for r in sorted(ranks_a)]
+        b = [read_dump(ranks_b[r], lazy=True) for r in sorted(ranks_b)]
+        gathered, whole_a, whole_b = whole_dumps(a, b, shards or {})
+        yield 0, whole_a, whole_b, gathered
+        return
+    for rank in sorted(set(ranks_a) & set(ranks_b)):
+        yield rank, read_dump(ranks_a[rank], lazy=True), read_dump(ranks_b[rank], lazy=True), None
+
+
+def _gathers(ranks_a: dict[int, Any], ranks_b: dict[int, Any], shards: Mapping[str, str] | None) -> bool:
+    """Whether the runs are of different tensor-parallel degrees: different numbers of ranks, and
+    one of them laid out over its ranks (recorded layouts, or the user's ``shards``)."""
+    if len(ranks_a) == len(ranks_b):
+        return False
+    return bool(shards) or any(
+        manifest_of(folder).get("param_layouts") for ranks in (ranks_a, ranks_b) for folder in ranks.values()
+    )
+
+
+def _compare_step(
+    cmp: RecordedComparer, k: int, rank: int, verdict: Verdict, gathered: Gathered | None = None
+) -> tuple[bool, list[EventDiff], Pairing]:
     """Step ``k`` of one rank: forward and backward, then the updates (their gradients folded into
     the spread until the rank's first divergence)."""
     brec, rrec = recorded_step(cmp.a, k, rank), recorded_step(cmp.b, k, rank)
@@ -100,6 +138,8 @@ def _compare_step(cmp: RecordedComparer, k: int, rank: int, verdict: Verdict) ->
         cmp.updates(pairing, brec, rrec), (lambda: cmp.gradient_spread(k)) if spread else None, step
     )
     findings = step.findings + updates.findings
+    if gathered is not None:
+        findings = attributed(findings, gathered)
     verdict.warnings += step.notes + updates.notes
     diverged = verdict.step_done(k, findings, rank)
     if diverged:
@@ -125,13 +165,23 @@ def _unfinished(a: RankDump, b: RankDump, rank: int, dirs: tuple[Any, Any], igno
 
 
 def _ranks_at_the_door(
-    dir_a: Any, dir_b: Any, atol: Any, rtol: Any, mode: Any, keep_steps: Any, ignore_unmatched: bool
+    dir_a: Any, dir_b: Any, atol: Any, rtol: Any, mode: Any, keep_steps: Any, ignore_unmatched: bool, shards: Any
 ) -> tuple[dict[int, Any], dict[int, Any]]:
-    """The options checked, and each dump's rank folders (the same ranks unless ``ignore_unmatched``)."""
+    """The options checked, and each dump's rank folders (the same ranks unless ``ignore_unmatched``,
+    or runs of different tensor-parallel degrees)."""
     check_tolerances(atol, rtol, mode)
     if isinstance(keep_steps, bool) or not isinstance(keep_steps, int) or keep_steps < 0:
         raise OptionError(f"keep_steps={keep_steps!r}: expected a whole number >= 0 (steps whose events are kept).")
+    if shards is not None and (
+        not isinstance(shards, Mapping) or not all(isinstance(k, str) and isinstance(v, str) for k, v in shards.items())
+    ):
+        raise OptionError(f"shards={shards!r}: expected a dict of layer path pattern to a shard rule name ('column').")
     ranks_a, ranks_b = rank_dirs(dir_a), rank_dirs(dir_b)
+    if _gathers(ranks_a, ranks_b, shards):
+        for ranks, d in ((ranks_a, dir_a), (ranks_b, dir_b)):
+            if sorted(ranks) != list(range(len(ranks))):
+                raise DumpError(f"{d} has ranks {sorted(ranks)}: gathering shards needs every rank from 0 on.")
+        return ranks_a, ranks_b
     if set(ranks_a) != set(ranks_b) and not ignore_unmatched:
         raise DumpError(
             f"{dir_a} has ranks {sorted(ranks_a)} but {dir_b} has {sorted(ranks_b)}; "

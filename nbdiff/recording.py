@@ -127,6 +127,12 @@ class record:
             for path, layer in self._layers.items()
             if type(layer).__name__ in BATCH_NORMS
         }
+        # A tensor-parallel model's parameters, as spread over the ranks: compare gathers its shards.
+        meta["param_layouts"] = {
+            path: lay
+            for path, own in self._params.items()
+            if (lay := {n: s for n, p in own.items() if (s := self.fw.layout_of(p))})
+        }
         self._writer = DumpWriter(
             self.dump_dir / f"rank{rank}", meta, layers, str(self.options["dump_type"]), self.overwrite
         )
@@ -264,7 +270,7 @@ def _updates(
         for name, p in params[path].items():
             if id(p) in before and id(p) in after and not np.array_equal(before[id(p)], after[id(p)]):
                 delta = after[id(p)] - before[id(p)]
-                records.append(TensorRecord(name, tuple(delta.shape), fw.dtype_name(p), delta))
+                records.append(TensorRecord(name, tuple(delta.shape), fw.dtype_name(p), delta, None, fw.layout_of(p)))
         if records:
             out.append(
                 Event(step, Phase.OPTIMIZER, Kind.PARAM, len(out), path, type(layer).__name__, 0,
@@ -309,7 +315,9 @@ def _with_uncalled_grads(
                 continue
             placed.add(id(p))
             rel = relative(path, backward[owner].path)
-            extra.setdefault(owner, []).append(TensorRecord(f"{rel}.{name}", fw.shape_of(p), fw.dtype_name(p), g))
+            extra.setdefault(owner, []).append(
+                TensorRecord(f"{rel}.{name}", fw.shape_of(p), fw.dtype_name(p), g, None, fw.layout_of(p))
+            )
     if not extra:
         return backward
     return [changed(e, params=e.params + tuple(extra[i])) if i in extra else e for i, e in enumerate(backward)]

@@ -140,6 +140,11 @@ class PaddleFramework:
     def shape_of(self, tensor: Any) -> tuple[int, ...]:
         return tuple(tensor.shape)
 
+    def layout_of(self, tensor: Any) -> str:
+        # fleet's model-parallel layers (ColumnParallelLinear...) hold plain tensors, each rank its
+        # own shard: compare lays them out by class and by the user's map (align/shards).
+        return ""
+
     def requires_grad(self, tensor: Any) -> bool:
         return not tensor.stop_gradient
 

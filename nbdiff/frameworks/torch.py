@@ -62,6 +62,8 @@ class TorchFramework:
 
     def to_numpy(self, tensor: Any) -> np.ndarray:
         t = tensor.detach()
+        if type(t) is not torch.Tensor and hasattr(t, "to_local"):
+            t = t.to_local()  # a DTensor: this rank's shard (its layout is layout_of's)
         if t.dtype == torch.bfloat16:
             t = t.float()
         return t.cpu().numpy()
@@ -83,7 +85,14 @@ class TorchFramework:
         return str(tensor.dtype).replace("torch.", "")
 
     def shape_of(self, tensor: Any) -> tuple[int, ...]:
+        if type(tensor) is not torch.Tensor and hasattr(tensor, "to_local"):
+            return tuple(tensor.to_local().shape)
         return tuple(tensor.shape)
+
+    def layout_of(self, tensor: Any) -> str:
+        if type(tensor) is torch.Tensor or not hasattr(tensor, "placements"):
+            return ""
+        return ",".join(_placement(p, tensor.ndim) for p in tensor.placements)
 
     def requires_grad(self, tensor: Any) -> bool:
         return bool(tensor.requires_grad)
@@ -219,3 +228,10 @@ class TorchFramework:
 
 _MODULE_INTERNALS = frozenset(vars(torch.nn.Module())) | {"training"}
 """Attributes every torch module keeps for itself (hooks, parameters, submodules): not the user's state."""
+
+
+def _placement(p: Any, ndim: int) -> str:
+    """One DTensor placement as a dump names it (``Shard(-1)`` of a 3-d tensor is ``shard(2)``)."""
+    if p.is_shard():
+        return f"shard({p.dim % max(ndim, 1)})"
+    return "partial" if p.is_partial() else "replicate"

@@ -105,13 +105,19 @@ class Divergence:
     """How ``local_error`` was found: ``replay`` (the layer run again on base's inputs, live),
     ``recomputed`` (base's layer recomputed from a dump, on raw's inputs) or ``received`` (from a
     dump without re-running: what the event received agrees, what it made does not)."""
+    shards: str = ""
+    """For a tensor-parallel run compared as whole tensors: which rank's shard of the blamed tensor
+    differs (``raw rank 1: its shard (shard(2)) differs; rank 0 agrees``)."""
     event: EventDiff | None = field(default=None, compare=False, repr=False)
     """The blamed pair itself (with its layers, when recorded live), for ``DiffResult.repro``."""
     forward: EventDiff | None = field(default=None, compare=False, repr=False)
     """For a backward divergence: the same layer call's forward pair (its layers and inputs)."""
 
     def describe(self) -> str:
-        """One line naming the place."""
+        """One line naming the place (and, for a gathered tensor-parallel run, the rank)."""
+        return self._place() + (f" [{self.shards}]" if self.shards else "")
+
+    def _place(self) -> str:
         b = self.base_path or "<root>"
         r = self.raw_path or "<root>"
         head = f"step {self.step}{f', rank {self.rank}' if self.rank else ''}, {self.phase.value}"

@@ -68,6 +68,7 @@ def finding(d: Divergence) -> dict[str, Any]:
         "metrics": _metrics(d.metrics),
         "local_error": None if d.local_error is None else _metrics(d.local_error),
         "local_by": d.local_by if d.local_error is not None else None,
+        "shards": d.shards or None,
         "why": d.why(),
         "arguments": [{"name": a.name, "base": _plain(a.base), "raw": _plain(a.raw)} for a in d.arguments],
     }

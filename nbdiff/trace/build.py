@@ -30,7 +30,9 @@ def build_events(
     """
     forward = _forward_events(fw, calls, step)
     if loss is not None:
-        record = TensorRecord("loss", fw.shape_of(loss), fw.dtype_name(loss), fw.to_numpy(loss))
+        record = TensorRecord(
+            "loss", fw.shape_of(loss), fw.dtype_name(loss), fw.to_numpy(loss), None, fw.layout_of(loss)
+        )
         forward.append(
             Event(step, Phase.FORWARD, Kind.LOSS, len(forward), "<loss>", "Loss", 0, 0, None, False, (), (record,))
         )
@@ -89,7 +91,7 @@ def _backward_events(
             g = grad_of(p)
             if g is not None:
                 seen_params.add(id(p))
-                params.append(TensorRecord(pname, fw.shape_of(p), fw.dtype_name(p), g))
+                params.append(TensorRecord(pname, fw.shape_of(p), fw.dtype_name(p), g, None, fw.layout_of(p)))
         grad_in, grad_out = tuple(rec.grad_in.values()), tuple(rec.grad_out.values())
         if grad_in or grad_out or params:
             grads.append(

@@ -55,6 +55,9 @@ class TensorRecord:
     """The values (float32 for bfloat16 sources); ``None`` when only statistics were kept."""
     stats: Stats | None = field(default=None, compare=False)
     """Summary statistics, when read from a dump (computed from ``value`` otherwise)."""
+    layout: str = ""
+    """How a tensor-parallel run spread it over its ranks, where the framework said so
+    (``shard(d)``, ``replicate``, ``partial``); ``value`` and ``shape`` are this rank's own."""
 
     @property
     def data(self) -> np.ndarray:

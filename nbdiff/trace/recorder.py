@@ -279,13 +279,13 @@ class Recorder:
                 rec.backward_stack = self._backward_stack
             if replace is not None and tuple(replace.shape) == fw.shape_of(grad):
                 fed = replace.astype(fw.to_numpy(grad).dtype, copy=False)
-                into[name] = TensorRecord(name, fw.shape_of(grad), fw.dtype_name(grad), fed)
+                into[name] = TensorRecord(name, fw.shape_of(grad), fw.dtype_name(grad), fed, None, fw.layout_of(grad))
                 return fw.from_numpy(fed)
             # paddle calls a tensor's hook once per incoming contribution, torch once with the
             # sum: adding up gives the full gradient in both.
             prev = into.get(name)
             g = self.hold(prev.value + fw.to_numpy(grad), copy=False) if prev else self._grad_copy(grad)
-            into[name] = TensorRecord(name, fw.shape_of(grad), fw.dtype_name(grad), g)
+            into[name] = TensorRecord(name, fw.shape_of(grad), fw.dtype_name(grad), g, None, fw.layout_of(grad))
             return None
 
         return hook
@@ -298,7 +298,9 @@ class Recorder:
         if hit is not None:
             record = hit[1]
         else:
-            record = TensorRecord(name, fw.shape_of(t), fw.dtype_name(t), self.hold(fw.to_numpy(t)))
+            record = TensorRecord(
+                name, fw.shape_of(t), fw.dtype_name(t), self.hold(fw.to_numpy(t)), None, fw.layout_of(t)
+            )
             self._remember(t, key, record)
         return record if record.name == name else changed(record, name=name)
 

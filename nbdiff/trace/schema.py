@@ -8,6 +8,7 @@ non-negative integers.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,7 @@ FRAMEWORKS = ("torch", "paddle")
 _PHASES = {p.value for p in Phase}
 _KINDS = {k.value for k in Kind}
 _STAT_KEYS = ("min", "max", "mean", "std", "abs_mean")
+_LAYOUT = re.compile(r"(shard\(\d{1,3}\)|replicate|partial)(,(shard\(\d{1,3}\)|replicate|partial)){0,7}")
 
 
 class _Check:
@@ -98,6 +100,10 @@ def validate_manifest(data: Any, path: Path) -> None:
     )
     for name, training in modes.items():
         c.type(training, bool, f"batch_norm_training[{name!r}]", "true or false")
+    layouts = c.type(data.get("param_layouts", {}), dict, "param_layouts", "an object of layer path to an object")
+    for name, own in layouts.items():
+        for k, v in c.type(own, dict, f"param_layouts[{name!r}]", "an object").items():
+            _layout(c, v, f"param_layouts[{name!r}][{k!r}]")
     steps = data.get("steps")
     if data.get("version") == 1:  # every step inline
         for k, step in enumerate(c.type(steps, list, "steps", "a list")):
@@ -169,6 +175,8 @@ def _tensor(c: _Check, t: Any, key: str) -> None:
         c.int(n, f"{key}.shape")
     if t.get("key") is not None:
         c.type(t["key"], str, f"{key}.key", "a string")
+    if t.get("layout") is not None:
+        _layout(c, t["layout"], f"{key}.layout")
     stats = t.get("stats")
     if stats is not None:
         c.type(stats, dict, f"{key}.stats", "an object")
@@ -178,6 +186,11 @@ def _tensor(c: _Check, t: Any, key: str) -> None:
                 raise c.fail(f"{key}.stats.{s}", f"must be a number, not {v!r:.60}")
         for s in ("nan", "inf"):
             c.int(stats.get(s), f"{key}.stats.{s}")
+
+
+def _layout(c: _Check, value: Any, key: str) -> None:
+    if not _LAYOUT.fullmatch(c.type(value, str, key, "a string")):
+        raise c.fail(key, f"must be shard(d), replicate or partial per mesh dimension, not {value!r:.60}")
 
 
 def _tree(c: _Check, events: list[dict[str, Any]], key: str) -> None:

@@ -37,7 +37,7 @@ from nbdiff.trace.schema import payload_path, validate_manifest, validate_step
 from nbdiff.trace.stack import Frame
 from nbdiff.trace.stats import Stats
 
-__all__ = ["FORMAT", "VERSION", "MANIFEST", "DUMP_TYPES", "RankDump", "read_dump", "rank_dirs"]
+__all__ = ["FORMAT", "VERSION", "MANIFEST", "DUMP_TYPES", "RankDump", "read_dump", "rank_dirs", "manifest_of"]
 
 FORMAT = "nbdiff-dump"
 VERSION = 2
@@ -111,6 +111,11 @@ def _load_json(path: Path, what: str, written_by: str = "nbdiff.record") -> Any:
         raise DumpError(f"{path}: JSON nested too deeply to be {what}; the dump was edited.") from None
     except OSError as exc:
         raise DumpError(f"{path}: cannot be read ({exc.strerror or exc}).") from None
+
+
+def manifest_of(folder: str | os.PathLike[str]) -> dict[str, Any]:
+    """One rank folder's manifest, checked."""
+    return _manifest(Path(folder))
 
 
 def _manifest(folder: Path) -> dict[str, Any]:
@@ -218,7 +223,8 @@ def _tensor(t: dict[str, Any], payload: dict[str, np.ndarray], where: Path, step
     if st is not None:
         m = [_read_float(st[f]) for f in ("min", "max", "mean", "std", "abs_mean")]
         stats = Stats(m[0], m[1], m[2], m[3], m[4], int(st["nan"]), int(st["inf"]))
-    return TensorRecord(str(t["name"]), tuple(int(n) for n in t["shape"]), str(t["dtype"]), value, stats)
+    shape = tuple(int(n) for n in t["shape"])
+    return TensorRecord(str(t["name"]), shape, str(t["dtype"]), value, stats, str(t.get("layout", "")))
 
 
 def _event(e: dict[str, Any], step: int, payload: dict[str, np.ndarray], where: Path) -> Event:

@@ -42,7 +42,10 @@ def _tensor_json(t: TensorRecord, key: str | None, seen: dict[int, Stats | None]
         if st is None:
             st = seen[id(t.value)] = t.statistics()
     stats = None if st is None else {k: _json_float(v) if isinstance(v, float) else v for k, v in st.as_dict().items()}
-    return {"name": t.name, "shape": list(t.shape), "dtype": t.dtype, "stats": stats, "key": key}
+    out = {"name": t.name, "shape": list(t.shape), "dtype": t.dtype, "stats": stats, "key": key}
+    if t.layout:
+        out["layout"] = t.layout
+    return out
 
 
 def _event_json(

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from nbdiff.align.fused import register_fused_pattern
 from nbdiff.align.layer_map import LayerMap
+from nbdiff.align.shards import register_shard_rule
 from nbdiff.check import ConfigCheck, check_config
 from nbdiff.diff import auto_diff
 from nbdiff.errors import (
@@ -56,6 +57,7 @@ __all__ = [
     "record",
     "register_weight_rule",
     "register_fused_pattern",
+    "register_shard_rule",
     "register_api",
     "watch",
     "load_ipython_extension",

@@ -54,6 +54,11 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--mode", choices=["strict", "mean", "abs_mean"], default="strict", help="compare mode")
     c.add_argument("--ignore-unmatched", action="store_true", help="compare common ranks/steps only")
     c.add_argument(
+        "--shards", metavar="PATH=RULE", action="append", default=[],
+        help="tensor parallelism nobody recorded: layer path pattern and its shard rule "
+        "(column, row, row_partial, vocab, replicate), e.g. --shards 'layers.*.up=column'; repeatable",
+    )  # fmt: skip
+    c.add_argument(
         "--keep-steps", type=int, default=4, metavar="N",
         help="keep the events of the first N steps (and the blamed one); later steps keep their worst errors only",
     )  # fmt: skip
@@ -93,7 +98,7 @@ def _compare(args: argparse.Namespace) -> int:
 
     result = compare(
         args.base, args.raw, atol=args.atol, rtol=args.rtol, compare_mode=args.mode,
-        ignore_unmatched=args.ignore_unmatched, keep_steps=args.keep_steps,
+        ignore_unmatched=args.ignore_unmatched, keep_steps=args.keep_steps, shards=_shards(args.shards),
     )  # fmt: skip
     # With --json -, stdout carries the JSON alone (for a pipe); what people read goes to stderr.
     say = sys.stderr if args.json == "-" else sys.stdout
@@ -108,6 +113,18 @@ def _compare(args: argparse.Namespace) -> int:
         files = result.to_csv(args.csv)
         print(f"{len(files)} CSV tables in {args.csv}", file=say)
     return 0 if result else 1
+
+
+def _shards(given: list[str]) -> dict[str, str] | None:
+    from nbdiff.errors import OptionError
+
+    out = {}
+    for item in given:
+        path, eq, rule = item.rpartition("=")
+        if not eq or not rule:
+            raise OptionError(f"--shards {item!r}: expected PATH=RULE, e.g. 'layers.*.up=column'.")
+        out[path] = rule
+    return out or None
 
 
 def _view(args: argparse.Namespace) -> int:

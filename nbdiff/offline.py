@@ -115,10 +115,9 @@ def _rank_pairs(
 
 
 def _gathers(ranks_a: dict[int, Any], ranks_b: dict[int, Any], shards: Mapping[str, str] | None) -> bool:
-    """Whether the runs are of different tensor-parallel degrees: different numbers of ranks, and
-    one of them laid out over its ranks (recorded layouts, or the user's ``shards``)."""
-    if len(ranks_a) == len(ranks_b):
-        return False
+    """Whether a run is laid out over its ranks (recorded layouts, or the user's ``shards``): then
+    both are compared as whole tensors, even of the same degree, since a rank's all-reduced output
+    carries another rank's error (rank by rank, the lowest rank's copy would take the blame)."""
     return bool(shards) or any(
         manifest_of(folder).get("param_layouts") for ranks in (ranks_a, ranks_b) for folder in ranks.values()
     )

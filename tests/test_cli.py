@@ -61,3 +61,10 @@ def test_a_tolerance_that_would_pass_anything_is_an_error(dumps, capsys):
     assert main(["compare", str(dumps / "c"), str(dumps / "d"), "--atol", "inf"]) == 2
     assert "atol=inf" in capsys.readouterr().err
     assert main(["compare", str(dumps / "c"), str(dumps / "d"), "--rtol", "-1"]) == 2
+
+
+def test_shards_take_path_equals_rule_and_say_what_is_wrong(dumps, capsys):
+    assert main(["compare", str(dumps / "c"), str(dumps / "d"), "--shards", "fc"]) == 2
+    assert "--shards 'fc': expected PATH=RULE" in capsys.readouterr().err
+    assert main(["compare", str(dumps / "c"), str(dumps / "d"), "--shards", "fc=diagonal"]) == 2
+    assert "no shard rule 'diagonal'" in capsys.readouterr().err

@@ -144,6 +144,10 @@ def _parse(layout: str) -> tuple[str, int] | None:
     return None
 
 
+_HELD = 3
+"""Steps of whole tensors held at once."""
+
+
 @dataclass
 class Gathering:
     """How one gathered tensor was put together, for naming the rank whose shard differs."""
@@ -164,12 +168,14 @@ class Gathered:
     """Raw's rank dumps, by rank."""
     user_map: Mapping[str, str] = field(default_factory=dict)
     """Layer path pattern -> rule name (``compare``'s ``shards``)."""
-    gatherings: dict[int, Gathering] = field(default_factory=dict)
-    """``id`` of a gathered record -> how it was gathered (the current step's)."""
+    gatherings: dict[int, dict[int, Gathering]] = field(default_factory=dict)
+    """Step -> ``id`` of a gathered record -> how it was gathered (the steps held)."""
     notes: list[str] = field(default_factory=list)
     """What could not be told this step (a layout guessed), said once each."""
     _said: set[str] = field(default_factory=set)
-    _step: tuple[int, list[Event], list[Event]] | None = None
+    _into: dict[int, Gathering] = field(default_factory=dict)
+    _steps: dict[int, tuple[list[Event], list[Event]]] = field(default_factory=dict)
+    """The last few steps gathered (a comparison reads a step, and the one before, more than once)."""
 
     def __post_init__(self) -> None:
         for pattern, rule in self.user_map.items():
@@ -181,16 +187,18 @@ class Gathered:
 
     def step(self, k: int) -> tuple[list[Event], list[Event]]:
         """Step ``k`` of both runs, every tensor whole."""
-        if self._step is None or self._step[0] != k:
-            self.gatherings = {}
+        if k not in self._steps:
+            self._into = self.gatherings[k] = {}
             a_ranks = [d.steps[k] for d in self.a]
             b_ranks = [d.steps[k] for d in self.b]
             a_whole = a_ranks[0] if len(a_ranks) == 1 else None
             b_whole = b_ranks[0] if len(b_ranks) == 1 else None
             a = a_whole if a_whole is not None else self._gather(a_ranks, self.a, b_whole, k)
             b = b_whole if b_whole is not None else self._gather(b_ranks, self.b, a_whole, k)
-            self._step = (k, a, b)
-        return self._step[1], self._step[2]
+            self._steps[k] = (a, b)
+            for old in sorted(self._steps)[:-_HELD]:
+                del self._steps[old], self.gatherings[old]
+        return self._steps[k]
 
     def _note(self, text: str) -> None:
         if text not in self._said:
@@ -201,6 +209,7 @@ class Gathered:
         keyed = [{_key(e): e for e in events} for events in ranks]
         others = {_key(e): e for e in other} if other is not None else {}
         framework = str(dumps[0].meta["framework"])
+        mate_framework = str((self.b if dumps is self.a else self.a)[0].meta["framework"])
         known: dict[int, str] = {}  # id of rank 0's values -> layout: one tensor seen by two layers
         forward: dict[tuple, str] = {}
         out: list[Event] = []
@@ -214,7 +223,9 @@ class Gathered:
                         f"{dumps[0].path} has; the ranks did not run the same steps."
                     )
                 copies.append(c)
-            ctx = _Layer(e, copies, self._rule(e, dumps[0]), others.get(_key(e)), framework, known, forward)
+            ctx = _Layer(
+                e, copies, self._rule(e, dumps[0]), others.get(_key(e)), framework, mate_framework, known, forward
+            )
             # What flows in is laid out first: a parameter-less layer passes its layout on.
             order = ("outputs", "inputs", "params") if e.phase is Phase.BACKWARD else ("inputs", "outputs", "params")
             slots = {
@@ -260,7 +271,9 @@ class Gathered:
         ruled = _from_rule(ctx.rule, slot, t.name, ctx.framework, ndim) if ctx.rule is not None else None
         if ruled is not None and (ruled == "partial" or self._user(e.path)):
             return ruled
-        if ctx.mate is not None and (fit := _fit(shards, _mate_record(ctx.mate, group, i, t.name))) is not None:
+        # Shapes tell a layout where both lay the tensor out alike: values always, weights within a framework.
+        alike = slot != "param" or ctx.mate_framework == ctx.framework
+        if ctx.mate is not None and alike and (fit := _fit(shards, _mate_record(ctx.mate, group, i, t.name))):
             return fit
         if ruled is not None:
             return ruled
@@ -305,7 +318,7 @@ class Gathered:
                 whole = TensorRecord(t.name, t.shape, t.dtype, np.sum(np.stack(values), axis=0, dtype=values[0].dtype))
         else:
             whole = changed(t, layout="")
-        self.gatherings[id(whole)] = Gathering(layout if kind != "rank0" else "replicate", values)
+        self._into[id(whole)] = Gathering(layout if kind != "rank0" else "replicate", values)
         return whole
 
 
@@ -319,6 +332,7 @@ class _Layer:
     mate: Event | None
     """The other run's event of the same call, where that run is whole."""
     framework: str
+    mate_framework: str
     known: dict[int, str]
     forward: dict[tuple, str]
     """Each forward tensor's layout by (path, call, group, name): its gradient's, unless recorded."""

@@ -58,7 +58,7 @@ def _attributed(f: Divergence, gathered: Gathered) -> Divergence:
         return f
     for side, (mine, theirs) in (("raw", (pair.raw, pair.base)), ("base", (pair.base, pair.raw))):
         t = _named(mine, f.metrics.name)
-        how = gathered.gatherings.get(id(t)) if t is not None else None
+        how = gathered.gatherings.get(f.step, {}).get(id(t)) if t is not None else None
         if how is None:
             continue
         other = _named(theirs, f.metrics.name)

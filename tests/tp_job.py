@@ -1,0 +1,80 @@
+"""A tensor-parallel training job as users write it, for tests/test_gathered.py.
+
+``python tests/tp_job.py OUT`` trains the model in one process; ``torchrun --nproc_per_node N
+tests/tp_job.py OUT --tp`` trains it with torch's own tensor parallelism (``up`` column-parallel,
+``down`` row-parallel) over N ranks. ``--bug-rank R --bug-step S``: from step S on, rank R's
+activation computes something else (a bug in one rank's shard). Two SGD steps, recorded with
+``nbdiff.record``.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+import nbdiff
+
+
+class Act(nn.Module):
+    """A custom activation; with a bug, one rank's shard of it is scaled from some step on."""
+
+    def __init__(self, bug_rank: int, bug_step: int) -> None:
+        super().__init__()
+        self.bug_rank, self.bug_step, self.calls = bug_rank, bug_step, 0
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = nn.functional.gelu(x)
+        rank = dist.get_rank() if dist.is_initialized() else 0
+        if rank == self.bug_rank and self.calls >= self.bug_step:
+            y = y * 1.01
+        self.calls += 1
+        return y
+
+
+class Model(nn.Module):
+    def __init__(self, bug_rank: int = -1, bug_step: int = 0) -> None:
+        super().__init__()
+        self.emb = nn.Embedding(32, 16)
+        self.up = nn.Linear(16, 32)
+        self.act = Act(bug_rank, bug_step)
+        self.down = nn.Linear(32, 16)
+        self.head = nn.Linear(16, 32)
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        h = self.emb(tokens)
+        h = h + self.down(self.act(self.up(h)))
+        return self.head(h)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("out")
+    ap.add_argument("--tp", action="store_true")
+    ap.add_argument("--bug-rank", type=int, default=-1)
+    ap.add_argument("--bug-step", type=int, default=0)
+    args = ap.parse_args()
+    torch.manual_seed(0)
+    model = Model(args.bug_rank, args.bug_step)
+    if args.tp:
+        from torch.distributed.device_mesh import init_device_mesh
+        from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+
+        dist.init_process_group("gloo")
+        mesh = init_device_mesh("cpu", (dist.get_world_size(),))
+        parallelize_module(model, mesh, {"up": ColwiseParallel(), "down": RowwiseParallel()})
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    tokens = torch.randint(0, 32, (2, 5), generator=torch.Generator().manual_seed(1))
+    with nbdiff.record(model, args.out):
+        for _ in range(2):
+            model(tokens).square().mean().backward()
+            opt.step()
+            opt.zero_grad()
+    if args.tp:
+        dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

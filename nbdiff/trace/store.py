@@ -33,6 +33,7 @@ import numpy as np
 
 from nbdiff.errors import DumpError
 from nbdiff.trace.events import Event, Kind, Phase, TensorRecord
+from nbdiff.trace.reading import load_json, read_payload, read_text
 from nbdiff.trace.schema import payload_path, validate_manifest, validate_step
 from nbdiff.trace.stack import Frame
 from nbdiff.trace.stats import Stats
@@ -102,7 +103,7 @@ def rank_dirs(dump_dir: str | os.PathLike[str]) -> dict[int, Path]:
 
 def _load_json(path: Path, what: str, written_by: str = "nbdiff.record") -> Any:
     try:
-        return json.loads(path.read_text())
+        return load_json(read_text(path))
     except FileNotFoundError:
         raise DumpError(f"{path}: missing; is this a folder written by {written_by}?") from None
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
@@ -192,13 +193,12 @@ class _StepFiles(Sequence[list[Event]]):
 
 def _load_step(folder: Path, step: dict[str, Any], where: Path, key: str, k: int) -> list[Event]:
     from safetensors import SafetensorError
-    from safetensors.numpy import load_file
 
     payload: dict[str, np.ndarray] = {}
     if step.get("payload"):
         file = payload_path(folder, step["payload"], f"{key}.payload", where)
         try:
-            payload = load_file(str(file))
+            payload = read_payload(file, k)
         except (FileNotFoundError, SafetensorError, OSError) as exc:
             raise DumpError(f"{file}: cannot read step {k}'s tensors ({exc}).") from None
     try:

@@ -93,7 +93,8 @@ function stepChart(rows, first, onPick) {
   if (first !== null) parts.push(svg("line", { x1: x(first), x2: x(first), y1: T, y2: H - B, class: "nbd-first" }));
   const tick = Math.max(1, Math.ceil(rows.length / 10));
   rows.forEach((r, i) => {
-    if (i % tick === 0) parts.push(svg("text", { x: x(r.step), y: H - 6, "text-anchor": "middle", class: "nbd-axis" }, String(r.step)));
+    // A decode loop's axis reads token positions: where a late (position-dependent) bug starts.
+    if (i % tick === 0) parts.push(svg("text", { x: x(r.step), y: H - 6, "text-anchor": "middle", class: "nbd-axis" }, String(r.position ?? r.step)));
   });
   const legend = [];
   for (const [key, phase, colour] of SERIES) {
@@ -102,13 +103,14 @@ function stepChart(rows, first, onPick) {
     parts.push(svg("polyline", { points: pts.map((r) => `${x(r.step)},${y(r[key])}`).join(" "), fill: "none", stroke: colour, "stroke-width": 1.5 }));
     for (const r of pts) {
       const dot = svg("circle", { cx: x(r.step), cy: y(r[key]), r: 4, fill: colour, class: "nbd-point", "data-step": r.step, "data-phase": phase },
-        svg("title", {}, `step ${r.step} ${key}: ${fmt(r[key])}x tolerance`));
+        svg("title", {}, `step ${r.step}${r.position === undefined ? "" : ` (token position ${r.position})`} ${key}: ${fmt(r[key])}x tolerance`));
       dot.addEventListener("click", () => onPick(r.step, phase));
       parts.push(dot);
     }
     legend.push(h("span", { class: "nbd-key", style: `color:${colour}` }, `● ${key}`));
   }
-  return h("div", { class: "nbd-steps" }, h("div", { class: "nbd-steps-title" }, "worst error / tolerance per step (click a point for that step) ", ...legend),
+  const per = rows.some((r) => r.position !== undefined) ? "decode step (axis: token position)" : "step";
+  return h("div", { class: "nbd-steps" }, h("div", { class: "nbd-steps-title" }, `worst error / tolerance per ${per} (click a point for that step) `, ...legend),
     svg("svg", { viewBox: `0 0 ${W} ${H}`, width: W, height: H, class: "nbd-chart" }, ...parts));
 }
 

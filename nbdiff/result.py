@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from nbdiff.judge.blame import Divergence, EventDiff
+from nbdiff.judge.generation import Generation, generation, sequence_length
 from nbdiff.trace.events import Event, Kind, Phase
 
 __all__ = ["DiffResult", "step_error_rows"]
@@ -59,6 +60,12 @@ class DiffResult:
         """Compared events of one step and/or phase."""
         ph = Phase(phase) if phase is not None else None
         return [e for e in self.events if (step is None or e.base.step == step) and (ph is None or e.base.phase == ph)]
+
+    def generation(self) -> Generation | None:
+        """For a decode loop (inference, one new token per call after the prompt): each step's token
+        positions, the first decode step and token position that diverge, and whether the divergence
+        is late (past some position: a rotary, position or cache-offset bug) or early; else ``None``."""
+        return generation(self.step_errors(), self.first_divergence)
 
     def step_errors(self) -> list[StepRow]:
         """Per step, the worst error over tolerance of the model's outputs, the loss, the gradients
@@ -167,6 +174,9 @@ def step_error_rows(
     rows: dict[int, StepRow] = {} if into is None else into
     for d in events:
         e = d.base
+        if (n := sequence_length(d)) is not None:
+            row = rows.setdefault(e.step, dict(step=e.step, outputs=None, loss=None, gradients=None, updates=None))
+            row.setdefault("tokens", n)
         if e.phase is Phase.FORWARD and e.kind is Kind.LAYER and e.parent is None:
             key = "outputs"
         else:

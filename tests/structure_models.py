@@ -324,6 +324,69 @@ def decoder(fw: str, bug: bool = False) -> Any:
     return Decoder()
 
 
+def rotary_decoder(fw: str, bug_from: int | None = None) -> Any:
+    """A decoder with a KV cache and rotary position embeddings, as a port writes one: the prompt in
+    one call, then one token per call; positions come from the cache's length. ``bug_from``: its
+    ``rope`` adds 1 to every position from that one on (a wrong offset past a length)."""
+    n = _ns(fw)
+    if fw == "torch":
+        import torch as lib
+
+        cat = lambda xs, d: lib.cat(xs, d)  # noqa: E731
+        softmax, t = (lambda s: lib.softmax(s, -1)), (lambda x: x.transpose(1, 2))
+        arange = lambda a, b: lib.arange(a, b, dtype=lib.float32)  # noqa: E731
+    else:
+        import paddle as lib
+
+        cat = lambda xs, d: lib.concat(xs, d)  # noqa: E731
+        softmax, t = (lambda s: lib.nn.functional.softmax(s, -1)), (lambda x: x.transpose([0, 2, 1]))
+        arange = lambda a, b: lib.arange(a, b, dtype="float32")  # noqa: E731
+
+    class Rope(n.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.inv_freq = [1.0 / 10000 ** (i / 8) for i in range(0, 8, 2)]
+
+        def forward(self, positions):  # (L,) float positions
+            if bug_from is not None:
+                positions = (
+                    positions + (positions >= bug_from).astype(positions.dtype)
+                    if fw == "paddle"
+                    else positions + (positions >= bug_from).to(positions.dtype)
+                )
+            freqs = (
+                positions.unsqueeze(-1) * lib.to_tensor(self.inv_freq)
+                if fw == "paddle"
+                else positions.unsqueeze(-1) * lib.tensor(self.inv_freq)
+            )
+            return lib.cos(freqs), lib.sin(freqs)
+
+    def rotate(x, cos, sin):
+        x1, x2 = x[..., :4], x[..., 4:]
+        return cat([x1 * cos - x2 * sin, x1 * sin + x2 * cos], -1)
+
+    class RotaryDecoder(n.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.qkv, self.proj, self.head, self.rope = n.linear(8, 24), n.linear(8, 8), n.linear(8, 5), Rope()
+            self.keys: list[Any] = []
+            self.values: list[Any] = []
+            self.calls = 0
+
+        def forward(self, x):  # x: (batch, new tokens, 8)
+            self.calls += 1
+            seen = sum(k.shape[1] for k in self.keys)
+            cos, sin = self.rope(arange(seen, seen + x.shape[1]))
+            q, k, v = self.qkv(x).split([8, 8, 8], -1) if fw == "torch" else self.qkv(x).split(3, -1)
+            self.keys.append(rotate(k, cos, sin))
+            self.values.append(v)
+            keys, values = cat(self.keys, 1), cat(self.values, 1)
+            att = softmax(rotate(q, cos, sin) @ t(keys) / 8**0.5)
+            return self.head(x + self.proj(att @ values))
+
+    return RotaryDecoder()
+
+
 def decoders(direction: str, bug: bool = False) -> tuple[Any, Any]:
     """``(base, raw)`` decoders for ``"torch->paddle"`` or ``"paddle->torch"``, seeded; ``bug`` in raw."""
     import paddle

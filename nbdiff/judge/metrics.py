@@ -275,6 +275,9 @@ def compare_tensors(
 def _fitted(raw: np.ndarray, base: np.ndarray) -> tuple[np.ndarray, np.ndarray, str] | None:
     """Two arrays of different shapes made comparable (broadcast, or flattened when as large), with a
     note saying how; None when they cannot be."""
+    last = _last_positions(raw, base)
+    if last is not None:
+        return last
     wide = _broadcast(raw.shape, base.shape)
     if wide is not None:
         # (1, S, D) against (B, S, D): the same values, one side not yet expanded.
@@ -283,6 +286,25 @@ def _fitted(raw: np.ndarray, base: np.ndarray) -> tuple[np.ndarray, np.ndarray, 
     if raw.size != base.size:
         return None
     return raw.reshape(base.shape), base, f"shape {raw.shape} vs base {base.shape}, compared flattened"
+
+
+def _positions_cut(a: tuple[int, ...], b: tuple[int, ...]) -> bool:
+    """(batch, positions, features) shapes that differ in their positions only."""
+    return len(a) == 3 and len(b) == 3 and a[::2] == b[::2] and a[1] != b[1]
+
+
+def _last_positions(raw: np.ndarray, base: np.ndarray) -> tuple[np.ndarray, np.ndarray, str] | None:
+    """(batch, positions, features) against fewer positions: the last ones. A generation step
+    computes the logits of the last position only (transformers' ``logits_to_keep=1``) where a port
+    computes every position's; broadcasting would compare every position with the last one."""
+    if not _positions_cut(raw.shape, base.shape):
+        return None
+    n = min(raw.shape[1], base.shape[1])
+    side = "base" if base.shape[1] == n else "raw"
+    note = (
+        f"shape {raw.shape} vs base {base.shape}: {side} keeps the last {n} position(s), compared with the other's last"
+    )
+    return raw[:, raw.shape[1] - n :], base[:, base.shape[1] - n :], note
 
 
 def _finite_parts(a: np.ndarray, b: np.ndarray, d: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, bool]:
@@ -347,7 +369,14 @@ def compare_statistics(
     if tuple(base_shape) != tuple(raw_shape):
         # As compare_tensors does: one side not yet expanded along size-1 axes, or the same values
         # in another shape. Neither changes min, max, mean, std or mean |x|.
-        if _broadcast(tuple(raw_shape), tuple(base_shape)) is None and nb != nr:
+        if _positions_cut(tuple(raw_shape), tuple(base_shape)):
+            # One side kept the last positions only (a generation step's logits): statistics of
+            # every position say nothing of the last one's.
+            ratio, note = (
+                0.0,
+                f"shape {tuple(raw_shape)} vs base {tuple(base_shape)}: one side keeps the last positions only; not comparable by statistics",
+            )
+        elif _broadcast(tuple(raw_shape), tuple(base_shape)) is None and nb != nr:
             ratio, note = np.inf, f"shape {tuple(raw_shape)} vs base {tuple(base_shape)}"
         elif note == "compared by statistics":
             note = f"shape {tuple(raw_shape)} vs base {tuple(base_shape)}, compared by statistics"

@@ -175,7 +175,7 @@ def _restore_args(v: Any) -> Any:
 def _step_row(r: Any) -> dict[str, Any]:
     if not isinstance(r, dict):
         raise TypeError(f"a step_summary row is {type(r).__name__}, not an object")
-    return {str(k): int(v) if k == "step" else None if v is None else _read_float(v) for k, v in r.items()}
+    return {str(k): int(v) if k in ("step", "tokens") else None if v is None else _read_float(v) for k, v in r.items()}
 
 
 def load_result(path: str | os.PathLike[str]) -> DiffResult:

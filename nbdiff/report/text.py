@@ -98,9 +98,12 @@ def render_text(result: DiffResult) -> str:
         lines.append(f"  note: {n}")
     lines += _findings(result)
     d = result.first_divergence
+    decoding = result.generation()
     if d is None:
-        return "\n".join(lines)
+        return "\n".join(lines + ([f"  {decoding.describe()}"] if decoding else []))
     lines += ["", f"First divergence: {d.describe()}"]
+    if decoding is not None:
+        lines.append(f"  {decoding.describe()}")
     if d.arguments:
         what = "optimizer settings differ" if d.where == "parameter" else "arguments differ"
         lines.append(f"  why          {what}: {d.why()}")

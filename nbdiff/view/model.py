@@ -63,8 +63,14 @@ def summary_line(result: DiffResult) -> str:
 
 
 def step_rows(result: DiffResult) -> list[dict[str, Any]]:
-    """:meth:`DiffResult.step_errors` as JSON (no inf), for the view's step chart."""
-    return [{k: (_ratio(v) if isinstance(v, float) else v) for k, v in r.items()} for r in result.step_errors()]
+    """:meth:`DiffResult.step_errors` as JSON (no inf), for the view's step chart; a decode loop's
+    rows carry their first token position (the chart's axis then reads positions)."""
+    rows = [{k: (_ratio(v) if isinstance(v, float) else v) for k, v in r.items()} for r in result.step_errors()]
+    decoding = result.generation()
+    if decoding is not None:
+        for r, (start, _) in zip(rows, decoding.positions):
+            r["position"] = start
+    return rows
 
 
 def _ratio(x: float | None) -> float | None:

@@ -176,11 +176,20 @@ class record:
             finally:
                 if self._other_threads:
                     self._writer.meta["calls_from_other_threads"] = self._other_threads
+                if self._session.dropout_off:
+                    self._writer.meta["dropout_off"] = list(self._session.dropout_off)
                 self.path = self._writer.close(interrupted=(exc_type is not None and written > 0) or not flushed)
             if self._other_threads:
                 warnings.warn(
                     f"nbdiff.record: {self._other_threads} call(s) of the model from threads other than the one "
                     f"recording were not recorded ({self.path}); record each thread's model on its own.",
+                    stacklevel=2,
+                )
+            if self._session.dropout_off:
+                warnings.warn(
+                    f"nbdiff.record: dropout was off while recording ({', '.join(self._session.dropout_off[:6])}), so "
+                    "that the other side's recording can agree; the steps recorded are not the ones your loop makes "
+                    "without nbdiff. The rates are back as they were.",
                     stacklevel=2,
                 )
 

@@ -231,7 +231,7 @@ class watch:
                 "Call both models (base first) in the cell."
             )
         verdict = Verdict()
-        verdict.warnings += self._warnings
+        verdict.warnings += self._warnings + self._dropout_warning()
         if len(bsteps) != len(rsteps):
             verdict.warnings.append(f"base ran {len(bsteps)} step(s), raw {len(rsteps)}: compared the first {n}.")
         pairing: Pairing | None = None
@@ -251,6 +251,19 @@ class watch:
             explained_by=((self.bfw, self.rfw), (self.base, self.raw), self._optimizers),
         )
         return spilled(result, SPILL_ABOVE_MIB)
+
+    def _dropout_warning(self) -> list[str]:
+        """What watching changed in the user's own run: dropout, turned off so both sides agree."""
+        off = [f"base {x}" for x in self._b.dropout_off] + [f"raw {x}" for x in self._r.dropout_off]
+        if not off:
+            return []
+        more = f" and {len(off) - 6} more" if len(off) > 6 else ""
+        return [
+            f"dropout was off while watching ({', '.join(off[:6])}{more}): both models must compute the same "
+            "thing, so the steps you watched are not the ones your loop makes without nbdiff; the rates are back "
+            "as they were. Dropout that a layer's code applies at a fixed rate (F.dropout(x, 0.1)) cannot be "
+            "turned off: if the outputs differ from such a layer on, compare in eval mode."
+        ]
 
     def _compare_step(self, k: int, brec: StepRecord, rrec: StepRecord, verdict: Verdict) -> Pairing:
         """Step ``k`` as the user ran it: replays on the weights it ran with, then its updates. Every

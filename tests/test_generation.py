@@ -129,3 +129,28 @@ def test_a_rotary_theta_bug_in_generation_is_blamed_at_its_step_and_layer():
     g = r.generation()
     # Position 0 rotates by nothing at any theta: the error starts at position 1.
     assert (g.step, g.position, g.late) == (0, 1, True)
+
+
+def test_decode_loops_recorded_apart_compare_as_a_decode_loop(tmp_path):
+    from tests.structure_models import rotary_decoder
+
+    torch.manual_seed(0)
+    paddle.seed(0)
+    base, raw = rotary_decoder("torch"), rotary_decoder("paddle", bug_from=16)
+    raw.set_state_dict(
+        {
+            k: paddle.to_tensor(v.detach().numpy().T if v.ndim == 2 else v.detach().numpy())
+            for k, v in base.state_dict().items()
+        }
+    )
+    rng = np.random.RandomState(0)
+    calls = [rng.randn(2, 4, 8).astype("float32")] + [rng.randn(2, 1, 8).astype("float32") for _ in range(20)]
+    for model, fw, out in ((base, "torch", tmp_path / "b"), (raw, "paddle", tmp_path / "r")):
+        with nbdiff.record(model, out), torch.no_grad(), paddle.no_grad():
+            for x in calls:
+                model(_tensor(fw, x))
+    r = nbdiff.compare(tmp_path / "b", tmp_path / "r")
+    d = r.first_divergence
+    assert (d.step, d.raw_path) == (13, "rope"), r.report()
+    g = r.generation()
+    assert (g.step, g.position, g.late) == (13, 16, True)

@@ -326,3 +326,13 @@ def test_another_threads_calls_are_not_merged_into_the_steps(tmp_path, fw):
     dump = read_dump(rec.path)
     assert len(dump.steps) == 3 and dump.meta["calls_from_other_threads"] == 5
     assert all(len([e for e in s if e.path == "fc1" and e.phase.value == "forward"]) == 1 for s in dump.steps)
+
+
+def test_recording_says_it_turned_dropout_off(tmp_path):
+    torch = pytest.importorskip("torch")
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Dropout(0.3))
+    with pytest.warns(UserWarning, match=r"dropout was off while recording \(1\.p=0\.3\)"):
+        with nbdiff.record(model, tmp_path / "d"):
+            model(torch.ones(2, 4))
+    assert model[1].p == 0.3
+    assert json.loads((tmp_path / "d" / "rank0" / "manifest.json").read_text())["dropout_off"] == ["1.p=0.3"]

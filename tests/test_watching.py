@@ -53,3 +53,45 @@ def test_a_decode_loop_with_a_kv_cache_calls_raw_only_as_often_as_the_loop(direc
                 raw(tensor(rfw, t))
     assert raw.calls == base.calls == 8 and len(raw.cache) == len(base.cache) == 8
     assert w.result and w.result.steps == 8, w.result.report()
+
+
+class _Attention(torch.nn.Module):
+    """Keeps its dropout rate as a float and applies it itself, as transformers' attention layers do."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.attention_dropout = 0.25
+        self.proj = torch.nn.Linear(8, 8)
+
+    def forward(self, x):
+        return torch.nn.functional.dropout(self.proj(x), p=self.attention_dropout, training=self.training)
+
+
+@pytest.mark.parametrize("direction", ["torch->paddle", "paddle->torch"])
+def test_watching_says_it_turned_dropout_off_and_puts_it_back(direction):
+    paddle = pytest.importorskip("paddle")
+    bfw, rfw = direction.split("->")
+
+    def model(fw):
+        if fw == "torch":
+            return torch.nn.Sequential(_Attention(), torch.nn.Dropout(0.3), torch.nn.Linear(8, 4))
+        return paddle.nn.Sequential(paddle.nn.Linear(8, 8), paddle.nn.Dropout(0.3), paddle.nn.Linear(8, 4))
+
+    torch.manual_seed(0)
+    base, raw = model(bfw), model(rfw)
+    x = np.ones((2, 8), "float32")
+    t = lambda fw: torch.from_numpy(x) if fw == "torch" else paddle.to_tensor(x)  # noqa: E731
+    with nbdiff.watch(base, raw, layer_map=None) as w:
+        for _ in range(2):
+            base(t(bfw))
+            raw(t(rfw))
+    said = [m for m in w.result.warnings if m.startswith("dropout was off while watching")]
+    assert len(said) == 1, w.result.warnings
+    torch_side = "base" if bfw == "torch" else "raw"
+    assert f"{torch_side} 0.attention_dropout=0.25" in said[0] and f"{torch_side} 1.p=0.3" in said[0]
+    # Put back as the user had them.
+    tm = base if bfw == "torch" else raw
+    pm = raw if bfw == "torch" else base
+    assert tm[0].attention_dropout == 0.25 and tm[1].p == 0.3 and pm[1].p == 0.3
+    # Both ran deterministic while watched: the outputs agreed (no dropout mask drawn).
+    assert w.result, w.result.report()

@@ -92,7 +92,14 @@ def _first_differing_position(d: Divergence) -> int:
     name = d.metrics.name
     find = lambda e: next((t for ts in (e.outputs, e.inputs) for t in ts if t.name == name), None)  # noqa: E731
     b, r = find(pair.base), find(pair.raw)
-    if b is None or r is None or b.value is None or r.value is None or b.value.shape != r.value.shape or b.value.ndim != 3:
+    if (
+        b is None
+        or r is None
+        or b.value is None
+        or r.value is None
+        or b.value.shape != r.value.shape
+        or b.value.ndim != 3
+    ):
         return 0
     tol = d.metrics.tolerance
     base, raw = b.value.astype(np.float64), r.value.astype(np.float64)

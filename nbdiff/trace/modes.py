@@ -73,22 +73,39 @@ def eval_mode(fw: Framework, model: Any) -> Iterator[None]:
 
 
 @contextmanager
-def no_dropout(fw: Framework, model: Any) -> Iterator[None]:
+def no_dropout(fw: Framework, model: Any) -> Iterator[list[str]]:
     """Set the dropout probability of every dropout in training mode to 0, so both sides compute
     the same thing; restore after. In eval mode dropout is left alone: it is already off, and
-    zeroing ``p`` would also remove paddle's ``downscale_in_infer`` eval scaling, a real difference."""
+    zeroing ``p`` would also remove paddle's ``downscale_in_infer`` eval scaling, a real difference.
+
+    Besides dropout layers, a rate a layer's own code reads at call time is zeroed too (a float
+    attribute named like ``attention_dropout``, as transformers' attention layers keep theirs).
+    Yields what was turned off (``"layers.0.drop p=0.3"``), for telling the user."""
     saved: list[tuple[Any, str, Any]] = []
+    off: list[str] = []
     try:
-        for _, layer in fw.named_layers(model):
+        for path, layer in fw.named_layers(model):
             if not fw.is_training(layer):
                 continue
-            for attr in fw.dropout_attrs(layer):
-                saved.append((layer, attr, getattr(layer, attr)))
+            for attr in dict.fromkeys((*fw.dropout_attrs(layer), *_dropout_rates(layer))):
+                value = getattr(layer, attr)
+                saved.append((layer, attr, value))
                 setattr(layer, attr, 0.0)
-        yield
+                if isinstance(value, (int, float)) and value > 0:
+                    off.append(f"{path or '<root>'}.{attr}={value:g}")
+        yield off
     finally:
         for layer, attr, value in reversed(saved):
             setattr(layer, attr, value)
+
+
+def _dropout_rates(layer: Any) -> list[str]:
+    """A layer's own dropout rates: float attributes named ``*dropout*`` or ``*drop_prob*`` in (0, 1)."""
+    return [
+        name
+        for name, value in vars(layer).items()
+        if ("dropout" in name.lower() or "drop_prob" in name.lower()) and type(value) is float and 0.0 < value < 1.0
+    ]
 
 
 @contextmanager

@@ -103,10 +103,14 @@ def read_payload(path: Path, step: int) -> dict[str, np.ndarray]:
         size = os.fstat(fd).st_size
         head = os.pread(fd, 8, 0)
         if len(head) < 8:
-            raise DumpError(f"{path}: step {step}'s payload is {size} bytes, too short for a safetensors header.")
+            raise DumpError(
+                f"{path}: cannot read step {step}'s tensors: the payload is {size} bytes, too short for a safetensors header."
+            )
         (n,) = struct.unpack("<Q", head)
         if n > min(_MAX_HEADER, size - 8):
-            raise DumpError(f"{path}: step {step}'s payload claims a {n}-byte header in a {size}-byte file.")
+            raise DumpError(
+                f"{path}: cannot read step {step}'s tensors: the payload claims a {n}-byte header in a {size}-byte file."
+            )
         raw_header = os.pread(fd, n, 8)
         header = _header(raw_header, path, step)
         begin = 8 + n
@@ -114,12 +118,12 @@ def read_payload(path: Path, step: int) -> dict[str, np.ndarray]:
         ends = [e["data_offsets"][1] for e in header.values()]
         if max(ends, default=0) != data:
             raise DumpError(
-                f"{path}: step {step}'s payload header describes {max(ends, default=0)} bytes of data, the file holds {data}."
+                f"{path}: cannot read step {step}'s tensors: its header describes {max(ends, default=0)} bytes of data, the file holds {data}."
             )
         free = available_memory()
         if free is not None and data > free:
             raise DumpError(
-                f"{path}: step {step}'s payload holds {data / 2**30:.1f} GiB of tensors, more than the "
+                f"{path}: cannot read step {step}'s tensors: they are {data / 2**30:.1f} GiB, more than the "
                 f"{free / 2**30:.1f} GiB of memory available; compare on a larger machine, or record fewer "
                 "tensors (dump_type='statistics', tensors=[...])."
             )
@@ -128,7 +132,9 @@ def read_payload(path: Path, step: int) -> dict[str, np.ndarray]:
         while got < data:
             k = os.preadv(fd, [view[got:]], begin + got)
             if k <= 0:
-                raise DumpError(f"{path}: step {step}'s payload ended early (read {got} of {data} bytes).")
+                raise DumpError(
+                    f"{path}: cannot read step {step}'s tensors: the file ended early (read {got} of {data} bytes)."
+                )
             got += k
     finally:
         os.close(fd)
@@ -143,9 +149,11 @@ def _header(raw: bytes, path: Path, step: int) -> dict[str, dict[str, Any]]:
     try:
         header = json.loads(raw)
     except (json.JSONDecodeError, UnicodeDecodeError, RecursionError):
-        raise DumpError(f"{path}: step {step}'s payload header is not valid JSON; the file was edited.") from None
+        raise DumpError(
+            f"{path}: cannot read step {step}'s tensors: the header is not valid JSON; the file was edited."
+        ) from None
     if not isinstance(header, dict):
-        raise DumpError(f"{path}: step {step}'s payload header is not a JSON object.")
+        raise DumpError(f"{path}: cannot read step {step}'s tensors: the header is not a JSON object.")
     header.pop("__metadata__", None)
     spans = []
     for key, e in header.items():
@@ -155,18 +163,18 @@ def _header(raw: bytes, path: Path, step: int) -> dict[str, dict[str, Any]]:
             lo, hi = (int(x) for x in e["data_offsets"])
         except (KeyError, TypeError, ValueError):
             raise DumpError(
-                f"{path}: step {step}'s payload entry {printable(str(key))!r} is malformed or of a type nbdiff does not write."
+                f"{path}: cannot read step {step}'s tensors: entry {printable(str(key))!r} is malformed or of a type nbdiff does not write."
             ) from None
         count = int(np.prod(shape, dtype=np.int64)) if shape else 1
         if min(shape, default=0) < 0 or lo < 0 or hi - lo != count * dtype.itemsize:
             raise DumpError(
-                f"{path}: step {step}'s payload entry {printable(str(key))!r}: its offsets do not fit its shape."
+                f"{path}: cannot read step {step}'s tensors: entry {printable(str(key))!r}: its offsets do not fit its shape."
             )
         e["_dtype"], e["_shape"], e["_span"] = dtype, shape, (lo, hi)
         spans.append((lo, hi))
     spans.sort()
     if any(a[1] > b[0] for a, b in zip(spans, spans[1:])):
-        raise DumpError(f"{path}: step {step}'s payload entries overlap; the file was edited.")
+        raise DumpError(f"{path}: cannot read step {step}'s tensors: entries overlap; the file was edited.")
     return header
 
 

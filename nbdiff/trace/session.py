@@ -35,12 +35,14 @@ class ModelSession:
         """Trainable tensors at the start of each step, then at the end."""
         self.grads: list[Weights] = []
         """Parameter gradients of each step, summed over its backward passes."""
+        self.dropout_off: list[str] = []
+        """The dropout rates set to 0 while hooked (``"drop.p=0.3"``): the user's run is not the same."""
 
     def install(self, stack: ExitStack, on_root: Callable[..., Any]) -> None:
         """Hook the model until ``stack`` closes: dropout off, modes kept, ``on_root`` before each step."""
         fw = self.fw
         stack.enter_context(training_flags(fw, self.model))
-        stack.enter_context(no_dropout(fw, self.model))
+        self.dropout_off = stack.enter_context(no_dropout(fw, self.model))
         # The step hook goes first, so a step is counted before its layers are recorded.
         handles = fw.hook_forward(self.model, on_root, lambda *a, **k: None)
         stack.callback(_remove, handles)

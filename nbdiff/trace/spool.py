@@ -10,7 +10,8 @@ are held, so a check keeps at most about that much of the spooled recording in m
 The data stays in the file (the page cache, written back to disk under pressure): a view
 read again is read again from it, and stays valid for as long as it lives.
 
-Small arrays stay in memory: a map costs a page, and they are not the peak.
+Arrays under a KiB (a loss, a scalar) stay in memory: a view of the map costs more than they
+do. A small layer's activations do not: a long watch of many small layers piled them up.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ MEMORY_MIB = 256.0
 """Default: a check holds this many MiB of its recording in memory, the rest in a file. The
 benchmark transformer (215 MiB) stays in memory; spooling costs it about 5% more time."""
 
-SMALL_BYTES = 1 << 16
+SMALL_BYTES = 1 << 10
 """Arrays below this many bytes are copied in memory, never spooled."""
 _ALIGN = 64  # each array starts on a cache line, so every dtype is aligned in the map
 

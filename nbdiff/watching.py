@@ -121,8 +121,10 @@ class watch:
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
         self.finish(compare=exc_type is None)
 
-    def finish(self, compare: bool = True) -> DiffResult | None:
-        """Remove every hook and restore modes; then, with ``compare``, compare and keep ``result``."""
+    def finish(self, compare: bool = True, interrupted: bool = False) -> DiffResult | None:
+        """Remove every hook and restore modes; then, with ``compare``, compare and keep ``result``.
+        ``interrupted``: the code stopped mid-step (Ctrl-C); the steps both models completed are
+        compared, the one in progress is left out (``None`` when there is none)."""
         try:
             for side in (self._b, self._r):
                 side.end()
@@ -130,7 +132,7 @@ class watch:
             self._stack.close()
         try:
             if compare:
-                self.result = self._compare()
+                self.result = self._compare(interrupted)
         finally:
             self._spool.close()
         return self.result
@@ -221,10 +223,15 @@ class watch:
         return Feed(rekey(feed.inputs), rekey(feed.grads))
 
     # -- comparing -------------------------------------------------------------
-    def _compare(self) -> DiffResult:
+    def _compare(self, interrupted: bool = False) -> DiffResult | None:
         bsteps = self._b.recorder.events_by_root_call(self._b.grads)
         rsteps = self._r.recorder.events_by_root_call(self._r.grads)
         n = min(len(bsteps), len(rsteps))
+        if interrupted:
+            # The step both began last may be cut short; one side's step before the other's next is whole.
+            n -= len(bsteps) == len(rsteps)
+            if n <= 0:
+                return None
         if n == 0:
             raise InputError(
                 f"The code called base {len(bsteps)} time(s) and raw {len(rsteps)} time(s): nothing to compare. "
@@ -232,7 +239,11 @@ class watch:
             )
         verdict = Verdict()
         verdict.warnings += self._warnings + self._dropout_warning()
-        if len(bsteps) != len(rsteps):
+        if interrupted:
+            verdict.warnings.append(
+                f"interrupted in step {n}: the {n} step(s) both models completed are compared, the one in progress is not."
+            )
+        elif len(bsteps) != len(rsteps):
             verdict.warnings.append(f"base ran {len(bsteps)} step(s), raw {len(rsteps)}: compared the first {n}.")
         pairing: Pairing | None = None
         final = (self._b.weights_now(), self._r.weights_now())

@@ -252,3 +252,25 @@ def test_memory_flag_reaches_the_check_and_bad_values_are_refused(ip):
         ip.run_line_magic("modeldiff", "tb pb x --memory-mib lots")
     with pytest.raises(OptionError, match="memory_mib=-1.0 must be"):
         ip.run_cell_magic("modeldiff", "tb pb --memory-mib -1", TRAIN)  # and by watch
+
+
+def test_an_interrupted_cell_keeps_and_shows_the_steps_both_models_completed(ip, capsys):
+    # %%modeldiff interrupted after thousands of steps said "nothing was compared".
+    _models(ip, bug="eps")
+    cell = """%%modeldiff tb pb --out found
+topt = torch.optim.SGD(tb.parameters(), lr=0.1)
+popt = paddle.optimizer.SGD(learning_rate=0.1, parameters=pb.parameters())
+for i in range(10):
+    tb(torch.tensor(x)).mean().backward(); topt.step(); topt.zero_grad()
+    if i == 3:
+        raise KeyboardInterrupt  # Ctrl-C in step 3, after base's part of it
+    pb(paddle.to_tensor(x)).mean().backward(); popt.step(); popt.clear_grad()
+"""
+    run = ip.run_cell(cell)
+    assert not run.success and isinstance(run.error_in_exec, KeyboardInterrupt)
+    out = capsys.readouterr().out
+    assert "the 3 step(s) both models completed were compared" in out
+    found = ip.user_ns["found"]
+    assert found.steps == 3 and not found and found.first_divergence.step == 0
+    assert any(w.startswith("interrupted in step 3") for w in found.warnings)
+    assert not _hooks_left(ip)

@@ -135,11 +135,26 @@ class ModelDiffMagics(Magics):
             run = shell.run_cell("# %%modeldiff\n" + cell, store_history=False)
         finally:
             shell.execution_count = count
-            w.finish(compare=run is not None and run.success)
+            error = None if run is None or run.success else (run.error_in_exec or run.error_before_exec)
+            stopped = isinstance(error, KeyboardInterrupt)
+            try:
+                w.finish(compare=(run is not None and run.success) or stopped, interrupted=stopped)
+            except NbdiffError:
+                if not stopped:
+                    raise  # after a Ctrl-C, the interrupt is the news: the steps compare or they don't
         if not run.success:
-            error = run.error_in_exec or run.error_before_exec
             done = "nbdiff removed its hooks and restored modes; nothing was compared."
-            if isinstance(error, KeyboardInterrupt):
+            if stopped:
+                if w.result is not None:
+                    # The complete steps are the answer so far: kept and shown before stopping "Run All".
+                    shell.user_ns[args.out] = w.result
+                    from IPython.display import display
+
+                    display(w.result.show())
+                    done = (
+                        f"nbdiff removed its hooks and restored modes; the {w.result.steps} step(s) both models "
+                        f"completed were compared (shown above, and in `{args.out}`)."
+                    )
                 raise CellInterrupted(f"the cell was interrupted; {done}")
             # Raised again, so that "Run All" and nbconvert --execute stop here.
             raise CellFailed(f"the cell raised {type(error).__name__} (traceback above); {done}")

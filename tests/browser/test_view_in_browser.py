@@ -435,7 +435,7 @@ def test_a_reopened_notebook_shows_the_static_copy(page, jupyter_server, tmp_pat
     assert page.locator("text=Error displaying widget").count() == 0
 
 
-def test_a_notebook_saved_and_reopened_in_the_same_lab_shows_the_static_copy(page, jupyter_server):
+def test_a_notebook_saved_and_reopened_in_the_same_lab_still_shows_the_answer(page, jupyter_server):
     # Trusted (Lab signed it when saving), so Lab renders the widget output and finds no model: the
     # static copy, an output of its own, is what shows the answer.
     write_notebook(jupyter_server["root"] / "saved.ipynb", [SETUP, "%modeldiff tb pb x"])
@@ -451,6 +451,10 @@ def test_a_notebook_saved_and_reopened_in_the_same_lab_shows_the_static_copy(pag
     assert any("nbd-static" in "".join(o.get("data", {}).get("text/html", "")) for o in saved["cells"][1]["outputs"])
     page.reload()
     page.wait_for_selector(".jp-Notebook .jp-Cell", state="visible")
-    static = page.locator(".nbd-static")
-    static.wait_for(state="visible", timeout=30_000)
-    assert "FAILED at step 0, forward" in static.inner_text()
+    # The kernel still runs: Lab may restore the live view from it (then the static copy stays
+    # hidden), or find no model and show the static copy. Either shows the answer; which one
+    # depends on when the kernel's widget state arrives (this test once waited for the static
+    # copy while the live view came back).
+    shown = page.locator(f".nbd-static:visible, {VIEW} .nbd-summary:visible").first
+    shown.wait_for(state="visible", timeout=30_000)
+    assert "FAILED at step 0, forward" in shown.inner_text()

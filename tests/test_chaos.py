@@ -1,0 +1,200 @@
+"""A Ctrl-C at every event boundary of auto_diff, watch and record leaves nothing of nbdiff's behind.
+
+A trap placed in the user's models raises ``KeyboardInterrupt`` at the Nth layer call (forward) or
+the Nth gradient through it (backward), for every N until a run completes without reaching it.
+After each interrupt: no forward hook, no tensor hook, no API patch (torch function modes,
+paddle's API table) of nbdiff's is left, train/eval modes, dropout rates, ``requires_grad`` and
+weights are as the user had them, the Ctrl-C handler is Python's, and memory is back within a
+bound of where it started.
+"""
+
+from __future__ import annotations
+
+import gc
+import signal
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import pytest
+
+import nbdiff
+from nbdiff.trace.patching import active_patches
+
+torch = pytest.importorskip("torch")
+paddle = pytest.importorskip("paddle")
+
+X = np.random.RandomState(0).randn(4, 16).astype("float32")
+
+
+class _Trap:
+    """Counts the boundaries the user's models pass; raises Ctrl-C at the ``at``-th."""
+
+    def __init__(self) -> None:
+        self.at, self.seen = -1, 0
+
+    def tick(self) -> None:
+        self.seen += 1
+        if self.seen == self.at:
+            raise KeyboardInterrupt
+
+
+TRAP = _Trap()
+
+
+class _TorchTrapFn(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):  # type: ignore[override]
+        return x.clone()
+
+    @staticmethod
+    def backward(ctx, g):  # type: ignore[override]
+        TRAP.tick()
+        return g
+
+
+class _PaddleTrapFn(paddle.autograd.PyLayer):
+    @staticmethod
+    def forward(ctx, x):  # type: ignore[override]
+        return x.clone()
+
+    @staticmethod
+    def backward(ctx, g):  # type: ignore[override]
+        TRAP.tick()
+        return g
+
+
+def _model(fw: str) -> Any:
+    if fw == "torch":
+
+        class Trap(torch.nn.Module):
+            def forward(self, x):
+                TRAP.tick()
+                return _TorchTrapFn.apply(x)
+
+        torch.manual_seed(0)
+        return torch.nn.Sequential(
+            torch.nn.Linear(16, 32), Trap(), torch.nn.Dropout(0.2), torch.nn.GELU(), Trap(), torch.nn.Linear(32, 4)
+        )
+
+    class PTrap(paddle.nn.Layer):
+        def forward(self, x):
+            TRAP.tick()
+            return _PaddleTrapFn.apply(x)
+
+    paddle.seed(0)
+    return paddle.nn.Sequential(
+        paddle.nn.Linear(16, 32), PTrap(), paddle.nn.Dropout(0.2), paddle.nn.GELU(), PTrap(), paddle.nn.Linear(32, 4)
+    )
+
+
+def _tensor(model: Any, a: np.ndarray) -> Any:
+    return torch.from_numpy(a) if isinstance(model, torch.nn.Module) else paddle.to_tensor(a)
+
+
+def _layers(model: Any) -> list[Any]:
+    return list(model.modules()) if isinstance(model, torch.nn.Module) else list(model.sublayers(include_self=True))
+
+
+def _state(models: tuple[Any, ...]) -> dict[str, Any]:
+    """Everything of the models and the process that nbdiff touches and must put back."""
+    out: dict[str, Any] = {
+        "patches": active_patches(),
+        "torch modes": torch._C._len_torch_function_stack(),
+        "paddle api": (paddle.matmul, paddle.Tensor.__add__, paddle.nn.functional.gelu, paddle.add),
+        "sigint": signal.getsignal(signal.SIGINT),
+    }
+    for i, m in enumerate(models):
+        layers = _layers(m)
+        if isinstance(m, torch.nn.Module):
+            hooks = [len(x._forward_hooks) + len(x._forward_pre_hooks) + len(x._backward_hooks) for x in layers]
+            params = list(m.parameters())
+            out[f"{i} tensor hooks"] = [len(p._backward_hooks or {}) for p in params]
+            out[f"{i} grad flags"] = [p.requires_grad for p in params]
+            out[f"{i} weights"] = [p.detach().numpy().tobytes() for p in params]
+        else:
+            hooks = [len(x._forward_pre_hooks) + len(x._forward_post_hooks) for x in layers]
+            params = m.parameters()
+            out[f"{i} grad flags"] = [p.stop_gradient for p in params]
+            out[f"{i} weights"] = [p.numpy().tobytes() for p in params]
+        out[f"{i} hooks"] = hooks
+        out[f"{i} modes"] = [x.training for x in layers]
+        out[f"{i} dropout"] = [getattr(x, "p", None) for x in layers]
+    return out
+
+
+def _anon_mib() -> float:
+    gc.collect()
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("RssAnon")) / 1024
+
+
+def _auto_diff(base: Any, raw: Any, api: bool) -> None:
+    nbdiff.auto_diff(base, raw, _tensor(base, X), api_level=api)
+
+
+def _watch(base: Any, raw: Any, api: bool) -> None:
+    with nbdiff.watch(base, raw, auto_init=False, api_level=api):
+        for _ in range(2):
+            base(_tensor(base, X)).mean().backward()
+            raw(_tensor(raw, X)).mean().backward()
+
+
+def _record(base: Any, raw: Any, api: bool, folder: Any = None) -> None:
+    with nbdiff.record(raw, folder, api_level=api, overwrite=True):
+        for _ in range(2):
+            raw(_tensor(raw, X)).mean().backward()
+
+
+def _clear_grads(models: tuple[Any, ...]) -> None:
+    for m in models:
+        if isinstance(m, torch.nn.Module):
+            m.zero_grad(set_to_none=True)
+        else:
+            m.clear_gradients()
+
+
+VERBS: dict[str, Callable[..., None]] = {"auto_diff": _auto_diff, "watch": _watch, "record": _record}
+
+
+@pytest.mark.parametrize("api", [False, True], ids=["layers", "api"])
+@pytest.mark.parametrize("verb", sorted(VERBS))
+@pytest.mark.parametrize("direction", ["torch->paddle", "paddle->torch"])
+def test_a_ctrl_c_at_every_event_boundary_leaves_nothing_behind(verb, direction, api, tmp_path):
+    bfw, rfw = direction.split("->")
+    models = (_model(bfw), _model(rfw))
+    for m in models:
+        m.train()
+    run = VERBS[verb]
+    if verb == "record":
+        run = lambda b, r, a: _record(b, r, a, tmp_path / "dump")  # noqa: E731
+    before = _state(models)
+    start = None
+    interrupted = 0
+    for n in range(1, 200):
+        TRAP.at, TRAP.seen = n, 0
+        try:
+            run(*models, api)
+        except KeyboardInterrupt:
+            interrupted += 1
+        else:
+            break  # the run never reached boundary n: every boundary was tried
+        finally:
+            TRAP.at = -1
+            _clear_grads(models)
+        after = _state(models)
+        diff = [k for k in before if before[k] != after[k]]
+        assert not diff, f"{verb} interrupted at boundary {n}: changed {diff}"
+        start = start if start is not None else _anon_mib()
+    assert interrupted >= 8, f"only {interrupted} boundaries reached"
+    assert _anon_mib() - start < 150, "memory grew with the interrupts"
+    COUNTS[(verb, direction, api)] = interrupted
+
+
+COUNTS: dict[tuple[str, str, bool], int] = {}
+"""Interrupt points tried per case (printed by ``-s`` for the closing note)."""
+
+
+def teardown_module() -> None:
+    if COUNTS:
+        print(f"\nchaos: {sum(COUNTS.values())} interrupt points over {len(COUNTS)} cases: {COUNTS}")

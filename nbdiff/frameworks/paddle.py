@@ -228,7 +228,12 @@ class PaddleFramework:
         paddle.set_rng_state(state)
 
     def backward(self, loss: Any) -> None:
-        loss.backward()
+        try:
+            loss.backward()
+        except OSError as exc:
+            if "KeyboardInterrupt" in str(exc):  # a Ctrl-C in a PyLayer or hook, which paddle wraps
+                raise KeyboardInterrupt from None
+            raise
 
     def grad(self, outputs: Sequence[Any], inputs: Sequence[Any], grad_outputs: Sequence[Any]) -> list[Any | None]:
         return list(paddle.grad(list(outputs), list(inputs), list(grad_outputs), allow_unused=True))

@@ -8,6 +8,7 @@ import numpy as np
 
 from nbdiff.errors import InputError, ModelCallError
 from nbdiff.frameworks import Framework
+from nbdiff.trace.interrupts import is_interrupt
 from nbdiff.trace.nest import flatten, unflatten
 
 __all__ = ["CallArgs", "split_inputs", "call_model"]
@@ -72,6 +73,8 @@ def call_model(model: Any, call: CallArgs, side: str) -> Any:
     try:
         return model(*args, **kwargs)
     except Exception as exc:
+        if is_interrupt(exc):
+            raise KeyboardInterrupt from None
         raise ModelCallError(
             f"The {side} model ({type(model).__name__}) raised {type(exc).__name__}: {exc}. "
             "The traceback above is your model's; nbdiff removed its hooks and restored the model."

@@ -13,7 +13,14 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-__all__ = ["interrupts_deferred"]
+__all__ = ["interrupts_deferred", "is_interrupt"]
+
+
+def is_interrupt(exc: BaseException) -> bool:
+    """Whether ``exc`` is a Ctrl-C: a ``KeyboardInterrupt``, or the ``OSError`` paddle raises in its
+    place when the Ctrl-C came in Python code it called (a PyLayer's backward, a hook), whose text
+    names it. Reported as anything else, an interrupt read as the model's error."""
+    return isinstance(exc, KeyboardInterrupt) or (isinstance(exc, OSError) and "KeyboardInterrupt" in str(exc))
 
 
 @contextmanager

@@ -73,41 +73,21 @@ class _PaddleTrapFn(paddle.autograd.PyLayer):
 def _model(fw: str, bug: bool = False) -> Any:
     """Layers with a trap between them; ``bug``: the second trap scales by 1.01 (auto_diff then
     replays layers, more boundaries of nbdiff's own)."""
-    scale = 1.01 if bug else 1.0
-    if fw == "torch":
+    nn, trap_fn = (torch.nn, _TorchTrapFn) if fw == "torch" else (paddle.nn, _PaddleTrapFn)
 
-        class Trap(torch.nn.Module):
-            def __init__(self, s: float = 1.0) -> None:
-                super().__init__()
-                self.s = s
-
-            def forward(self, x):
-                TRAP.tick()
-                return _TorchTrapFn.apply(x, self.s)
-
-        torch.manual_seed(0)
-        return torch.nn.Sequential(
-            torch.nn.Linear(16, 32), Trap(), torch.nn.Dropout(0.2), torch.nn.GELU(), Trap(scale), torch.nn.Linear(32, 4)
-        )
-
-    class PTrap(paddle.nn.Layer):
+    class Trap(nn.Module if fw == "torch" else nn.Layer):
         def __init__(self, s: float = 1.0) -> None:
             super().__init__()
             self.s = s
 
         def forward(self, x):
             TRAP.tick()
-            return _PaddleTrapFn.apply(x, self.s)
+            return trap_fn.apply(x, self.s)
 
+    torch.manual_seed(0)
     paddle.seed(0)
-    return paddle.nn.Sequential(
-        paddle.nn.Linear(16, 32),
-        PTrap(),
-        paddle.nn.Dropout(0.2),
-        paddle.nn.GELU(),
-        PTrap(scale),
-        paddle.nn.Linear(32, 4),
-    )
+    layers = [nn.Linear(16, 32), Trap(), nn.Dropout(0.2), nn.GELU(), Trap(1.01 if bug else 1.0), nn.Linear(32, 4)]
+    return nn.Sequential(*layers)
 
 
 def _tensor(model: Any, a: np.ndarray) -> Any:

@@ -44,43 +44,25 @@ __all__ = [
     "shard_slices",
 ]
 
+_COLUMN_PARAMS = {
+    "torch": {"weight": "shard(0)", "bias": "shard(0)"},
+    "paddle": {"weight": "shard(1)", "bias": "shard(0)"},
+}
+_ROW_PARAMS = {
+    "torch": {"weight": "shard(1)", "bias": "replicate"},
+    "paddle": {"weight": "shard(0)", "bias": "replicate"},
+}
 SHARD_RULES: dict[str, dict[str, Any]] = {
     # slot -> layout; "grad_in"/"grad_out" default to "in"/"out" (a partial sum's gradient is whole).
     # params: per framework, as each lays its weights out (torch Linear [out, in], paddle [in, out]).
-    "column": {
-        "in": "replicate",
-        "out": "shard(-1)",
-        "params": {
-            "torch": {"weight": "shard(0)", "bias": "shard(0)"},
-            "paddle": {"weight": "shard(1)", "bias": "shard(0)"},
-        },
-    },
-    "column_gathered": {  # a column-parallel layer that gathers its output (paddle's gather_output=True)
-        "in": "replicate",
-        "out": "replicate",
-        "params": {
-            "torch": {"weight": "shard(0)", "bias": "shard(0)"},
-            "paddle": {"weight": "shard(1)", "bias": "shard(0)"},
-        },
-    },
-    "row": {
-        "in": "shard(-1)",
-        "out": "replicate",
-        "params": {
-            "torch": {"weight": "shard(1)", "bias": "replicate"},
-            "paddle": {"weight": "shard(0)", "bias": "replicate"},
-        },
-    },
-    "row_partial": {  # a row-parallel layer recorded before its all-reduce
-        "in": "shard(-1)",
-        "out": "partial",
-        "grad_out": "replicate",
-        "params": {
-            "torch": {"weight": "shard(1)", "bias": "replicate"},
-            "paddle": {"weight": "shard(0)", "bias": "replicate"},
-        },
-    },
-    "vocab": {  # a vocabulary-parallel embedding: each rank looks up its rows, the outputs are summed
+    "column": {"in": "replicate", "out": "shard(-1)", "params": _COLUMN_PARAMS},
+    # a column-parallel layer that gathers its output (paddle's gather_output=True)
+    "column_gathered": {"in": "replicate", "out": "replicate", "params": _COLUMN_PARAMS},
+    "row": {"in": "shard(-1)", "out": "replicate", "params": _ROW_PARAMS},
+    # a row-parallel layer recorded before its all-reduce
+    "row_partial": {"in": "shard(-1)", "out": "partial", "grad_out": "replicate", "params": _ROW_PARAMS},
+    # a vocabulary-parallel embedding: each rank looks up its rows, the outputs are summed
+    "vocab": {
         "in": "replicate",
         "out": "replicate",
         "params": {"torch": {"weight": "shard(0)"}, "paddle": {"weight": "shard(0)"}},

@@ -28,7 +28,7 @@ from nbdiff.engine.progress import counter, progress
 from nbdiff.engine.spill import SPILL_ABOVE_MIB, spilled
 from nbdiff.engine.stepping import StepRecord
 from nbdiff.engine.updates import GradientSpread, Snapshot, in_raw_layout
-from nbdiff.errors import InputError, WeightTransferError
+from nbdiff.errors import InputError, NbdiffError, WeightTransferError
 from nbdiff.frameworks import framework_of
 from nbdiff.judge.tolerance import Tolerance, resolve_tolerance
 from nbdiff.result import DiffResult
@@ -119,7 +119,13 @@ class watch:
         return self
 
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
-        self.finish(compare=exc_type is None)
+        # Ctrl-C: the steps both models completed are compared (``result``), then the interrupt goes on.
+        stopped = exc_type is not None and issubclass(exc_type, KeyboardInterrupt)
+        try:
+            self.finish(compare=exc_type is None or stopped, interrupted=stopped)
+        except NbdiffError:
+            if not stopped:
+                raise
 
     def finish(self, compare: bool = True, interrupted: bool = False) -> DiffResult | None:
         """Remove every hook and restore modes; then, with ``compare``, compare and keep ``result``.

@@ -153,3 +153,12 @@ def test_shard_slices_cut_the_whole_as_the_ranks_held_it():
     assert [c.shape for c in cuts] == [(3, 4), (2, 4)]
     assert sh.shard_slices("partial", shards, whole) is None
     assert sh.shard_slices("replicate", [whole, whole], whole)[1] is whole
+
+
+def test_partial_sums_kept_as_statistics_are_left_out_and_said():
+    whole = _values(9, (2, 4))
+    ranks = [[_event("down", [_rec("out", None, "partial", tensor_stats(whole / 2), whole.shape)])] for _ in range(2)]
+    ref = [_event("down", [_rec("out", None, "", tensor_stats(whole), whole.shape)])]
+    g = sh.Gathered([_Dump([ref])], [_Dump([ranks[0]]), _Dump([ranks[1]])])
+    assert g.step(0)[1][0].outputs == ()
+    assert g.notes == ["`down` out: partial sums kept as statistics only cannot be added up; not compared."]

@@ -95,3 +95,21 @@ def test_watching_says_it_turned_dropout_off_and_puts_it_back(direction):
     assert tm[0].attention_dropout == 0.25 and tm[1].p == 0.3 and pm[1].p == 0.3
     # Both ran deterministic while watched: the outputs agreed (no dropout mask drawn).
     assert w.result, w.result.report()
+
+
+def test_a_ctrl_c_in_a_script_keeps_the_steps_both_models_completed():
+    paddle = pytest.importorskip("paddle")
+    from tests.fault_suite.models import BUILDERS, inputs
+
+    tb, pb = BUILDERS["mlp"]("torch"), BUILDERS["mlp"]("paddle")
+    x = inputs("mlp")
+    w = nbdiff.watch(tb, pb)
+    with pytest.raises(KeyboardInterrupt), w:
+        for i in range(5):
+            tb(torch.tensor(x)).mean().backward()
+            if i == 3:
+                raise KeyboardInterrupt  # in step 3, base's part done
+            pb(paddle.to_tensor(x)).mean().backward()
+    assert w.result is not None and w.result.steps == 3 and w.result, w.result.report()
+    assert any(m.startswith("interrupted in step 3") for m in w.result.warnings)
+    assert not any(m._forward_pre_hooks or m._forward_hooks for m in tb.modules())

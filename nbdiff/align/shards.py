@@ -12,8 +12,10 @@ before its all-reduce). It is found, in this order:
    one dimension along which the shards add up to it, or ``replicate`` where it is the same;
 4. the layer's shard rule, by its parameters' recorded layouts (a torch ``Linear`` whose weight is
    split along dimension 0 is column-parallel) or its class (paddle's ``ColumnParallelLinear``);
-5. a layer without parameters (an activation between a column and a row layer) passes its input's
-   layout on to its output (and its output gradient's to its input gradient);
+5. one tensor seen by two layers keeps its layout (an activation's input is the output before it);
+   a gradient is laid out as its value was (a partial sum's gradient is whole); a layer without
+   parameters passes its input's layout on to its output (and its output gradient's to its input
+   gradient);
 6. copies that are the same on every rank are ``replicate``; anything else is reported, and rank
    0's shard stands for it.
 
@@ -211,12 +213,13 @@ class Gathered:
             # What flows in is laid out first: a parameter-less layer passes its layout on.
             order = ("outputs", "inputs", "params") if e.phase is Phase.BACKWARD else ("inputs", "outputs", "params")
             slots = {
-                group: tuple(self._record(ctx, group, i, t) for i, t in enumerate(getattr(e, group))) for group in order
+                group: tuple(r for i, t in enumerate(getattr(e, group)) if (r := self._record(ctx, group, i, t)))
+                for group in order
             }
             out.append(changed(e, inputs=slots["inputs"], outputs=slots["outputs"], params=slots["params"]))
         return out
 
-    def _record(self, ctx: _Layer, group: str, i: int, t: TensorRecord) -> TensorRecord:
+    def _record(self, ctx: _Layer, group: str, i: int, t: TensorRecord) -> TensorRecord | None:
         shards = [_same_record(getattr(c, group), i, t) for c in ctx.copies]
         layout = self._layout(ctx, group, i, t, shards)
         if t.value is not None:
@@ -281,7 +284,7 @@ class Gathered:
     def _user(self, path: str) -> bool:
         return any(fnmatch.fnmatchcase(path, p) for p in self.user_map)
 
-    def _joined(self, e: Event, t: TensorRecord, shards: list[TensorRecord], layout: str) -> TensorRecord:
+    def _joined(self, e: Event, t: TensorRecord, shards: list[TensorRecord], layout: str) -> TensorRecord | None:
         values = [s.value for s in shards]
         kind, d = _parse(layout) or ("rank0", 0)
         if kind == "shard":
@@ -295,7 +298,7 @@ class Gathered:
                 self._note(
                     f"`{e.path or '<root>'}` {t.name}: partial sums kept as statistics only cannot be added up; not compared."
                 )
-                whole = TensorRecord(t.name, t.shape, t.dtype, None, None)
+                return None
             else:
                 whole = TensorRecord(t.name, t.shape, t.dtype, np.sum(np.stack(values), axis=0, dtype=values[0].dtype))
         else:

@@ -90,7 +90,7 @@ class Verdict:
         if events is None:  # else the caller kept (and checked) them
             events = self.events
             require_compared(events, names[2])
-        warnings = list(self.warnings)
+        warnings = list(dict.fromkeys(self.warnings))  # each said once (a step's plans are decided again)
         if self.divergence is None:
             warnings += inherited_warning(events)
             notes = [*inherited_notes(events), *notes]

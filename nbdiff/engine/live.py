@@ -20,6 +20,7 @@ from nbdiff.engine.layouts import records_of
 from nbdiff.engine.replay import Replayer, paired_param_grads
 from nbdiff.engine.state import State, has_state, state_diffs
 from nbdiff.engine.stepping import StepRecord
+from nbdiff.engine.ties import tie_differences
 from nbdiff.engine.updates import GradientSpread, Snapshot, snapshot, snapshot_updates
 from nbdiff.frameworks import Framework
 from nbdiff.judge.blame import EventDiff
@@ -100,6 +101,7 @@ class LiveComparer(StepComparer):
         return plans, [
             *wmap.warnings,
             *constant_differences(self.bfw, self.blayers, self.rfw, self.rlayers, pairs, self.tol),
+            *tie_differences(self.bfw, self.blayers, self.rfw, self.rlayers, pairs),
         ]
 
     def grads_of(self, brec: StepRecord, rrec: StepRecord, grads: ParamGrads | None) -> GradsOf:

@@ -180,6 +180,14 @@ class StepComparer:
             more, bwd = blame_all(bwd, local, _final_backward, noise, every, False)
             more = self._unless_drift(more, drift, out.notes)
             more = _explained(more, amplified, [])  # the forward's note says it
+            # A gradient made NaN/Inf from finite ones (a custom backward) is where it comes from.
+            made = None if any(f.where == "nonfinite" for f in found) else first_nonfinite(bwd, self.read, True)
+            if made is not None:
+                same = lambda f: (
+                    (f.base_path, f.event and f.event.base.call)
+                    == (made.base_path, made.event and made.event.base.call)
+                )  # noqa: E731
+                more = [made, *(m for m in more if not same(m) and m.where != "accumulated")]
             found += [m for m in more if not (found and m.where == "accumulated")]
         found = [f if (by := self.local_by(f)) == f.local_by else replace(f, local_by=by) for f in found]
         out.findings = [with_unpaired(f, pairing) if f.where == "between" else f for f in found]

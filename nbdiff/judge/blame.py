@@ -20,7 +20,7 @@ import numpy as np
 from nbdiff.align.arguments import ArgDiff
 from nbdiff.judge.metrics import TensorDiff
 from nbdiff.judge.tolerance import Tolerance
-from nbdiff.trace.events import Event, Kind, Phase
+from nbdiff.trace.events import Event, Kind, Phase, TensorRecord
 from nbdiff.trace.stack import Frame
 
 __all__ = [
@@ -131,8 +131,9 @@ class Divergence:
             return f"{head}: the two models were given different inputs (`{self.metrics.name}`), before any layer ran"
         if self.where == "nonfinite":
             m = self.metrics
+            given = "gradients" if self.phase is Phase.BACKWARD else "inputs"
             return (
-                f"{head}: layer `{b}` ({self.base_type}) ~ raw `{r}` produces NaN/Inf from finite inputs "
+                f"{head}: layer `{b}` ({self.base_type}) ~ raw `{r}` produces NaN/Inf from finite {given} "
                 f"(base {m.nan_base} NaN {m.inf_base} Inf, raw {m.nan_raw} NaN {m.inf_raw} Inf)"
             )
         if self.where == "api":
@@ -310,16 +311,20 @@ def require_compared(diffs: Sequence[EventDiff], base_model: str) -> None:
 
 
 def first_nonfinite(
-    diffs: Sequence[EventDiff], read: Callable[[Event, Event], None] = lambda b, r: None
+    diffs: Sequence[EventDiff], read: Callable[[Event, Event], None] = lambda b, r: None, backward: bool = False
 ) -> Divergence | None:
     """The first event (in completion order) whose outputs hold NaN/Inf on either side while its
     inputs are finite: where non-finite values are produced, even when both sides agree.
-    ``read(base, raw)`` is told each pair of events once its values were read."""
+    ``backward``: the events are gradients, made from the gradients arriving at the outputs (a custom
+    backward function that makes NaN). ``read(base, raw)`` is told each pair of events once its
+    values were read."""
+    made = (lambda e: e.inputs + e.params) if backward else (lambda e: e.outputs)
+    given = (lambda e: e.outputs) if backward else (lambda e: e.inputs)
     for d in diffs:
-        if not d.tensors or _outputs_finite(d):
+        if not d.tensors or _outputs_finite(d, made):
             continue
-        outs = [t.value for e in (d.base, d.raw) for t in e.outputs if t.value is not None]
-        ins = [t.value for e in (d.base, d.raw) for t in e.inputs if t.value is not None]
+        outs = [t.value for e in (d.base, d.raw) for t in made(e) if t.value is not None]
+        ins = [t.value for e in (d.base, d.raw) for t in given(e) if t.value is not None]
         produced = any(not _finite(a) for a in outs) and all(_finite(a) for a in ins)
         read(d.base, d.raw)
         if produced:
@@ -328,11 +333,11 @@ def first_nonfinite(
     return None
 
 
-def _outputs_finite(d: EventDiff) -> bool:
-    """Whether the comparisons already show both sides' outputs finite: NaN and Inf carry into
-    ``a - b``, so a finite largest difference with nothing counted means neither array holds one."""
+def _outputs_finite(d: EventDiff, made: Callable[[Event], tuple[TensorRecord, ...]]) -> bool:
+    """Whether the comparisons already show both sides' outputs (``made``) finite: NaN and Inf carry
+    into ``a - b``, so a finite largest difference with nothing counted means neither array holds one."""
     finite = {t.name for t in d.tensors if math.isfinite(t.max_abs) and not _counted(t)}
-    return all(t.name in finite for e in (d.base, d.raw) for t in e.outputs if t.value is not None)
+    return all(t.name in finite for e in (d.base, d.raw) for t in made(e) if t.value is not None)
 
 
 def _counted(t: TensorDiff) -> int:

@@ -140,7 +140,7 @@ def _view(args: argparse.Namespace) -> int:
         import webbrowser
 
         webbrowser.open(Path(page).resolve().as_uri())  # a local file: nothing leaves the machine
-    return 0 if result else 1
+    return 0  # viewing succeeded, whatever the result says (compare's status is the verdict)
 
 
 if __name__ == "__main__":

@@ -41,3 +41,22 @@ def test_the_remembered_verdicts_stay_bounded(monkeypatch):
         for fn in [compile("lambda: _called_here(())", "<cell>", "eval") for _ in range(5)]:
             assert eval(fn)()[0].function == "_called_here"  # noqa: S307 - a fixed test string
             assert len(stack_module._verdicts[()]) <= walked
+
+
+def test_the_line_ipython_makes_of_a_cell_magic_is_not_a_user_frame():
+    # %%modeldiff showed an extra frame "Cell In [N], line 1": get_ipython().run_cell_magic(...).
+    from nbdiff.trace.stack import user_stack
+
+    class Shell:
+        def run_cell_magic(self, name, line, cell):
+            return user_stack(())
+
+    code = compile("frames = get_ipython().run_cell_magic('modeldiff', 'a b', 'x')", "<ipython-input-7-abc>", "exec")
+    ns = {"get_ipython": lambda: Shell()}
+    exec(code, ns)
+    assert not [f for f in ns["frames"] if f.filename == "<ipython-input-7-abc>"], ns["frames"]
+    # A cell of the user's own code stays.
+    code = compile("frames = stack()", "<ipython-input-8-abc>", "exec")
+    ns = {"stack": lambda: user_stack(())}
+    exec(code, ns)
+    assert "<ipython-input-8-abc>" in [f.filename for f in ns["frames"]]

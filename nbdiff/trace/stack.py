@@ -63,7 +63,8 @@ def user_stack(hidden_roots: tuple[str, ...], limit: int = 12) -> tuple[Frame, .
         code = f.f_code
         known = verdicts.get(id(code))  # by id: a code object's own hash reads its whole body
         if known is None:
-            known = verdicts[id(code)] = (code, _is_user_code(code.co_filename, hidden_roots))
+            user = _is_user_code(code.co_filename, hidden_roots) and not _magic_call(code)
+            known = verdicts[id(code)] = (code, user)
         if known[1]:
             frames.append(Frame(code.co_filename, f.f_lineno, code.co_name))
         f = f.f_back
@@ -74,6 +75,12 @@ _verdicts: dict[tuple[str, ...], dict[int, tuple[CodeType, bool]]] = {}
 """Per set of hidden roots: ``id`` of a code object -> (the code object, held so that its ``id``
 is not reused; whether its frames are user code)."""
 _VERDICTS_MAX = 4096  # code objects are held: a notebook compiles new ones for every cell it runs
+
+
+def _magic_call(code: CodeType) -> bool:
+    """A ``%%cell magic`` cell, which IPython runs as one line, ``get_ipython().run_cell_magic(...)``:
+    the cell's own code runs again below it, so this frame only repeats it (``Cell In [5], line 1``)."""
+    return code.co_name == "<module>" and "run_cell_magic" in code.co_names
 
 
 def _is_user_code(name: str, hidden_roots: tuple[str, ...]) -> bool:

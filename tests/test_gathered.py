@@ -46,6 +46,11 @@ def jobs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         "tp1": _run(d / "tp1", 1),
         "tp2": _run(d / "tp2", 2),
         "tp2_bug": _run(d / "tp2_bug", 2, "--bug-rank", "1", "--bug-step", "1"),
+        "reference_stats": _run(d / "reference_stats", 0, "--dump-type", "statistics"),
+        "tp2_stats": _run(d / "tp2_stats", 2, "--dump-type", "statistics"),
+        "tp2_bug_stats": _run(
+            d / "tp2_bug_stats", 2, "--bug-rank", "1", "--bug-step", "1", "--dump-type", "statistics"
+        ),
     }
 
 
@@ -84,6 +89,17 @@ def test_a_bug_in_one_ranks_shard_is_blamed_at_its_layer_step_and_rank(jobs):
     assert json.loads(r.to_json())["first_divergence"]["shards"] == d.shards
     d1 = nbdiff.compare(jobs["tp1"], jobs["tp2_bug"]).first_divergence
     assert (d1.step, d1.raw_path, d1.rank) == (1, "act", 1)
+
+
+def test_statistics_dumps_of_a_tensor_parallel_run_gather_too(jobs):
+    # What a big model records: statistics, joined per shard by their moments.
+    r = nbdiff.compare(jobs["reference_stats"], jobs["tp2_stats"])
+    assert r.aligned, r.report()
+    # The input gradient of the column layer is a partial sum per rank: statistics cannot add it up.
+    assert any("`up` in[0] (backward): partial sums kept as statistics only" in w for w in r.warnings)
+    d = nbdiff.compare(jobs["reference_stats"], jobs["tp2_bug_stats"]).first_divergence
+    assert (d.step, d.phase.value, d.raw_path) == (1, "forward", "act"), d.describe()
+    assert d.shards.endswith("which rank's part differs is not told (statistics only)"), d.shards
 
 
 def test_runs_of_the_same_degree_compare_as_whole_tensors(jobs):

@@ -161,4 +161,4 @@ def test_partial_sums_kept_as_statistics_are_left_out_and_said():
     ref = [_event("down", [_rec("out", None, "", tensor_stats(whole), whole.shape)])]
     g = sh.Gathered([_Dump([ref])], [_Dump([ranks[0]]), _Dump([ranks[1]])])
     assert g.step(0)[1][0].outputs == ()
-    assert g.notes == ["`down` out: partial sums kept as statistics only cannot be added up; not compared."]
+    assert g.notes == ["`down` out (forward): partial sums kept as statistics only cannot be added up; not compared."]

@@ -55,6 +55,7 @@ def main() -> None:
     ap.add_argument("--tp", action="store_true")
     ap.add_argument("--bug-rank", type=int, default=-1)
     ap.add_argument("--bug-step", type=int, default=0)
+    ap.add_argument("--dump-type", default="tensor", help="record's dump_type (statistics for big models)")
     args = ap.parse_args()
     torch.manual_seed(0)
     model = Model(args.bug_rank, args.bug_step)
@@ -67,7 +68,7 @@ def main() -> None:
         parallelize_module(model, mesh, {"up": ColwiseParallel(), "down": RowwiseParallel()})
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     tokens = torch.randint(0, 32, (2, 5), generator=torch.Generator().manual_seed(1))
-    with nbdiff.record(model, args.out):
+    with nbdiff.record(model, args.out, dump_type=args.dump_type):
         for _ in range(2):
             model(tokens).square().mean().backward()
             opt.step()

@@ -296,7 +296,8 @@ class Gathered:
         elif kind == "partial":
             if any(v is None for v in values):
                 self._note(
-                    f"`{e.path or '<root>'}` {t.name}: partial sums kept as statistics only cannot be added up; not compared."
+                    f"`{e.path or '<root>'}` {t.name} ({e.phase.value}): partial sums kept as statistics only cannot be "
+                    "added up; not compared."
                 )
                 return None
             else:

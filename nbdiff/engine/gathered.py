@@ -75,11 +75,11 @@ def _which(how: Gathering, mine: TensorRecord, other: TensorRecord | None, f: Di
     n = len(how.shards)
     if how.layout == "partial":
         return f"{side} holds it as partial sums on {n} ranks (before their all-reduce): every rank's part adds in", 0
-    if other is None or other.value is None or other.shape != mine.shape:
-        return (
-            f"{side}'s {how.layout} over {n} ranks; which rank's part differs is not told (the other side's tensor is laid out otherwise)",
-            0,
-        )
+    untold = f"{side}'s {how.layout} over {n} ranks; which rank's part differs is not told"
+    if other is None or other.value is None or any(s is None for s in how.shards):
+        return f"{untold} (statistics only)", 0
+    if other.shape != mine.shape:
+        return f"{untold} (the other side's tensor is laid out otherwise)", 0
     cuts = shard_slices(how.layout, how.shards, other.value)
     if cuts is None:
         return f"{side}'s {how.layout} over {n} ranks; which rank differs is not told (statistics only)", 0

@@ -48,32 +48,17 @@ class _Trap:
 TRAP = _Trap()
 
 
-class _TorchTrapFn(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x, scale=1.0):  # type: ignore[override]
-        return x * scale
-
-    @staticmethod
-    def backward(ctx, g):  # type: ignore[override]
-        TRAP.tick()
-        return g, None
-
-
-class _PaddleTrapFn(paddle.autograd.PyLayer):
-    @staticmethod
-    def forward(ctx, x, scale=1.0):  # type: ignore[override]
-        return x * scale
-
-    @staticmethod
-    def backward(ctx, g):  # type: ignore[override]
-        TRAP.tick()
-        return g
+def _ticked(g: Any) -> Any:
+    TRAP.tick()
+    return g
 
 
 def _model(fw: str, bug: bool = False) -> Any:
     """Layers with a trap between them; ``bug``: the second trap scales by 1.01 (auto_diff then
     replays layers, more boundaries of nbdiff's own)."""
-    nn, trap_fn = (torch.nn, _TorchTrapFn) if fw == "torch" else (paddle.nn, _PaddleTrapFn)
+    from tests.structure_models import backward_function
+
+    nn, trap_fn = (torch.nn if fw == "torch" else paddle.nn), backward_function(fw, _ticked)
 
     class Trap(nn.Module if fw == "torch" else nn.Layer):
         def __init__(self, s: float = 1.0) -> None:
@@ -82,7 +67,7 @@ def _model(fw: str, bug: bool = False) -> Any:
 
         def forward(self, x):
             TRAP.tick()
-            return trap_fn.apply(x, self.s)
+            return trap_fn.apply(x) * self.s
 
     torch.manual_seed(0)
     paddle.seed(0)

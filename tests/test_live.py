@@ -81,31 +81,14 @@ def test_a_nan_weight_is_blamed_where_it_produces_nan_not_on_the_activation_afte
 def test_a_nan_made_by_a_custom_backward_is_named_as_its_source(direction):
     # Blamed as the layer's backward error, with no word that it makes NaN from finite gradients.
     import nbdiff
-
-    class TorchNaN(torch.autograd.Function):
-        @staticmethod
-        def forward(ctx, x):
-            return x * 1.0
-
-        @staticmethod
-        def backward(ctx, g):
-            return g * float("nan")
-
-    class PaddleNaN(paddle.autograd.PyLayer):
-        @staticmethod
-        def forward(ctx, x):
-            return x * 1.0
-
-        @staticmethod
-        def backward(ctx, g):
-            return g * float("nan")
+    from tests.structure_models import backward_function
 
     def net(fw, bad):
         nn = torch.nn if fw == "torch" else paddle.nn
 
         class Mid(nn.Module if fw == "torch" else nn.Layer):
             def forward(self, x):
-                return ((TorchNaN if fw == "torch" else PaddleNaN).apply(x)) if bad else x * 1.0
+                return backward_function(fw, lambda g: g * float("nan")).apply(x) if bad else x * 1.0
 
         return nn.Sequential(nn.Linear(4, 8), Mid(), nn.Tanh(), nn.Linear(8, 2))
 

@@ -119,13 +119,19 @@ class watch:
         return self
 
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
-        # Ctrl-C: the steps both models completed are compared (``result``), then the interrupt goes on.
-        stopped = exc_type is not None and issubclass(exc_type, KeyboardInterrupt)
+        self.end_after(exc)
+
+    def end_after(self, error: BaseException | None) -> DiffResult | None:
+        """Finish after the user's code ended with ``error`` (``None``: it completed). A Ctrl-C: the
+        steps both models completed are compared (``result``), and the interrupt stays the news (a
+        comparison that cannot be made then leaves ``result`` None); any other error: nothing is."""
+        stopped = isinstance(error, KeyboardInterrupt)
         try:
-            self.finish(compare=exc_type is None or stopped, interrupted=stopped)
+            return self.finish(compare=error is None or stopped, interrupted=stopped)
         except NbdiffError:
             if not stopped:
                 raise
+            return None
 
     def finish(self, compare: bool = True, interrupted: bool = False) -> DiffResult | None:
         """Remove every hook and restore modes; then, with ``compare``, compare and keep ``result``.

@@ -57,18 +57,14 @@ def _attributed(f: Divergence, gathered: Gathered) -> Divergence:
     if pair is None:
         return f
     for side, (mine, theirs) in (("raw", (pair.raw, pair.base)), ("base", (pair.base, pair.raw))):
-        t = _named(mine, f.metrics.name)
+        t = mine.tensor(f.metrics.name)
         how = gathered.gatherings.get(f.step, {}).get(id(t)) if t is not None else None
         if how is None:
             continue
-        other = _named(theirs, f.metrics.name)
+        other = theirs.tensor(f.metrics.name)
         text, rank = _which(how, t, other, f, side)  # type: ignore[arg-type]
         return replace(f, shards=text, rank=rank if side == "raw" else f.rank)
     return f
-
-
-def _named(e: Event, name: str) -> TensorRecord | None:
-    return next((t for ts in (e.outputs, e.inputs, e.params) for t in ts if t.name == name), None)
 
 
 def _which(how: Gathering, mine: TensorRecord, other: TensorRecord | None, f: Divergence, side: str) -> tuple[str, int]:

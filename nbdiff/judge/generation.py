@@ -89,9 +89,7 @@ def _first_differing_position(d: Divergence) -> int:
     pair = d.event
     if pair is None:
         return 0
-    name = d.metrics.name
-    find = lambda e: next((t for ts in (e.outputs, e.inputs) for t in ts if t.name == name), None)  # noqa: E731
-    b, r = find(pair.base), find(pair.raw)
+    b, r = pair.base.tensor(d.metrics.name), pair.raw.tensor(d.metrics.name)
     if (
         b is None
         or r is None

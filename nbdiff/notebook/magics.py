@@ -135,13 +135,12 @@ class ModelDiffMagics(Magics):
             run = shell.run_cell("# %%modeldiff\n" + cell, store_history=False)
         finally:
             shell.execution_count = count
-            error = None if run is None or run.success else (run.error_in_exec or run.error_before_exec)
-            stopped = isinstance(error, KeyboardInterrupt)
-            try:
-                w.finish(compare=(run is not None and run.success) or stopped, interrupted=stopped)
-            except NbdiffError:
-                if not stopped:
-                    raise  # after a Ctrl-C, the interrupt is the news: the steps compare or they don't
+            if run is None:  # run_cell itself raised: nothing of the cell's is compared
+                w.finish(compare=False)
+            else:
+                error = None if run.success else (run.error_in_exec or run.error_before_exec or RuntimeError())
+                w.end_after(error)
+        stopped = isinstance(error, KeyboardInterrupt)
         if not run.success:
             done = "nbdiff removed its hooks and restored modes; nothing was compared."
             if stopped:

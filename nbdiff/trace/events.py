@@ -126,6 +126,10 @@ class Event:
     weights: tuple[tuple[int, ...], ...] = ()
     """Shapes of the layer's own parameters, each sorted (layouts may be transposed), for pairing."""
 
+    def tensor(self, name: str) -> TensorRecord | None:
+        """The tensor named ``name`` among the outputs, inputs and parameters, in that order."""
+        return next((t for ts in (self.outputs, self.inputs, self.params) for t in ts if t.name == name), None)
+
     @property
     def key(self) -> tuple[int, str, str, int]:
         """Identity of the call across phases: ``(step, kind, path, call)``."""

@@ -129,6 +129,7 @@ def _compare_step(
     """Step ``k`` of one rank: forward and backward, then the updates (their gradients folded into
     the spread until the rank's first divergence)."""
     brec, rrec = recorded_step(cmp.a, k, rank), recorded_step(cmp.b, k, rank)
+    cmp.position = k
     pairing, notes = cmp.pair(brec, rrec)
     verdict.warnings += notes
     step = cmp.compare(pairing, brec, rrec)

@@ -25,6 +25,7 @@ from nbdiff.engine.recomputed import BATCH_NORMS
 from nbdiff.errors import OptionError
 from nbdiff.frameworks import Framework, framework_of
 from nbdiff.trace.capture import Capture
+from nbdiff.trace.constructors import NotRebuildable, constructor_of
 from nbdiff.trace.events import Event, Kind, Phase, TensorRecord, changed
 from nbdiff.trace.interrupts import interrupts_deferred
 from nbdiff.trace.layer_paths import relative
@@ -121,6 +122,9 @@ class record:
             if (a := recorded_arguments(layer_arguments(self.fw.name, layer)))
         }
         meta["layer_args"] = args
+        # How each layer was built (class and literal arguments): compare rebuilds a blamed one with its
+        # recorded weights and measures its local error (engine/rebuilt).
+        meta["layer_init"] = _constructors(self.fw, self._layers)
         # A BatchNorm's mode when the recording began: compare recomputes it as it ran (engine/recomputed).
         meta["batch_norm_training"] = {
             path: bool(self.fw.is_training(layer))
@@ -203,7 +207,11 @@ class record:
             updates = _updates(self.fw, self._layers, self._params, k, session.weights[k], session.weights[k + 1])
             backward = _with_uncalled_grads(self.fw, self._params, forward, backward, session.grads[k])
             if self.capture.keeps_step(k):
-                self._writer.add_step(self._select(forward + backward + updates))
+                # The weights once per run of recorded steps; compare adds the updates up to later ones.
+                starts = self.options["dump_type"] == "tensor" and (k == 0 or not self.capture.keeps_step(k - 1))
+                weights = _weights(self.fw, self._layers, self._params, k, session.weights[k]) if starts else []
+                weights = [e for e in weights if self.capture.keeps_values(e)]
+                self._writer.add_step(self._select(forward + backward + updates + weights))
             session.weights[k], session.grads[k] = {}, {}  # done with them
             n += 1
         return n
@@ -285,6 +293,40 @@ def _updates(
                 Event(step, Phase.OPTIMIZER, Kind.PARAM, len(out), path, type(layer).__name__, 0,
                       path.count(".") + 1 if path else 0, None, fw.is_library_layer(layer), (), tuple(records))
             )  # fmt: skip
+    return out
+
+
+def _weights(
+    fw: Framework, layers: dict[str, Any], params: dict[str, dict[str, Any]], step: int, at_start: Weights
+) -> list[Event]:
+    """One event per layer with its floating parameters as step ``step`` began (trainable ones from
+    ``at_start``; the rest do not change) and its floating buffers as they are now."""
+    out: list[Event] = []
+    for path, layer in layers.items():
+        records = []
+        for name, p in [*params[path].items(), *fw.direct_buffers(layer)]:
+            if not fw.is_floating(p):
+                continue
+            value = at_start.get(id(p))
+            value = fw.to_numpy(p) if value is None else value
+            records.append(TensorRecord(name, tuple(value.shape), fw.dtype_name(p), value, None, fw.layout_of(p)))
+        if records:
+            out.append(
+                Event(step, Phase.WEIGHTS, Kind.PARAM, len(out), path, type(layer).__name__, 0,
+                      path.count(".") + 1 if path else 0, None, fw.is_library_layer(layer), (), tuple(records))
+            )  # fmt: skip
+    return out
+
+
+def _constructors(fw: Framework, layers: dict[str, Any]) -> dict[str, Any]:
+    """``{path: {"class": "module:qualname", "kwargs": {...}}}`` of the layers whose constructor
+    arguments are kept on them as literals."""
+    out = {}
+    for path, layer in layers.items():
+        try:
+            out[path] = constructor_of(fw, layer).to_json()
+        except NotRebuildable:
+            continue
     return out
 
 

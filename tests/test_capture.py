@@ -40,7 +40,8 @@ def test_layers_by_pattern_and_by_depth(tmp_path, base_fw, raw_fw):
     base, _ = pair(base_fw=base_fw, raw_fw=raw_fw)
     kept = _layers(train(base, tmp_path / "p", steps=1, layers=["fc*"]))
     assert {p for _, p in kept} == {"fc1", "fc2", "fc3"}
-    assert {ph for ph, p in kept if p == "fc1"} == {"forward", "backward", "optimizer"}
+    # and the weights a layer kept is rebuilt with offline (engine/rebuilt)
+    assert {ph for ph, p in kept if p == "fc1"} == {"forward", "backward", "optimizer", "weights"}
     shallow = {p for _, p in _layers(train(base, tmp_path / "d", steps=1, depth=0))}
     assert "" in shallow and not shallow & {"fc1", "norm"}
 

@@ -147,4 +147,7 @@ def test_the_panel_says_how_a_local_error_was_found(failed, tmp_path):
     base, raw = pair("eps")
     offline = nbdiff.compare(train(base, tmp_path / "a", steps=1).parent, train(raw, tmp_path / "b", steps=1).parent)
     tree = build_tree(offline)
-    assert node_detail(tree, tree.first)["tensors"][0]["local_label"].startswith("judged from the dump")
+    assert node_detail(tree, tree.first)["tensors"][0]["local_label"] == "rebuilt from the dump, on base's inputs"
+    a = train(base, tmp_path / "c", steps=1, dump_type="statistics").parent
+    tree = build_tree(nbdiff.compare(a, train(raw, tmp_path / "d", steps=1, dump_type="statistics").parent))
+    assert node_detail(tree, tree.first)["tensors"][0]["local_label"].startswith("not measured, judged from the dump")

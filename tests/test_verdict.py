@@ -64,7 +64,7 @@ def test_the_cli_writes_the_verdict_and_can_pipe_it(tmp_path, capsys):
     assert main(["compare", str(a), str(b), "--json", str(tmp_path / "v.json")]) == 1
     written = _strict((tmp_path / "v.json").read_text())
     assert written["verdict"] == "diverged" and written["first_divergence"]["base"]["path"] == "norm"
-    assert written["first_divergence"]["local_by"] == "received"  # offline: judged from what it received
+    assert written["first_divergence"]["local_by"] == "rebuilt"  # offline: measured on norm rebuilt from the dump
     assert "JSON verdict:" in capsys.readouterr().out
     assert main(["compare", str(a), str(b), "--json", "-"]) == 1
     out = capsys.readouterr()

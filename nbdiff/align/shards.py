@@ -198,6 +198,8 @@ class Gathered:
         forward: dict[tuple, str] = {}
         out: list[Event] = []
         for e in ranks[0]:
+            if e.phase is Phase.WEIGHTS:  # a rank's own shards rebuild no whole layer: not gathered
+                continue
             copies = []
             for r, by_key in enumerate(keyed):
                 c = by_key.get(_key(e))

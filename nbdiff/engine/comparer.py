@@ -10,7 +10,7 @@ gradients from the layers. A recorded step (:class:`nbdiff.engine.recorded.Recor
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 from nbdiff.align.layer_map import LayerMap
@@ -91,9 +91,9 @@ class StepComparer:
         """A backward event's own error, its paired sublayer calls ``kids`` (their backward events) known."""
         raise NotImplementedError
 
-    def local_by(self, f: Divergence) -> str:
-        """How a finding's local error was found (``Divergence.local_by``)."""
-        return "replay"
+    def how_local(self, f: Divergence) -> Divergence:
+        """The finding saying how its local error was found (``Divergence.local_by``, ``unmeasured``)."""
+        return f
 
     def amplified_rounding(self) -> str | None:
         """After the forward blame of a step: where a layer was found to amplify differences within
@@ -189,7 +189,7 @@ class StepComparer:
                 )  # noqa: E731
                 more = [made, *(m for m in more if not same(m) and m.where != "accumulated")]
             found += [m for m in more if not (found and m.where == "accumulated")]
-        found = [f if (by := self.local_by(f)) == f.local_by else replace(f, local_by=by) for f in found]
+        found = [self.how_local(f) for f in found]
         out.findings = [with_unpaired(f, pairing) if f.where == "between" else f for f in found]
         out.diffs = fwd + bwd
         self.done_reading()

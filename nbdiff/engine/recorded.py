@@ -23,6 +23,7 @@ from nbdiff.engine.comparer import Plans, StepComparer
 from nbdiff.engine.conditioning import MARGIN
 from nbdiff.engine.forward import TolFn, api_local, received_differ, tensor_diffs
 from nbdiff.engine.layouts import converted, converted_records
+from nbdiff.engine.rebuilt import RebuiltSide, rebuilt_local
 from nbdiff.engine.recomputed import BATCH_NORMS, BatchNormCall, batch_norm_of, rounding_move
 from nbdiff.engine.stepping import StepRecord
 from nbdiff.engine.updates import GradientSpread, Updates
@@ -35,6 +36,12 @@ from nbdiff.weights.fused import fused_plan, unfused_plan
 from nbdiff.weights.plan import LayerWeights, plan_by_classes
 
 __all__ = ["RecordedComparer", "recorded_step", "layer_args"]
+
+
+_NOT_REBUILT = {
+    "between": "a layer with sublayers is not rebuilt offline",
+    "api": "an API call is not run again offline",
+}
 
 
 def layer_args(dump: RankDump) -> dict[str, dict[str, Any]]:
@@ -83,6 +90,14 @@ class RecordedComparer(StepComparer):
         """This step's layers that amplified differences within tolerance past it: (path, ratio)."""
         self._recomputed_events: set[int] = set()
         """``id`` of this step's base events whose own error a recomputed layer measured."""
+        self.rebuilt = (RebuiltSide(a), RebuiltSide(b))
+        """Each side's layers, rebuilt from the dump to measure a local error (tensor dumps)."""
+        self.position = 0
+        """The step compared: its place in the dumps (not its training number)."""
+        self._rebuilt_events: set[int] = set()
+        """``id`` of this step's base events whose local error a rebuild measured."""
+        self.not_measured: dict[int, str] = {}
+        """``id`` of this step's base events judged from the dump: why no rebuild measured them."""
         self.spread: GradientSpread | None = GradientSpread()
         """The gradients each optimizer was given, folded in up to the step compared (until a divergence)."""
 
@@ -150,6 +165,10 @@ class RecordedComparer(StepComparer):
             recomputed = self._recomputed(d)
             if recomputed is not None:
                 return recomputed
+        if not kids:
+            measured = self._rebuilt(d)
+            if measured is not None:
+                return measured
         return self._own_code(api_local(d, self.tol, self.mode, "inputs", MARGIN), kids, "inputs", "outputs")
 
     def _own_code(
@@ -187,6 +206,26 @@ class RecordedComparer(StepComparer):
         if own and bf is not None and rf is not None and self._differ(rf.inputs, bf.inputs):
             return ()
         return self._own_code(own, kids, "outputs", "inputs")
+
+    def _rebuilt(self, d: EventDiff) -> tuple[TensorDiff, ...] | None:
+        """Raw's layer rebuilt from its dump and run on base's inputs (:mod:`nbdiff.engine.rebuilt`)."""
+        training = tuple(
+            bool(dump.meta.get("batch_norm_training", {}).get(e.path, False))
+            for dump, e in ((self.a, d.base), (self.b, d.raw))
+        )
+        compare = lambda got, like: tensor_diffs(got, like, self.tol, self.mode)  # noqa: E731
+        local = rebuilt_local(
+            (self.rebuilt[0], d.base),
+            (self.rebuilt[1], d.raw),
+            self.position,
+            compare,
+            training,  # type: ignore[arg-type]
+        )
+        if isinstance(local, str):
+            self.not_measured[id(d.base)] = local
+            return None
+        self._rebuilt_events.add(id(d.base))
+        return local
 
     def _recomputed(self, d: EventDiff) -> tuple[TensorDiff, ...] | None:
         """Base's BatchNorm run on raw's inputs (:mod:`nbdiff.engine.recomputed`): its own error, where
@@ -248,12 +287,26 @@ class RecordedComparer(StepComparer):
             "per channel divides by their tiny spread), so the differences after it are rounding, not the port"
         )
 
-    def local_by(self, f: Divergence) -> str:
-        return "recomputed" if f.event is not None and id(f.event.base) in self._recomputed_events else "received"
+    def how_local(self, f: Divergence) -> Divergence:
+        key = id(f.event.base) if f.event is not None else None
+        if key in self._rebuilt_events:
+            return replace(f, local_by="rebuilt")
+        if key in self._recomputed_events:
+            return replace(f, local_by="recomputed")
+        why = self.not_measured.get(key) if key is not None else None  # type: ignore[arg-type]
+        if why is None:
+            why = (
+                "backward passes are not rebuilt offline"
+                if f.phase is Phase.BACKWARD
+                else _NOT_REBUILT.get(f.where, "only a layer call is rebuilt offline")
+            )
+        return replace(f, local_by="received", unmeasured=why)
 
     def done_reading(self) -> None:
         self._amplified = []
         self._recomputed_events = set()
+        self._rebuilt_events = set()
+        self.not_measured = {}
 
     def _differ(self, raw: tuple[TensorRecord, ...], base: tuple[TensorRecord, ...]) -> bool:
         return received_differ(raw, base, self.tol, self.mode)

@@ -80,6 +80,9 @@ class PaddleFramework:
     def is_layer(self, obj: Any) -> bool:
         return isinstance(obj, paddle.nn.Layer)
 
+    def is_layer_class(self, cls: Any) -> bool:
+        return isinstance(cls, type) and issubclass(cls, paddle.nn.Layer)
+
     def is_tensor(self, obj: Any) -> bool:
         return isinstance(obj, paddle.Tensor)
 

@@ -30,6 +30,9 @@ class TorchFramework:
     def is_layer(self, obj: Any) -> bool:
         return isinstance(obj, torch.nn.Module)
 
+    def is_layer_class(self, cls: Any) -> bool:
+        return isinstance(cls, type) and issubclass(cls, torch.nn.Module)
+
     def is_tensor(self, obj: Any) -> bool:
         return isinstance(obj, torch.Tensor)
 

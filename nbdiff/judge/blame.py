@@ -103,8 +103,13 @@ class Divergence:
     may be theirs."""
     local_by: str = "replay"
     """How ``local_error`` was found: ``replay`` (the layer run again on base's inputs, live),
+    ``rebuilt`` (raw's layer rebuilt from its dump and run on base's recorded inputs),
     ``recomputed`` (base's layer recomputed from a dump, on raw's inputs) or ``received`` (from a
-    dump without re-running: what the event received agrees, what it made does not)."""
+    dump without re-running: what the event received agrees, what it made does not; the local
+    error is then not measured, and ``unmeasured`` says why)."""
+    unmeasured: str = ""
+    """For ``received``: why no rebuild measured the local error (a statistics dump, a class not
+    imported where ``compare`` runs...)."""
     shards: str = ""
     """For a tensor-parallel run compared as whole tensors: which rank's shard of the blamed tensor
     differs (``raw rank 1: its shard (shard(2)) differs; rank 0 agrees``)."""

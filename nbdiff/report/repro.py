@@ -10,7 +10,6 @@ can become the unit test of the fix.
 
 from __future__ import annotations
 
-import inspect
 import os
 from pathlib import Path
 from typing import Any
@@ -20,53 +19,23 @@ import numpy as np
 from nbdiff.errors import OptionError
 from nbdiff.frameworks import Framework, framework_of
 from nbdiff.judge.blame import Divergence, EventDiff
+from nbdiff.trace.constructors import NotRebuildable, constructor_of
 
 __all__ = ["write_repro"]
-
-_SKIP = {"self", "device", "dtype", "name", "weight_attr", "factory_kwargs"}
-_LITERALS = (bool, int, float, str, type(None))
-
-
-def _literal(v: Any) -> bool:
-    if isinstance(v, (list, tuple)):
-        return all(_literal(x) for x in v)
-    return isinstance(v, _LITERALS)
 
 
 def _constructor(fw: Framework, layer: Any) -> str:
     """``module.Class(arg=value, ...)`` rebuilding ``layer`` from the attributes that hold its arguments."""
-    cls = type(layer)
-    if cls.__module__ in ("__main__", "builtins") or "<locals>" in cls.__qualname__:
+    try:
+        found = constructor_of(fw, layer)
+    except NotRebuildable as exc:
+        raise OptionError(f"repro: {exc}, or write the reproduction by hand.") from None
+    if not found.importable:
         raise OptionError(
-            f"repro: {cls.__qualname__} is defined in a notebook or a function, so a script cannot import it. "
+            f"repro: {found.qualname} is defined in a notebook or a function, so a script cannot import it. "
             "Move the class to a module (a .py file next to the notebook) and run again."
         )
-    kwargs: list[str] = []
-    weight = getattr(layer, "weight", None)
-    shape = fw.shape_of(weight) if weight is not None and fw.is_tensor(weight) else None
-    for p in list(inspect.signature(cls.__init__).parameters.values())[1:]:
-        if p.name in _SKIP or p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
-            continue
-        if p.name in ("bias", "bias_attr"):
-            has = getattr(layer, "bias", None) is not None
-            if not has:
-                kwargs.append(f"{p.name}=False")
-            continue
-        found = next((getattr(layer, a) for a in (p.name, "_" + p.name) if hasattr(layer, a)), inspect.Parameter.empty)
-        if found is inspect.Parameter.empty and shape is not None and p.name in ("in_features", "out_features"):
-            # paddle's Linear keeps only its [in, out] weight; torch's is [out, in]
-            inward = shape[0] if fw.name == "paddle" else shape[1]
-            found = inward if p.name == "in_features" else (shape[1] if fw.name == "paddle" else shape[0])
-        if isinstance(found, list):
-            found = tuple(found)
-        if found is not inspect.Parameter.empty and _literal(found):
-            kwargs.append(f"{p.name}={found!r}")
-        elif p.default is inspect.Parameter.empty:
-            raise OptionError(
-                f"repro: cannot rebuild {cls.__qualname__}: its argument {p.name!r} is not kept on the layer. "
-                "Store it as an attribute of the same name, or write the reproduction by hand."
-            )
-    return f"{cls.__module__}.{cls.__qualname__}({', '.join(kwargs)})"
+    return found.call_text()
 
 
 _SCRIPT = '''"""nbdiff reproduction: {what}

@@ -143,6 +143,7 @@ def _divergence_json(d: Divergence) -> dict[str, Any]:
         "explanation": d.explanation,
         "unpaired": list(d.unpaired),
         "local_by": d.local_by,
+        "unmeasured": d.unmeasured,
         "shards": d.shards,
     }
 
@@ -164,6 +165,7 @@ def _divergence(d: dict[str, Any]) -> Divergence:
         explanation=str(d.get("explanation", "")),
         unpaired=tuple(str(x) for x in d.get("unpaired", [])),
         local_by=str(d.get("local_by", "replay")),
+        unmeasured=str(d.get("unmeasured", "")),
         shards=str(d.get("shards", "")),
     )
 

@@ -15,8 +15,11 @@ if TYPE_CHECKING:
 
 LOCAL_BY = {
     "replay": "this event alone, run on the base side's inputs",
+    "rebuilt": "the raw layer rebuilt from its dump (class, arguments, weights at that step) and run on the base side's "
+    "recorded inputs",
     "recomputed": "base's layer recomputed from the dump and run on the raw side's inputs",
-    "received": "judged from the dump, not re-run: what this event received agrees within tolerance, what it made does not",
+    "received": "not measured; its own error is judged from the dump: what this event received agrees within tolerance, "
+    "what it made does not",
 }
 """How a divergence's local error was found, as the report says it."""
 
@@ -110,7 +113,9 @@ def render_text(result: DiffResult) -> str:
     elif d.why():
         lines.append(f"  why          {d.why()}")
     lines.append(f"  accumulated  {format_diff(d.metrics)}")
-    if d.local_error is not None:
+    if d.local_by == "received" and not d.inherited:
+        lines.append(f"  local        not measured ({d.unmeasured or 'not run again'})")
+    elif d.local_error is not None:
         lines.append(f"  local        {format_diff(d.local_error)}")
     lines.append(f"  (local = {LOCAL_BY.get(d.local_by, LOCAL_BY['replay'])})")
     phase_events = result.select(d.step, d.phase)

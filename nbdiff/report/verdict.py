@@ -66,8 +66,9 @@ def finding(d: Divergence) -> dict[str, Any]:
         "parameter": d.parameter,
         "between": list(d.between) if d.where == "between" else None,
         "metrics": _metrics(d.metrics),
-        "local_error": None if d.local_error is None else _metrics(d.local_error),
-        "local_by": d.local_by if d.local_error is not None else None,
+        "local_error": None if d.local_error is None or not _measured(d) else _metrics(d.local_error),
+        "local_by": d.local_by if d.local_error is not None and _measured(d) else None,
+        "not_measured": d.unmeasured or None,
         "shards": d.shards or None,
         "why": d.why(),
         "arguments": [{"name": a.name, "base": _plain(a.base), "raw": _plain(a.raw)} for a in d.arguments],
@@ -79,7 +80,13 @@ def _blame(d: Divergence) -> str:
     exceeds tolerance on its own) or ``not measured`` (it could not be run again: never called local)."""
     if d.inherited:
         return "inherited"
-    return "not measured" if d.local_error is None else "local"
+    return "local" if d.local_error is not None and _measured(d) else "not measured"
+
+
+def _measured(d: Divergence) -> bool:
+    """Whether the local error was measured by running the layer (or the exact computation) again;
+    offline, an error judged from what an event received is never called local."""
+    return d.local_by != "received"
 
 
 def _metrics(t: TensorDiff) -> dict[str, Any]:

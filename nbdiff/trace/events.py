@@ -24,6 +24,9 @@ class Phase(str, Enum):
     OPTIMIZER = "optimizer"
     STATE = "state"
     """Running statistics (BatchNorm means and variances) after a training step."""
+    WEIGHTS = "weights"
+    """A layer's parameters and buffers as a step began (tensor dumps, at the first step of each run
+    of recorded steps): what ``compare`` rebuilds a layer with to measure its local error."""
 
 
 class Kind(str, Enum):

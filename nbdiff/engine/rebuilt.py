@@ -1,0 +1,217 @@
+"""Layers rebuilt from tensor dumps: the local error ``auto_diff`` measures by replay, offline.
+
+A tensor dump keeps how each layer was built (its class and literal constructor arguments,
+:mod:`nbdiff.trace.constructors`), its weights at the first recorded step of each run and
+every update after it, and each call's inputs and outputs. That is enough to build the layer
+again, give it the weights it had at step ``k`` (the first weights plus the updates up to
+``k``), and run it on the other side's inputs, which is what a replay does live.
+
+A rebuild is trusted only once it gives back its own side's recorded outputs from its own
+recorded inputs: a layer that keeps state between calls, takes arguments the dump does not
+hold, or was rebuilt from another class of the same name, fails that check and stays "not
+measured". Classes are looked up among the modules already imported; only the frameworks' own
+modules (torch, paddle) are imported for it, never a module a dump names.
+"""
+
+from __future__ import annotations
+
+import importlib
+import keyword
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from nbdiff.frameworks import Framework, known_frameworks
+from nbdiff.judge.metrics import TensorDiff
+from nbdiff.trace.constructors import Constructor
+from nbdiff.trace.events import Event, Phase, TensorRecord
+from nbdiff.trace.nest import flatten
+from nbdiff.trace.store import RankDump
+
+__all__ = ["RebuiltSide", "rebuilt_local"]
+
+_FRAMEWORKS = ("torch", "paddle")
+"""Packages a rebuild may import: the frameworks themselves, which a dump of theirs needs anyway."""
+
+Weights = dict[str, dict[str, np.ndarray]]
+Compare = Callable[[list[TensorRecord], tuple[TensorRecord, ...]], list[TensorDiff]]
+
+
+@dataclass
+class RebuiltSide:
+    """One side's dump, able to rebuild its layers as they were at a recorded step."""
+
+    dump: RankDump
+    _held: tuple[int, Weights] | None = None
+    """The weights last worked out: (step position, weights by layer path)."""
+    _classes: dict[str, Any] = field(default_factory=dict)
+
+    def weights_at(self, k: int) -> Weights | None:
+        """Every recorded layer's weights as step position ``k`` began: the last recorded weights at
+        or before it plus the updates of the steps between (``None`` where a step is missing)."""
+        if self._held is not None and self._held[0] == k:
+            return self._held[1]
+        start, held = k, None
+        while start >= 0:
+            held = _weights_of(self.dump.steps[start])
+            if held is not None:
+                break
+            if self._held is not None and self._held[0] == start - 1:
+                start, held = start - 1, {p: dict(w) for p, w in self._held[1].items()}
+                break
+            if start == 0 or _number(self.dump.steps[start - 1]) != _number(self.dump.steps[start]) - 1:
+                return None  # a step left out of the recording: its updates are unknown
+            start -= 1
+        if held is None:
+            return None
+        for j in range(start, k):
+            for e in self.dump.steps[j]:
+                if e.phase is Phase.OPTIMIZER and e.path in held:
+                    mine = held[e.path]
+                    for t in e.outputs:
+                        if t.value is None or t.name not in mine or mine[t.name].shape != t.value.shape:
+                            del held[e.path]
+                            break
+                        mine[t.name] = (mine[t.name] + t.value).astype(mine[t.name].dtype)
+        self._held = (k, held)
+        return held
+
+    def layer(self, path: str, k: int) -> tuple[Framework, Any] | str:
+        """The layer at ``path`` rebuilt with its weights at step position ``k``; else why not."""
+        ctor = Constructor.from_json(self.dump.meta.get("layer_init", {}).get(path))
+        if ctor is None:
+            return "its constructor arguments were not recorded as plain values"
+        cls = self._class(ctor)
+        if isinstance(cls, str):
+            return cls
+        fw = next((f for f in known_frameworks() if f.name == self.dump.framework), None)
+        if fw is None:
+            return f"{self.dump.framework} is not imported here"
+        if not fw.is_layer_class(cls):  # a dump is untrusted: build nothing but the framework's layers
+            return f"{ctor.module}.{ctor.qualname} is not a {fw.name} layer class"
+        weights = self.weights_at(k)
+        if weights is None:
+            kind = self.dump.meta.get("dump_type")
+            if kind != "tensor":
+                return f"a {kind} dump holds no values to rebuild the layer with (record with dump_type='tensor')"
+            return (
+                "the dump holds no weights for that step (a step before it was left out, or an older nbdiff wrote it)"
+            )
+        try:
+            layer = cls(**ctor.kwargs)
+            own = dict(fw.direct_params(layer)) | dict(fw.direct_buffers(layer))
+            recorded = weights.get(path, {})
+            if set(recorded) != {n for n, t in own.items() if fw.is_floating(t)} or fw.children(layer):
+                return "its rebuilt parameters are not the recorded ones (or it has sublayers)"
+            for name, value in recorded.items():
+                if tuple(value.shape) != fw.shape_of(own[name]):
+                    return f"its parameter {name!r} has another shape when rebuilt"
+                fw.set_value(own[name], value)
+        except Exception as exc:  # the user's class: whatever it raises means "cannot rebuild"
+            return f"building {ctor.qualname} failed ({type(exc).__name__}: {exc})"
+        return fw, layer
+
+    def _class(self, ctor: Constructor) -> Any:
+        key = f"{ctor.module}:{ctor.qualname}"
+        if key not in self._classes:
+            self._classes[key] = _find_class(ctor)
+        return self._classes[key]
+
+
+def _find_class(ctor: Constructor) -> Any:
+    """The class among imported modules (the frameworks' own are imported); else why not."""
+    module = sys.modules.get(ctor.module)
+    if module is None and ctor.module.partition(".")[0] in _FRAMEWORKS:
+        try:
+            module = importlib.import_module(ctor.module)
+        except Exception as exc:
+            return f"{ctor.module} does not import here ({type(exc).__name__})"
+    if module is None:
+        return f"its module {ctor.module} is not imported here (import it before compare to measure it)"
+    obj: Any = module
+    for part in ctor.qualname.split("."):
+        obj = getattr(obj, part, None)
+    if not isinstance(obj, type):
+        return f"{ctor.module} has no class {ctor.qualname}"
+    return obj
+
+
+def _number(events: list[Event]) -> int | None:
+    return events[0].step if events else None
+
+
+def _weights_of(events: list[Event]) -> Weights | None:
+    found = [e for e in events if e.phase is Phase.WEIGHTS]
+    if not found:
+        return None
+    return {e.path: {t.name: t.value.copy() for t in e.outputs if t.value is not None} for e in found}
+
+
+def _arguments(inputs: tuple[TensorRecord, ...], fw: Framework) -> tuple[list[Any], dict[str, Any]] | None:
+    """Positional and keyword tensors of a recorded call (``in[0]``, ``in.mask``); ``None`` where
+    the call cannot be made again from them (nested, missing positions, statistics only)."""
+    args: dict[int, Any] = {}
+    kwargs: dict[str, Any] = {}
+    for t in inputs:
+        if t.value is None:
+            return None
+        name = t.name[2:]
+        if name.startswith("[") and name.endswith("]") and name[1:-1].isdigit():
+            args[int(name[1:-1])] = fw.from_numpy(t.value)
+        elif name.startswith(".") and name[1:].isidentifier() and not keyword.iskeyword(name[1:]):
+            kwargs[name[1:]] = fw.from_numpy(t.value)
+        else:
+            return None
+    if sorted(args) != list(range(len(args))):
+        return None
+    return [args[i] for i in range(len(args))], kwargs
+
+
+def _run(fw: Framework, layer: Any, inputs: tuple[TensorRecord, ...], training: bool) -> list[TensorRecord] | str:
+    called = _arguments(inputs, fw)
+    if called is None:
+        return "its inputs cannot be given to it again from the dump (nested, or statistics only)"
+    args, kwargs = called
+    try:
+        fw.set_training(layer, training)
+        with fw.no_grad():
+            out = layer(*args, **kwargs)
+    except Exception as exc:
+        return f"running it failed ({type(exc).__name__}: {exc})"
+    leaves, _ = flatten(out, fw.is_tensor, "out")
+    return [
+        TensorRecord(name, fw.shape_of(t), fw.dtype_name(t), fw.to_numpy(t)) for name, t in leaves if fw.is_floating(t)
+    ]
+
+
+def rebuilt_local(
+    base: tuple[RebuiltSide, Event],
+    raw: tuple[RebuiltSide, Event],
+    k: int,
+    compare: Compare,
+    training: tuple[bool, bool],
+) -> tuple[TensorDiff, ...] | str:
+    """Raw's layer, rebuilt at step position ``k``, run on base's recorded inputs, against base's
+    recorded outputs: the local error. Each rebuild must first give back its own side's recorded
+    outputs from its own inputs. A string says why it was not measured."""
+    results = []
+    for (side, event), mode in zip((base, raw), training):
+        built = side.layer(event.path, k)
+        if isinstance(built, str):
+            return built
+        results.append(built)
+        again = _run(*built, event.inputs, mode)
+        if isinstance(again, str):
+            return again
+        if len(again) != len(event.outputs) or not all(t.passed for t in compare(again, event.outputs)):
+            return "rebuilt, it does not give back its own recorded outputs (it keeps state, or takes more than the dump holds)"
+    (rfw, rlayer), (_, bevent) = results[1], base
+    if tuple(t.shape for t in bevent.inputs) != tuple(t.shape for t in raw[1].inputs):
+        return "the two sides' inputs have other shapes"
+    got = _run(rfw, rlayer, bevent.inputs, training[1])
+    if isinstance(got, str):
+        return got
+    return tuple(compare(got, bevent.outputs))

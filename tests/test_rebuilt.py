@@ -1,0 +1,186 @@
+"""Offline local errors: a blamed layer rebuilt from its dump (class, arguments, weights at the
+step) and run on the other side's inputs, as auto_diff's replay does live; "not measured" where
+that cannot be done, and never called local then."""
+
+import json
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+pytest.importorskip("torch")
+pytest.importorskip("paddle")
+
+import nbdiff  # noqa: E402
+from nbdiff.engine.rebuilt import RebuiltSide  # noqa: E402
+from nbdiff.trace.store import read_dump  # noqa: E402
+from tests.dumps import X, pair, train  # noqa: E402
+
+BOTH = [("torch", "paddle"), ("paddle", "torch")]
+
+_LAYERS = """
+import paddle
+import torch
+
+
+class TorchScaledTanh(torch.nn.Module):
+    def __init__(self, scale=1.0):
+        super().__init__()
+        self.scale = scale
+
+    def forward(self, x):
+        return torch.tanh(x) * self.scale
+
+
+class PaddleScaledTanh(paddle.nn.Layer):
+    def __init__(self, scale=1.0):
+        super().__init__()
+        self.scale = scale
+
+    def forward(self, x):
+        return paddle.tanh(x) * self.scale
+"""
+
+
+@pytest.fixture
+def user_layers(tmp_path, monkeypatch):
+    """A module of the user's own layers, imported as a notebook would (``import my_layers``)."""
+    (tmp_path / "my_layers.py").write_text(textwrap.dedent(_LAYERS))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "my_layers", raising=False)
+    import my_layers
+
+    yield my_layers
+    sys.modules.pop("my_layers", None)
+
+
+def _scaled_model(fw, layers, scale):
+    import paddle
+    import torch
+
+    if fw == "torch":
+        torch.manual_seed(0)
+        nn = torch.nn
+        return nn.Sequential(nn.Linear(16, 32), layers.TorchScaledTanh(scale), nn.Linear(32, 4))
+    paddle.seed(0)
+    nn = paddle.nn
+    return nn.Sequential(nn.Linear(16, 32), layers.PaddleScaledTanh(scale), nn.Linear(32, 4))
+
+
+def _scaled_dumps(tmp_path, layers, base_fw, raw_fw):
+    base, raw = _scaled_model(base_fw, layers, 1.0), _scaled_model(raw_fw, layers, 1.02)
+    nbdiff.assign_weight(base, raw, inputs=X)
+    return [train(model, tmp_path / name, steps=2).parent for name, model in (("a", base), ("b", raw))]
+
+
+@pytest.mark.parametrize("base_fw,raw_fw", BOTH)
+def test_a_layers_own_bug_offline_is_local_with_the_error_measured_on_a_rebuilt_layer(tmp_path, base_fw, raw_fw):
+    # Offline used to judge it from what the layer received and say "local" without running anything.
+    base, raw = pair("eps", base_fw, raw_fw)
+    a, b = train(base, tmp_path / "a", steps=2), train(raw, tmp_path / "b", steps=2)
+    result = nbdiff.compare(a.parent, b.parent)
+    d = result.first_divergence
+    assert (d.phase.value, d.base_path, d.where, d.local_by) == ("forward", "norm", "layer", "rebuilt")
+    assert d.local_error is not None and d.local_error.ratio > 1 and d.unmeasured == ""
+    assert "rebuilt from its dump" in result.report()
+    verdict = json.loads(result.to_json())["findings"][0]
+    assert (verdict["blame"], verdict["local_by"], verdict["not_measured"]) == ("local", "rebuilt", None)
+    assert verdict["local_error"]["ratio"] > 1
+
+
+@pytest.mark.parametrize("base_fw,raw_fw", BOTH)
+def test_a_statistics_dump_says_not_measured_and_never_local(tmp_path, base_fw, raw_fw):
+    base, raw = pair("eps", base_fw, raw_fw)
+    a = train(base, tmp_path / "a", steps=1, dump_type="statistics")
+    b = train(raw, tmp_path / "b", steps=1, dump_type="statistics")
+    result = nbdiff.compare(a.parent, b.parent)
+    d = result.first_divergence
+    assert (d.base_path, d.local_by) == ("norm", "received")
+    assert "statistics dump holds no values" in d.unmeasured
+    assert "local        not measured (a statistics dump" in result.report()
+    verdict = json.loads(result.to_json())["findings"][0]
+    assert (verdict["blame"], verdict["local_by"], verdict["local_error"]) == ("not measured", None, None)
+    assert "statistics dump" in verdict["not_measured"]
+
+
+@pytest.mark.parametrize("base_fw,raw_fw", BOTH)
+def test_the_users_own_layer_is_rebuilt_when_its_module_is_imported_and_not_measured_when_not(
+    tmp_path, monkeypatch, user_layers, base_fw, raw_fw
+):
+    a, b = _scaled_dumps(tmp_path, user_layers, base_fw, raw_fw)
+    d = nbdiff.compare(a, b).first_divergence
+    assert (d.base_path, d.where, d.local_by) == ("1", "layer", "rebuilt")
+    assert d.local_error.ratio > 1
+    monkeypatch.delitem(sys.modules, "my_layers")  # the compare runs where the module is not imported
+    d = nbdiff.compare(a, b).first_divergence
+    assert (d.base_path, d.where, d.local_by) == ("1", "layer", "received")
+    assert "my_layers is not imported here" in d.unmeasured
+
+
+def test_a_layer_changed_on_its_instance_is_not_measured_since_its_rebuild_does_not_give_its_outputs(tmp_path):
+    # From step 2 on, fc2's forward is replaced on the instance; its class rebuilt does not do that.
+    base, raw = pair()
+    a, b = train(base, tmp_path / "a"), train(raw, tmp_path / "b", late_bug_at=2)
+    d = nbdiff.compare(a.parent, b.parent).first_divergence
+    assert (d.step, d.base_path, d.where, d.local_by) == (2, "fc2", "layer", "received")
+    assert "does not give back its own recorded outputs" in d.unmeasured
+
+
+@pytest.mark.parametrize("fw", ["torch", "paddle"])
+@pytest.mark.parametrize("record_steps", [None, [0, 2, 3]])
+def test_the_weights_at_a_later_step_are_the_first_weights_plus_the_updates(tmp_path, fw, record_steps):
+    # Exact at the first step of each run of recorded steps; after it, to a rounding unit per step (an
+    # update kept as ``after - before`` in float32 is not always exact).
+    model, _ = pair(base_fw=fw, raw_fw="paddle" if fw == "torch" else "torch")
+    seen = []
+
+    def at_start(module, *args):
+        seen.append({n: np.array(p.detach().numpy() if fw == "torch" else p.numpy()) for n, p in _params(model)})
+
+    hook = model.register_forward_pre_hook(at_start)
+    path = train(model, tmp_path / "a", steps=4, record_steps=record_steps)
+    hook.remove()
+    dump = read_dump(path)
+    side = RebuiltSide(dump)
+    numbers = [events[0].step for events in dump.steps]
+    assert numbers == (record_steps or [0, 1, 2, 3])
+    starts = [side_starts(dump, k) for k in range(len(numbers))]
+    assert starts == ([True, True, False] if record_steps else [True, False, False, False])
+    for k, number in enumerate(numbers):
+        weights = side.weights_at(k)
+        for name, value in seen[number].items():
+            layer, _, param = name.rpartition(".")
+            ulps = 0 if side_starts(dump, k) else number
+            np.testing.assert_allclose(
+                weights[layer][param],
+                value,
+                rtol=2 * ulps * 2**-23,
+                atol=ulps * 2**-30,
+                err_msg=f"step {number}: {name}",
+            )
+
+
+def _params(model):
+    return model.named_parameters()
+
+
+def side_starts(dump, k):
+    """Whether step position ``k`` holds weights of its own (the first of a run of recorded steps)."""
+    return any(e.phase.value == "weights" for e in dump.steps[k])
+
+
+def test_a_dump_naming_a_class_that_is_not_a_layer_builds_nothing(tmp_path, monkeypatch):
+    # A dump is untrusted: its layer_init must not make nbdiff construct arbitrary classes.
+    import subprocess
+
+    base, raw = pair("eps")
+    a, b = train(base, tmp_path / "a", steps=1), train(raw, tmp_path / "b", steps=1)
+    manifest = b / "manifest.json"
+    data = json.loads(manifest.read_text())
+    data["layer_init"]["norm"] = {"class": "subprocess:Popen", "kwargs": {"args": "touch /tmp/nbdiff-pwned"}}
+    manifest.write_text(json.dumps(data))
+    built = []
+    monkeypatch.setattr(subprocess, "Popen", type("Popen", (), {"__init__": lambda self, **kw: built.append(kw)}))
+    d = nbdiff.compare(a.parent, b.parent).first_divergence
+    assert built == [] and d.local_by == "received" and "is not a paddle layer class" in d.unmeasured

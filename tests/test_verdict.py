@@ -29,7 +29,7 @@ def test_a_live_blame_reads_the_same_in_json(base_fw, raw_fw, tmp_path):
     result = nbdiff.auto_diff(base, raw, inputs("mlp"))
     doc = _strict(result.to_json(str(tmp_path / "v.json")))
     assert doc == _strict((tmp_path / "v.json").read_text())
-    assert (doc["format"], doc["version"], doc["verdict"]) == ("nbdiff-verdict", 1, "diverged")
+    assert (doc["format"], doc["version"], doc["verdict"]) == ("nbdiff-verdict", 2, "diverged")
     assert doc["base"]["framework"] == base_fw and doc["raw"]["framework"] == raw_fw
     first, d = doc["first_divergence"], result.first_divergence
     assert first == doc["findings"][0]

@@ -48,6 +48,8 @@ class RebuiltSide:
     _held: tuple[int, Weights] | None = None
     """The weights last worked out: (step position, weights by layer path)."""
     _classes: dict[str, Any] = field(default_factory=dict)
+    _built: dict[tuple[str, int], tuple[Framework, Any] | str] = field(default_factory=dict)
+    """The layers rebuilt for the step compared (a layer called several times is built once)."""
 
     def weights_at(self, k: int) -> Weights | None:
         """Every recorded layer's weights as step position ``k`` began: the last recorded weights at
@@ -81,6 +83,13 @@ class RebuiltSide:
 
     def layer(self, path: str, k: int) -> tuple[Framework, Any] | str:
         """The layer at ``path`` rebuilt with its weights at step position ``k``; else why not."""
+        if (path, k) not in self._built:
+            if any(at != k for _, at in self._built):
+                self._built = {}
+            self._built[(path, k)] = self._build(path, k)
+        return self._built[(path, k)]
+
+    def _build(self, path: str, k: int) -> tuple[Framework, Any] | str:
         ctor = Constructor.from_json(self.dump.meta.get("layer_init", {}).get(path))
         if ctor is None:
             return "its constructor arguments were not recorded as plain values"

@@ -27,7 +27,8 @@ if TYPE_CHECKING:
 __all__ = ["FORMAT", "VERSION", "verdict", "write_verdict"]
 
 FORMAT = "nbdiff-verdict"
-VERSION = 1
+VERSION = 2
+"""2: an offline error judged from what an event received is `not measured`, never `local`; `not_measured`."""
 _METRICS = ("max_abs", "max_rel", "mean_abs", "cosine", "ratio")
 
 

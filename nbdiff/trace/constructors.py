@@ -18,6 +18,10 @@ __all__ = ["Constructor", "NotRebuildable", "constructor_of"]
 
 _SKIP = {"self", "device", "dtype", "name", "weight_attr", "factory_kwargs"}
 _LITERALS = (bool, int, float, str, type(None))
+_ALIASES = {"eps": ("variance_epsilon", "epsilon", "_epsilon"), "epsilon": ("_epsilon", "variance_epsilon", "eps")}
+"""Attributes that keep an argument under another name (transformers' RMSNorm keeps ``eps`` as
+``variance_epsilon``)."""
+_SIZES = ("size", "dim", "features", "channels")
 
 
 class NotRebuildable(ValueError):
@@ -85,11 +89,14 @@ def constructor_of(fw: Framework, layer: Any) -> Constructor:
             if getattr(layer, "bias", None) is None:
                 kwargs[p.name] = False
             continue
-        found = next((getattr(layer, a) for a in (p.name, "_" + p.name) if hasattr(layer, a)), inspect.Parameter.empty)
+        names = (p.name, "_" + p.name, *_ALIASES.get(p.name, ()))
+        found = next((getattr(layer, a) for a in names if hasattr(layer, a)), inspect.Parameter.empty)
         if found is inspect.Parameter.empty and shape is not None and p.name in ("in_features", "out_features"):
             # paddle's Linear keeps only its [in, out] weight; torch's is [out, in]
             inward = shape[0] if fw.name == "paddle" else shape[1]
             found = inward if p.name == "in_features" else (shape[1] if fw.name == "paddle" else shape[0])
+        elif found is inspect.Parameter.empty and shape is not None and len(shape) == 1 and p.name.endswith(_SIZES):
+            found = shape[0]  # a norm's size (LlamaRMSNorm(hidden_size)) is its weight's; a rebuild checks it
         if isinstance(found, list):
             found = tuple(found)
         if found is not inspect.Parameter.empty and _literal(found):

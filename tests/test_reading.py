@@ -125,3 +125,21 @@ def test_printable_escapes_only_what_a_terminal_would_act_on():
     assert printable("layers.0.self_attn") == "layers.0.self_attn"
     assert printable("注意力.层") == "注意力.层"
     assert printable("a\x1bb\nc\u2028d") == "a\\x1bb\\nc\\u2028d"
+
+
+@pytest.mark.parametrize("name", ["step0.safetensors", "manifest.json"])
+def test_an_unreadable_dump_file_says_so_and_names_it(tmp_path, monkeypatch, capsys, name):
+    # It used to say "No such file or directory". The tests run as root, who reads any file, so the
+    # refusal the operating system gives another user is made here by its open call.
+    folder = _dump(tmp_path / "d") / "rank0"
+    real_open = os.open
+
+    def refused(path, *args, **kwargs):
+        if str(path).endswith(name):
+            raise PermissionError(13, "Permission denied", str(path))
+        return real_open(path, *args, **kwargs)
+
+    monkeypatch.setattr(os, "open", refused)
+    assert main(["compare", str(folder.parent), str(_dump(tmp_path / "e").resolve())]) == 2
+    err = capsys.readouterr().err
+    assert f"{folder / name}: cannot be read (Permission denied; check its permissions)" in err

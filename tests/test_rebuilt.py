@@ -40,6 +40,54 @@ class PaddleScaledTanh(paddle.nn.Layer):
 
     def forward(self, x):
         return paddle.tanh(x) * self.scale
+
+
+class _TorchTanh(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, scale):
+        y = torch.tanh(x)
+        ctx.save_for_backward(y)
+        ctx.scale = scale
+        return y
+
+    @staticmethod
+    def backward(ctx, g):
+        (y,) = ctx.saved_tensors
+        return g * (1 - y * y) * ctx.scale, None
+
+
+class TorchGradTanh(torch.nn.Module):
+    # tanh whose hand-written backward scales the gradient (a bug where scale is not 1)
+
+    def __init__(self, scale=1.0):
+        super().__init__()
+        self.scale = scale
+
+    def forward(self, x):
+        return _TorchTanh.apply(x, self.scale)
+
+
+class _PaddleTanh(paddle.autograd.PyLayer):
+    @staticmethod
+    def forward(ctx, x, scale):
+        y = paddle.tanh(x)
+        ctx.save_for_backward(y)
+        ctx.scale = scale
+        return y
+
+    @staticmethod
+    def backward(ctx, g):
+        (y,) = ctx.saved_tensor()
+        return g * (1 - y * y) * ctx.scale
+
+
+class PaddleGradTanh(paddle.nn.Layer):
+    def __init__(self, scale=1.0):
+        super().__init__()
+        self.scale = scale
+
+    def forward(self, x):
+        return _PaddleTanh.apply(x, self.scale)
 """
 
 
@@ -55,21 +103,21 @@ def user_layers(tmp_path, monkeypatch):
     sys.modules.pop("my_layers", None)
 
 
-def _scaled_model(fw, layers, scale):
+def _scaled_model(fw, layers, scales, kind="ScaledTanh"):
+    """Linear(16, 32), then per scale: the user's ``kind`` layer and a Linear(32, 32); Linear(32, 4)."""
     import paddle
     import torch
 
-    if fw == "torch":
-        torch.manual_seed(0)
-        nn = torch.nn
-        return nn.Sequential(nn.Linear(16, 32), layers.TorchScaledTanh(scale), nn.Linear(32, 4))
-    paddle.seed(0)
-    nn = paddle.nn
-    return nn.Sequential(nn.Linear(16, 32), layers.PaddleScaledTanh(scale), nn.Linear(32, 4))
+    (torch.manual_seed if fw == "torch" else paddle.seed)(0)
+    nn = torch.nn if fw == "torch" else paddle.nn
+    own = getattr(layers, ("Torch" if fw == "torch" else "Paddle") + kind)
+    blocks = [m for scale in scales for m in (own(scale), nn.Linear(32, 32))]
+    return nn.Sequential(nn.Linear(16, 32), *blocks, nn.Linear(32, 4))
 
 
-def _scaled_dumps(tmp_path, layers, base_fw, raw_fw):
-    base, raw = _scaled_model(base_fw, layers, 1.0), _scaled_model(raw_fw, layers, 1.02)
+def _scaled_dumps(tmp_path, layers, base_fw, raw_fw, raw_scales=(1.02,), kind="ScaledTanh"):
+    base = _scaled_model(base_fw, layers, [1.0] * len(raw_scales), kind)
+    raw = _scaled_model(raw_fw, layers, raw_scales, kind)
     nbdiff.assign_weight(base, raw, inputs=X)
     return [train(model, tmp_path / name, steps=2).parent for name, model in (("a", base), ("b", raw))]
 
@@ -184,3 +232,28 @@ def test_a_dump_naming_a_class_that_is_not_a_layer_builds_nothing(tmp_path, monk
     monkeypatch.setattr(subprocess, "Popen", type("Popen", (), {"__init__": lambda self, **kw: built.append(kw)}))
     d = nbdiff.compare(a.parent, b.parent).first_divergence
     assert built == [] and d.local_by == "received" and "is not a paddle layer class" in d.unmeasured
+
+
+@pytest.mark.parametrize("base_fw,raw_fw", BOTH)
+def test_a_second_bug_behind_the_first_is_found_offline_on_its_rebuilt_layer(tmp_path, user_layers, base_fw, raw_fw):
+    # Its inputs already differ, so judged from what it received it was only "inherited": only running
+    # it again tells (auto_diff's replay, live).
+    a, b = _scaled_dumps(tmp_path, user_layers, base_fw, raw_fw, raw_scales=(1.02, 1.0, 1.02))
+    result = nbdiff.compare(a, b)
+    forward = [(f.base_path, f.where, f.local_by) for f in result.findings if f.phase.value == "forward"]
+    assert forward == [("1", "layer", "rebuilt"), ("5", "layer", "rebuilt")], result.report()
+
+
+@pytest.mark.parametrize("base_fw,raw_fw", BOTH)
+def test_a_backward_only_bug_offline_is_measured_on_its_rebuilt_layer(
+    tmp_path, monkeypatch, user_layers, base_fw, raw_fw
+):
+    a, b = _scaled_dumps(tmp_path, user_layers, base_fw, raw_fw, raw_scales=(1.05,), kind="GradTanh")
+    result = nbdiff.compare(a, b)
+    d = result.first_divergence
+    assert (d.step, d.phase.value, d.base_path, d.where, d.local_by) == (0, "backward", "1", "layer", "rebuilt")
+    assert d.local_error.ratio > 1 and d.local_error.name == "in[0]"
+    monkeypatch.delitem(sys.modules, "my_layers")
+    d = nbdiff.compare(a, b).first_divergence
+    assert (d.phase.value, d.base_path, d.local_by) == ("backward", "1", "received")
+    assert "my_layers is not imported here" in d.unmeasured

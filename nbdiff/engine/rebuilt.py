@@ -31,7 +31,7 @@ from nbdiff.trace.events import Event, Phase, TensorRecord
 from nbdiff.trace.nest import flatten
 from nbdiff.trace.store import RankDump
 
-__all__ = ["RebuiltSide", "rebuilt_local"]
+__all__ = ["RebuiltSide", "rebuilt_local", "rebuilt_local_backward"]
 
 _FRAMEWORKS = ("torch", "paddle")
 """Packages a rebuild may import: the frameworks themselves, which a dump of theirs needs anyway."""
@@ -159,31 +159,38 @@ def _weights_of(events: list[Event]) -> Weights | None:
     return {e.path: {t.name: t.value.copy() for t in e.outputs if t.value is not None} for e in found}
 
 
-def _arguments(inputs: tuple[TensorRecord, ...], fw: Framework) -> tuple[list[Any], dict[str, Any]] | None:
-    """Positional and keyword tensors of a recorded call (``in[0]``, ``in.mask``); ``None`` where
-    the call cannot be made again from them (nested, missing positions, statistics only)."""
+def _arguments(
+    inputs: tuple[TensorRecord, ...], fw: Framework, differentiated: frozenset[str] = frozenset()
+) -> tuple[list[Any], dict[str, Any], list[tuple[str, Any]]] | None:
+    """Positional and keyword tensors of a recorded call (``in[0]``, ``in.mask``), and those named in
+    ``differentiated`` (made to require gradients); ``None`` where the call cannot be made again from
+    them (nested, missing positions, statistics only)."""
     args: dict[int, Any] = {}
     kwargs: dict[str, Any] = {}
+    grads: list[tuple[str, Any]] = []
     for t in inputs:
         if t.value is None:
             return None
         name = t.name[2:]
+        x = fw.from_numpy(t.value, requires_grad=t.name in differentiated)
+        if t.name in differentiated:
+            grads.append((t.name, x))
         if name.startswith("[") and name.endswith("]") and name[1:-1].isdigit():
-            args[int(name[1:-1])] = fw.from_numpy(t.value)
+            args[int(name[1:-1])] = x
         elif name.startswith(".") and name[1:].isidentifier() and not keyword.iskeyword(name[1:]):
-            kwargs[name[1:]] = fw.from_numpy(t.value)
+            kwargs[name[1:]] = x
         else:
             return None
     if sorted(args) != list(range(len(args))):
         return None
-    return [args[i] for i in range(len(args))], kwargs
+    return [args[i] for i in range(len(args))], kwargs, grads
 
 
 def _run(fw: Framework, layer: Any, inputs: tuple[TensorRecord, ...], training: bool) -> list[TensorRecord] | str:
     called = _arguments(inputs, fw)
     if called is None:
         return "its inputs cannot be given to it again from the dump (nested, or statistics only)"
-    args, kwargs = called
+    args, kwargs, _ = called
     try:
         fw.set_training(layer, training)
         with fw.no_grad():
@@ -194,6 +201,40 @@ def _run(fw: Framework, layer: Any, inputs: tuple[TensorRecord, ...], training: 
     return [
         TensorRecord(name, fw.shape_of(t), fw.dtype_name(t), fw.to_numpy(t)) for name, t in leaves if fw.is_floating(t)
     ]
+
+
+def _gradients(
+    fw: Framework, layer: Any, inputs: tuple[TensorRecord, ...], grads: Event, training: bool
+) -> tuple[list[TensorRecord], dict[str, np.ndarray]] | str:
+    """The layer's gradients at its inputs and parameters for the gradients ``grads.outputs``
+    arriving at its outputs, run on ``inputs``; the inputs differentiated are those ``grads`` has."""
+    called = _arguments(inputs, fw, frozenset(t.name for t in grads.inputs))
+    if called is None:
+        return "its inputs cannot be given to it again from the dump (nested, or statistics only)"
+    args, kwargs, ins = called
+    params = [(n, p) for n, p in fw.direct_params(layer) if fw.is_trainable(p)]
+    arriving = {t.name: t.value for t in grads.outputs}
+    try:
+        fw.set_training(layer, training)
+        leaves, _ = flatten(layer(*args, **kwargs), fw.is_tensor, "out")
+        outs, gouts = [], []
+        for name, t in leaves:
+            g = arriving.get(name)
+            if g is not None and fw.requires_grad(t) and tuple(g.shape) == fw.shape_of(t):
+                outs.append(t)
+                gouts.append(fw.from_numpy(g.astype(fw.to_numpy(t).dtype, copy=False)))
+        targets = [t for _, t in ins] + [p for _, p in params]
+        if not outs or not targets:
+            return "no gradient arriving at its outputs, or nothing to differentiate"
+        found = fw.grad(outs, targets, gouts)
+    except Exception as exc:
+        return f"running its backward failed ({type(exc).__name__}: {exc})"
+    in_grads = [
+        TensorRecord(name, fw.shape_of(g), fw.dtype_name(g), fw.to_numpy(g))
+        for (name, _), g in zip(ins, found)
+        if g is not None
+    ]
+    return in_grads, {n: fw.to_numpy(g) for (n, _), g in zip(params, found[len(ins) :]) if g is not None}
 
 
 def rebuilt_local(
@@ -224,3 +265,44 @@ def rebuilt_local(
     if isinstance(got, str):
         return got
     return tuple(compare(got, bevent.outputs))
+
+
+def rebuilt_local_backward(
+    base: tuple[RebuiltSide, Event, Event],
+    raw: tuple[RebuiltSide, Event, Event],
+    k: int,
+    compare: Compare,
+    compare_params: Callable[[dict[str, np.ndarray], dict[str, np.ndarray]], list[TensorDiff]],
+    training: tuple[bool, bool],
+) -> tuple[TensorDiff, ...] | str:
+    """Raw's layer, rebuilt, run forward on base's recorded inputs and backward from the gradients
+    arriving at base's outputs: its gradients at the inputs and parameters against base's (each
+    parameter's converted to raw's layout). Each rebuild first gives back its own side's recorded
+    gradients from its own inputs. (``side, forward event, backward event`` per side.)"""
+    results = []
+    for (side, fwd, bwd), mode in zip((base, raw), training):
+        built = side.layer(fwd.path, k)
+        if isinstance(built, str):
+            return built
+        results.append(built)
+        again = _gradients(*built, fwd.inputs, bwd, mode)
+        if isinstance(again, str):
+            return again
+        in_grads, params = again
+        as_records = [TensorRecord(n, tuple(v.shape), str(v.dtype), v) for n, v in params.items()]
+        got = compare(in_grads, bwd.inputs) + compare(as_records, bwd.params)
+        if (
+            len(in_grads) != len(bwd.inputs)
+            or set(params) != {t.name for t in bwd.params}
+            or not all(t.passed for t in got)
+        ):
+            return "rebuilt, its backward does not give back its own recorded gradients (it keeps state, or takes more than the dump holds)"
+    (_, bfwd, bbwd), (_, rfwd, _) = base, raw
+    if tuple(t.shape for t in bfwd.inputs) != tuple(t.shape for t in rfwd.inputs):
+        return "the two sides' inputs have other shapes"
+    got = _gradients(*results[1], bfwd.inputs, bbwd, training[1])
+    if isinstance(got, str):
+        return got
+    in_grads, params = got
+    base_params = {t.name: t.value for t in bbwd.params if t.value is not None}
+    return tuple(compare(in_grads, bbwd.inputs) + compare_params(base_params, params))

@@ -23,8 +23,9 @@ from nbdiff.engine.comparer import Plans, StepComparer
 from nbdiff.engine.conditioning import MARGIN
 from nbdiff.engine.forward import TolFn, api_local, received_differ, tensor_diffs
 from nbdiff.engine.layouts import converted, converted_records
-from nbdiff.engine.rebuilt import RebuiltSide, rebuilt_local
+from nbdiff.engine.rebuilt import RebuiltSide, rebuilt_local, rebuilt_local_backward
 from nbdiff.engine.recomputed import BATCH_NORMS, BatchNormCall, batch_norm_of, rounding_move
+from nbdiff.engine.replay import compare_param_grads
 from nbdiff.engine.stepping import StepRecord
 from nbdiff.engine.updates import GradientSpread, Updates
 from nbdiff.judge.blame import Divergence, EventDiff
@@ -202,6 +203,10 @@ class RecordedComparer(StepComparer):
             recomputed = self._recomputed_backward(d, bf, rf)
             if recomputed is not None:
                 return recomputed
+        if bf is not None and rf is not None and not kids:
+            measured = self._rebuilt_backward(d, bf, rf)
+            if measured is not None:
+                return measured
         own = api_local(d, self.tol, self.mode, "outputs", MARGIN)
         if own and bf is not None and rf is not None and self._differ(rf.inputs, bf.inputs):
             return ()
@@ -209,18 +214,30 @@ class RecordedComparer(StepComparer):
 
     def _rebuilt(self, d: EventDiff) -> tuple[TensorDiff, ...] | None:
         """Raw's layer rebuilt from its dump and run on base's inputs (:mod:`nbdiff.engine.rebuilt`)."""
-        training = tuple(
-            bool(dump.meta.get("batch_norm_training", {}).get(e.path, False))
-            for dump, e in ((self.a, d.base), (self.b, d.raw))
-        )
-        compare = lambda got, like: tensor_diffs(got, like, self.tol, self.mode)  # noqa: E731
-        local = rebuilt_local(
-            (self.rebuilt[0], d.base),
-            (self.rebuilt[1], d.raw),
-            self.position,
-            compare,
-            training,  # type: ignore[arg-type]
-        )
+        sides = (self.rebuilt[0], d.base), (self.rebuilt[1], d.raw)
+        return self._measured(d, rebuilt_local(*sides, self.position, self._compare, self._training(d.base, d.raw)))
+
+    def _rebuilt_backward(self, d: EventDiff, bf: Event, rf: Event) -> tuple[TensorDiff, ...] | None:
+        """Raw's layer rebuilt, run on base's inputs and the gradients arriving at base's outputs."""
+        plan = self.plans.get(bf.path)
+
+        def params(base: dict[str, np.ndarray], raw: dict[str, np.ndarray]) -> list[TensorDiff]:
+            return compare_param_grads(base, raw, plan, self.tol, self.mode)
+
+        sides = (self.rebuilt[0], bf, d.base), (self.rebuilt[1], rf, d.raw)
+        local = rebuilt_local_backward(*sides, self.position, self._compare, params, self._training(bf, rf))
+        return self._measured(d, local)
+
+    def _compare(self, got: list[TensorRecord], like: tuple[TensorRecord, ...]) -> list[TensorDiff]:
+        return tensor_diffs(got, like, self.tol, self.mode)
+
+    def _training(self, base: Event, raw: Event) -> tuple[bool, bool]:
+        """The mode each layer is rebuilt in: a BatchNorm's as the dump recorded it, else eval (the
+        dump keeps no mode; dropout was off while recording)."""
+        mode = lambda dump, e: bool(dump.meta.get("batch_norm_training", {}).get(e.path, False))  # noqa: E731
+        return mode(self.a, base), mode(self.b, raw)
+
+    def _measured(self, d: EventDiff, local: tuple[TensorDiff, ...] | str) -> tuple[TensorDiff, ...] | None:
         if isinstance(local, str):
             self.not_measured[id(d.base)] = local
             return None
@@ -295,11 +312,7 @@ class RecordedComparer(StepComparer):
             return replace(f, local_by="recomputed")
         why = self.not_measured.get(key) if key is not None else None  # type: ignore[arg-type]
         if why is None:
-            why = (
-                "backward passes are not rebuilt offline"
-                if f.phase is Phase.BACKWARD
-                else _NOT_REBUILT.get(f.where, "only a layer call is rebuilt offline")
-            )
+            why = _NOT_REBUILT.get(f.where, "only a layer call is rebuilt offline")
         return replace(f, local_by="received", unmeasured=why)
 
     def done_reading(self) -> None:

@@ -6,8 +6,8 @@ every update after it, and each call's inputs and outputs. That is enough to bui
 again, give it the weights it had at step ``k`` (the first weights plus the updates up to
 ``k``), and run it on the other side's inputs, which is what a replay does live.
 
-A rebuild is trusted only once it gives back its own side's recorded outputs from its own
-recorded inputs: a layer that keeps state between calls, takes arguments the dump does not
+Only raw's layer is rebuilt (base's recorded call is the reference), and it is trusted only
+once it gives back raw's own recorded outputs from raw's own recorded inputs: a layer that keeps state between calls, takes arguments the dump does not
 hold, or was rebuilt from another class of the same name, fails that check and stays "not
 measured". Classes are looked up among the modules already imported; only the frameworks' own
 modules (torch, paddle) are imported for it, never a module a dump names.
@@ -36,6 +36,9 @@ __all__ = ["RebuiltSide", "rebuilt_local", "rebuilt_local_backward"]
 _FRAMEWORKS = ("torch", "paddle")
 """Packages a rebuild may import: the frameworks themselves, which a dump of theirs needs anyway."""
 
+_HELD = 4
+"""Rebuilt layers kept at once."""
+
 Weights = dict[str, dict[str, np.ndarray]]
 Compare = Callable[[list[TensorRecord], tuple[TensorRecord, ...]], list[TensorDiff]]
 
@@ -49,7 +52,7 @@ class RebuiltSide:
     """The weights last worked out: (step position, weights by layer path)."""
     _classes: dict[str, Any] = field(default_factory=dict)
     _built: dict[tuple[str, int], tuple[Framework, Any] | str] = field(default_factory=dict)
-    """The layers rebuilt for the step compared (a layer called several times is built once)."""
+    """The last layers rebuilt (a layer called several times in a row is built once)."""
 
     def weights_at(self, k: int) -> Weights | None:
         """Every recorded layer's weights as step position ``k`` began: the last recorded weights at
@@ -84,8 +87,8 @@ class RebuiltSide:
     def layer(self, path: str, k: int) -> tuple[Framework, Any] | str:
         """The layer at ``path`` rebuilt with its weights at step position ``k``; else why not."""
         if (path, k) not in self._built:
-            if any(at != k for _, at in self._built):
-                self._built = {}
+            while len(self._built) >= _HELD:  # a big model's layers are not all held at once
+                del self._built[next(iter(self._built))]
             self._built[(path, k)] = self._build(path, k)
         return self._built[(path, k)]
 
@@ -156,7 +159,9 @@ def _weights_of(events: list[Event]) -> Weights | None:
     found = [e for e in events if e.phase is Phase.WEIGHTS]
     if not found:
         return None
-    return {e.path: {t.name: t.value.copy() for t in e.outputs if t.value is not None} for e in found}
+    return {
+        e.path: {t.name: t.value for t in e.outputs if t.value is not None} for e in found
+    }  # added to, never written
 
 
 def _arguments(
@@ -238,71 +243,66 @@ def _gradients(
 
 
 def rebuilt_local(
-    base: tuple[RebuiltSide, Event],
+    base: Event,
     raw: tuple[RebuiltSide, Event],
     k: int,
     compare: Compare,
-    training: tuple[bool, bool],
+    training: bool,
 ) -> tuple[TensorDiff, ...] | str:
     """Raw's layer, rebuilt at step position ``k``, run on base's recorded inputs, against base's
-    recorded outputs: the local error. Each rebuild must first give back its own side's recorded
-    outputs from its own inputs. A string says why it was not measured."""
-    results = []
-    for (side, event), mode in zip((base, raw), training):
-        built = side.layer(event.path, k)
-        if isinstance(built, str):
-            return built
-        results.append(built)
-        again = _run(*built, event.inputs, mode)
-        if isinstance(again, str):
-            return again
-        if len(again) != len(event.outputs) or not all(t.passed for t in compare(again, event.outputs)):
-            return "rebuilt, it does not give back its own recorded outputs (it keeps state, or takes more than the dump holds)"
-    (rfw, rlayer), (_, bevent) = results[1], base
-    if tuple(t.shape for t in bevent.inputs) != tuple(t.shape for t in raw[1].inputs):
+    recorded outputs: the local error. The rebuild must first give back raw's own recorded outputs
+    from raw's own inputs (base's layer is never run: its recorded call is the reference). A string
+    says why it was not measured."""
+    (side, event), bevent = raw, base
+    built = side.layer(event.path, k)
+    if isinstance(built, str):
+        return built
+    again = _run(*built, event.inputs, training)
+    if isinstance(again, str):
+        return again
+    if len(again) != len(event.outputs) or not all(t.passed for t in compare(again, event.outputs)):
+        return "rebuilt, it does not give back its own recorded outputs (it keeps state, or takes more than the dump holds)"
+    if tuple(t.shape for t in bevent.inputs) != tuple(t.shape for t in event.inputs):
         return "the two sides' inputs have other shapes"
-    got = _run(rfw, rlayer, bevent.inputs, training[1])
+    got = _run(*built, bevent.inputs, training)
     if isinstance(got, str):
         return got
     return tuple(compare(got, bevent.outputs))
 
 
 def rebuilt_local_backward(
-    base: tuple[RebuiltSide, Event, Event],
+    base: tuple[Event, Event],
     raw: tuple[RebuiltSide, Event, Event],
     k: int,
     compare: Compare,
     compare_params: Callable[[dict[str, np.ndarray], dict[str, np.ndarray]], list[TensorDiff]],
-    training: tuple[bool, bool],
+    training: bool,
 ) -> tuple[TensorDiff, ...] | str:
     """Raw's layer, rebuilt, run forward on base's recorded inputs and backward from the gradients
     arriving at base's outputs: its gradients at the inputs and parameters against base's (each
-    parameter's converted to raw's layout). Each rebuild first gives back its own side's recorded
-    gradients from its own inputs. (``side, forward event, backward event`` per side.)"""
-    results = []
-    for (side, fwd, bwd), mode in zip((base, raw), training):
-        built = side.layer(fwd.path, k)
-        if isinstance(built, str):
-            return built
-        results.append(built)
-        again = _gradients(*built, fwd.inputs, bwd, mode)
-        if isinstance(again, str):
-            return again
-        in_grads, params = again
-        as_records = [TensorRecord(n, tuple(v.shape), str(v.dtype), v) for n, v in params.items()]
-        got = compare(in_grads, bwd.inputs) + compare(as_records, bwd.params)
-        if (
-            len(in_grads) != len(bwd.inputs)
-            or set(params) != {t.name for t in bwd.params}
-            or not all(t.passed for t in got)
-        ):
-            return "rebuilt, its backward does not give back its own recorded gradients (it keeps state, or takes more than the dump holds)"
-    (_, bfwd, bbwd), (_, rfwd, _) = base, raw
-    if tuple(t.shape for t in bfwd.inputs) != tuple(t.shape for t in rfwd.inputs):
+    parameter's converted to raw's layout). The rebuild first gives back raw's own recorded
+    gradients from raw's own inputs. (``forward event, backward event`` of base; raw's side too.)"""
+    (side, fwd, bwd), (bfwd, bbwd) = raw, base
+    built = side.layer(fwd.path, k)
+    if isinstance(built, str):
+        return built
+    again = _gradients(*built, fwd.inputs, bwd, training)
+    if isinstance(again, str):
+        return again
+    in_grads, params = again
+    as_records = [TensorRecord(n, tuple(v.shape), str(v.dtype), v) for n, v in params.items()]
+    got = compare(in_grads, bwd.inputs) + compare(as_records, bwd.params)
+    if (
+        len(in_grads) != len(bwd.inputs)
+        or set(params) != {t.name for t in bwd.params}
+        or not all(t.passed for t in got)
+    ):
+        return "rebuilt, its backward does not give back its own recorded gradients (it keeps state, or takes more than the dump holds)"
+    if tuple(t.shape for t in bfwd.inputs) != tuple(t.shape for t in fwd.inputs):
         return "the two sides' inputs have other shapes"
-    got = _gradients(*results[1], bfwd.inputs, bbwd, training[1])
-    if isinstance(got, str):
-        return got
-    in_grads, params = got
+    measured = _gradients(*built, bfwd.inputs, bbwd, training)
+    if isinstance(measured, str):
+        return measured
+    in_grads, params = measured
     base_params = {t.name: t.value for t in bbwd.params if t.value is not None}
     return tuple(compare(in_grads, bbwd.inputs) + compare_params(base_params, params))

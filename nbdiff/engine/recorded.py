@@ -91,8 +91,8 @@ class RecordedComparer(StepComparer):
         """This step's layers that amplified differences within tolerance past it: (path, ratio)."""
         self._recomputed_events: set[int] = set()
         """``id`` of this step's base events whose own error a recomputed layer measured."""
-        self.rebuilt = (RebuiltSide(a), RebuiltSide(b))
-        """Each side's layers, rebuilt from the dump to measure a local error (tensor dumps)."""
+        self.rebuilt = RebuiltSide(b)
+        """Raw's layers, rebuilt from its dump to measure a local error on base's inputs (tensor dumps)."""
         self.position = 0
         """The step compared: its place in the dumps (not its training number)."""
         self._rebuilt_events: set[int] = set()
@@ -214,8 +214,8 @@ class RecordedComparer(StepComparer):
 
     def _rebuilt(self, d: EventDiff) -> tuple[TensorDiff, ...] | None:
         """Raw's layer rebuilt from its dump and run on base's inputs (:mod:`nbdiff.engine.rebuilt`)."""
-        sides = (self.rebuilt[0], d.base), (self.rebuilt[1], d.raw)
-        return self._measured(d, rebuilt_local(*sides, self.position, self._compare, self._training(d.base, d.raw)))
+        training = self._training(d.raw)
+        return self._measured(d, rebuilt_local(d.base, (self.rebuilt, d.raw), self.position, self._compare, training))
 
     def _rebuilt_backward(self, d: EventDiff, bf: Event, rf: Event) -> tuple[TensorDiff, ...] | None:
         """Raw's layer rebuilt, run on base's inputs and the gradients arriving at base's outputs."""
@@ -224,18 +224,17 @@ class RecordedComparer(StepComparer):
         def params(base: dict[str, np.ndarray], raw: dict[str, np.ndarray]) -> list[TensorDiff]:
             return compare_param_grads(base, raw, plan, self.tol, self.mode)
 
-        sides = (self.rebuilt[0], bf, d.base), (self.rebuilt[1], rf, d.raw)
-        local = rebuilt_local_backward(*sides, self.position, self._compare, params, self._training(bf, rf))
+        sides = (bf, d.base), (self.rebuilt, rf, d.raw)
+        local = rebuilt_local_backward(*sides, self.position, self._compare, params, self._training(rf))
         return self._measured(d, local)
 
     def _compare(self, got: list[TensorRecord], like: tuple[TensorRecord, ...]) -> list[TensorDiff]:
         return tensor_diffs(got, like, self.tol, self.mode)
 
-    def _training(self, base: Event, raw: Event) -> tuple[bool, bool]:
-        """The mode each layer is rebuilt in: a BatchNorm's as the dump recorded it, else eval (the
+    def _training(self, raw: Event) -> bool:
+        """The mode raw's layer is rebuilt in: a BatchNorm's as the dump recorded it, else eval (the
         dump keeps no mode; dropout was off while recording)."""
-        mode = lambda dump, e: bool(dump.meta.get("batch_norm_training", {}).get(e.path, False))  # noqa: E731
-        return mode(self.a, base), mode(self.b, raw)
+        return bool(self.b.meta.get("batch_norm_training", {}).get(raw.path, False))
 
     def _measured(self, d: EventDiff, local: tuple[TensorDiff, ...] | str) -> tuple[TensorDiff, ...] | None:
         if isinstance(local, str):

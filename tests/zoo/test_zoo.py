@@ -49,7 +49,8 @@ def test_zoo_case(case, single_step):
 _OFFLINE_GAPS = {
     "tensor": {
         "shufflenet custom layer grad": "a backward-only bug behind train-mode BatchNorms: the gradients arriving "
-        "at it already differ by amplified rounding, and offline nothing re-runs a custom layer",
+        "at it already differ by amplified rounding, and its class is made inside a function (its bug is closure "
+        "state), so compare cannot rebuild it to run it again",
     },
     "statistics": {
         "resnet batch 2 at 32 px": "a train-mode BatchNorm over 2 values amplifies rounding, and statistics hold "

@@ -17,7 +17,7 @@ from nbdiff.align.shards import Gathered
 from nbdiff.engine.driver import Verdict
 from nbdiff.engine.gathered import attributed, whole_dumps
 from nbdiff.engine.options import check_tolerances
-from nbdiff.engine.recorded import RecordedComparer, layer_args, recorded_step
+from nbdiff.engine.recorded import RecordedComparer, layer_args
 from nbdiff.errors import DumpError, OptionError
 from nbdiff.judge.blame import EventDiff
 from nbdiff.judge.tolerance import Tolerance, resolve_tolerance
@@ -128,11 +128,13 @@ def _compare_step(
 ) -> tuple[bool, list[EventDiff], Pairing]:
     """Step ``k`` of one rank: forward and backward, then the updates (their gradients folded into
     the spread until the rank's first divergence)."""
-    brec, rrec = recorded_step(cmp.a, k, rank), recorded_step(cmp.b, k, rank)
-    cmp.position = k
+    brec, rrec = cmp.read_step(k, rank)
     pairing, notes = cmp.pair(brec, rrec)
     verdict.warnings += notes
-    step = cmp.compare(pairing, brec, rrec)
+    # Weights that drifted through updates that agreed explain what no layer makes on its own, as
+    # live (nbdiff.engine.drift); after a divergence, later steps are for the chart.
+    drift = cmp.drift_at(k) if cmp.spread is not None else None
+    step = cmp.compare(pairing, brec, rrec, drift=drift)
     spread = cmp.spread
     updates = cmp.compare_updates(
         cmp.updates(pairing, brec, rrec), (lambda: cmp.gradient_spread(k)) if spread else None, step

@@ -90,3 +90,21 @@ def test_followed_weights_move_raw_as_base_moved_and_keep_what_raw_started_with(
     moved[1, 0] += 0.02
     note = drift_note(2, follow, {"fc": {"weight": moved}}, tol)
     assert note is not None and "from step 2 on" in note and "`fc.weight` by 0.02" in note
+
+
+def test_recorded_runs_whose_weights_drift_through_agreeing_updates_are_no_divergence_offline(tmp_path):
+    # Offline compare had no weights to tell drift by, so step 1's outputs were an accumulated divergence.
+    base, raw = models_with_a_noisy_gradient(flip=True)
+    x = torch.tensor(np.random.RandomState(1).randn(32, 8).astype("float32"))
+    for name, model in (("a", base), ("b", raw)):
+        opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+        with nbdiff.record(model, tmp_path / name):
+            for _ in range(3):
+                model(x).pow(2).mean().backward()
+                opt.step()
+                opt.zero_grad()
+    result = nbdiff.compare(tmp_path / "a", tmp_path / "b")
+    assert result, result.report()
+    assert result.step_errors()[1]["outputs"] > 1  # the drift is real
+    (said,) = [w for w in result.warnings if DRIFT in w]
+    assert "from step 1 on" in said and "`0.weight`" in said

@@ -196,6 +196,7 @@ def test_the_weights_at_a_later_step_are_the_first_weights_plus_the_updates(tmp_
     starts = [side_starts(dump, k) for k in range(len(numbers))]
     assert starts == ([True, True, False] if record_steps else [True, False, False, False])
     for k, number in enumerate(numbers):
+        side.saw(k, dump.steps[k])
         weights = side.weights_at(k)
         for name, value in seen[number].items():
             layer, _, param = name.rpartition(".")

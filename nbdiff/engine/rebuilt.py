@@ -18,20 +18,24 @@ from __future__ import annotations
 import importlib
 import keyword
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
+from nbdiff.engine.updates import Snapshot
 from nbdiff.frameworks import Framework, known_frameworks
 from nbdiff.judge.metrics import TensorDiff
 from nbdiff.trace.constructors import Constructor
 from nbdiff.trace.events import Event, Phase, TensorRecord
+from nbdiff.trace.layer_paths import relative
 from nbdiff.trace.nest import flatten
 from nbdiff.trace.store import RankDump
+from nbdiff.weights.plan import LayerWeights
 
-__all__ = ["RebuiltSide", "rebuilt_local", "rebuilt_local_backward"]
+__all__ = ["RebuiltSide", "plan_snapshot", "rebuilt_local", "rebuilt_local_backward"]
 
 _FRAMEWORKS = ("torch", "paddle")
 """Packages a rebuild may import: the frameworks themselves, which a dump of theirs needs anyway."""
@@ -45,44 +49,38 @@ Compare = Callable[[list[TensorRecord], tuple[TensorRecord, ...]], list[TensorDi
 
 @dataclass
 class RebuiltSide:
-    """One side's dump, able to rebuild its layers as they were at a recorded step."""
+    """One side's dump, fed its steps in order (:meth:`saw`), able to rebuild its layers as they
+    were at the step seen last."""
 
     dump: RankDump
+    first: Weights | None = None
+    """Every recorded layer's weights as the first recorded step began."""
     _held: tuple[int, Weights] | None = None
-    """The weights last worked out: (step position, weights by layer path)."""
+    """The weights as the step seen last began: (step position, weights by layer path)."""
+    _pending: tuple[int, int | None, list[Event]] = (-1, None, [])
+    """The step seen last: position, training number, its updates (they lead to the next one's weights)."""
     _classes: dict[str, Any] = field(default_factory=dict)
     _built: dict[tuple[str, int], tuple[Framework, Any] | str] = field(default_factory=dict)
     """The last layers rebuilt (a layer called several times in a row is built once)."""
 
+    def saw(self, k: int, events: list[Event]) -> None:
+        """Step position ``k``'s events, read for comparing: its weights are the recorded ones, or the
+        previous step's plus that step's updates (``None`` after a step left out of the recording)."""
+        number = _number(events)
+        at, before, updates = self._pending
+        held = None
+        if self._held is not None and self._held[0] == at == k - 1 and before is not None and number == before + 1:
+            held = _moved(self._held[1], updates)
+        own = _weights_of(events)
+        held = own if own is not None else held
+        self._held = (k, held) if held is not None else None
+        if k == 0:
+            self.first = held
+        self._pending = (k, number, [e for e in events if e.phase is Phase.OPTIMIZER])
+
     def weights_at(self, k: int) -> Weights | None:
-        """Every recorded layer's weights as step position ``k`` began: the last recorded weights at
-        or before it plus the updates of the steps between (``None`` where a step is missing)."""
-        if self._held is not None and self._held[0] == k:
-            return self._held[1]
-        start, held = k, None
-        while start >= 0:
-            held = _weights_of(self.dump.steps[start])
-            if held is not None:
-                break
-            if self._held is not None and self._held[0] == start - 1:
-                start, held = start - 1, {p: dict(w) for p, w in self._held[1].items()}
-                break
-            if start == 0 or _number(self.dump.steps[start - 1]) != _number(self.dump.steps[start]) - 1:
-                return None  # a step left out of the recording: its updates are unknown
-            start -= 1
-        if held is None:
-            return None
-        for j in range(start, k):
-            for e in self.dump.steps[j]:
-                if e.phase is Phase.OPTIMIZER and e.path in held:
-                    mine = held[e.path]
-                    for t in e.outputs:
-                        if t.value is None or t.name not in mine or mine[t.name].shape != t.value.shape:
-                            del held[e.path]
-                            break
-                        mine[t.name] = (mine[t.name] + t.value).astype(mine[t.name].dtype)
-        self._held = (k, held)
-        return held
+        """Every recorded layer's weights as step position ``k`` began (the step seen last only)."""
+        return self._held[1] if self._held is not None and self._held[0] == k else None
 
     def layer(self, path: str, k: int) -> tuple[Framework, Any] | str:
         """The layer at ``path`` rebuilt with its weights at step position ``k``; else why not."""
@@ -126,6 +124,24 @@ class RebuiltSide:
             return f"building {ctor.qualname} failed ({type(exc).__name__}: {exc})"
         return fw, layer
 
+    @contextmanager
+    def loaded(
+        self, path: str, k: int, built: tuple[Framework, Any], weights: dict[str, np.ndarray] | None
+    ) -> Iterator[None]:
+        """The rebuilt layer on ``weights`` (those it has of them; the weights raw would have had on
+        base's updates, :mod:`nbdiff.engine.drift`) while the block runs, then on its own again."""
+        fw, layer = built
+        own = dict(fw.direct_params(layer))
+        swap = {n: v for n, v in (weights or {}).items() if n in own and tuple(v.shape) == fw.shape_of(own[n])}
+        for name, value in swap.items():
+            fw.set_value(own[name], value)
+        try:
+            yield
+        finally:
+            mine = (self.weights_at(k) or {}).get(path, {})
+            for name in swap:
+                fw.set_value(own[name], mine[name])
+
     def _class(self, ctor: Constructor) -> Any:
         key = f"{ctor.module}:{ctor.qualname}"
         if key not in self._classes:
@@ -149,6 +165,21 @@ def _find_class(ctor: Constructor) -> Any:
     if not isinstance(obj, type):
         return f"{ctor.module} has no class {ctor.qualname}"
     return obj
+
+
+def _moved(weights: Weights, updates: list[Event]) -> Weights:
+    """``weights`` plus one step's recorded updates (new arrays: what ``first`` holds stays)."""
+    held = {p: dict(w) for p, w in weights.items()}
+    for e in updates:
+        mine = held.get(e.path)
+        if mine is None:
+            continue
+        for t in e.outputs:
+            if t.value is None or t.name not in mine or mine[t.name].shape != t.value.shape:
+                del held[e.path]  # its weights from here on are unknown
+                break
+            mine[t.name] = (mine[t.name] + t.value).astype(mine[t.name].dtype)
+    return held
 
 
 def _number(events: list[Event]) -> int | None:
@@ -248,6 +279,7 @@ def rebuilt_local(
     k: int,
     compare: Compare,
     training: bool,
+    weights: dict[str, np.ndarray] | None = None,
 ) -> tuple[TensorDiff, ...] | str:
     """Raw's layer, rebuilt at step position ``k``, run on base's recorded inputs, against base's
     recorded outputs: the local error. The rebuild must first give back raw's own recorded outputs
@@ -264,7 +296,8 @@ def rebuilt_local(
         return "rebuilt, it does not give back its own recorded outputs (it keeps state, or takes more than the dump holds)"
     if tuple(t.shape for t in bevent.inputs) != tuple(t.shape for t in event.inputs):
         return "the two sides' inputs have other shapes"
-    got = _run(*built, bevent.inputs, training)
+    with side.loaded(event.path, k, built, weights):
+        got = _run(*built, bevent.inputs, training)
     if isinstance(got, str):
         return got
     return tuple(compare(got, bevent.outputs))
@@ -277,6 +310,7 @@ def rebuilt_local_backward(
     compare: Compare,
     compare_params: Callable[[dict[str, np.ndarray], dict[str, np.ndarray]], list[TensorDiff]],
     training: bool,
+    weights: dict[str, np.ndarray] | None = None,
 ) -> tuple[TensorDiff, ...] | str:
     """Raw's layer, rebuilt, run forward on base's recorded inputs and backward from the gradients
     arriving at base's outputs: its gradients at the inputs and parameters against base's (each
@@ -300,9 +334,26 @@ def rebuilt_local_backward(
         return "rebuilt, its backward does not give back its own recorded gradients (it keeps state, or takes more than the dump holds)"
     if tuple(t.shape for t in bfwd.inputs) != tuple(t.shape for t in fwd.inputs):
         return "the two sides' inputs have other shapes"
-    measured = _gradients(*built, bfwd.inputs, bbwd, training)
+    with side.loaded(fwd.path, k, built, weights):
+        measured = _gradients(*built, bfwd.inputs, bbwd, training)
     if isinstance(measured, str):
         return measured
     in_grads, params = measured
     base_params = {t.name: t.value for t in bbwd.params if t.value is not None}
     return tuple(compare(in_grads, bbwd.inputs) + compare_params(base_params, params))
+
+
+def plan_snapshot(weights: Weights, plans: dict[str, LayerWeights], side: str) -> Snapshot:
+    """Recorded weights as :func:`nbdiff.engine.updates.snapshot` takes them from live layers: by
+    base path, each plan's tensors (a recursive rule's with its sublayers', ``q_proj.weight``)."""
+    out: Snapshot = {}
+    for key, plan in plans.items():
+        path = plan.base_path if side == "base" else plan.raw_path
+        arrays: dict[str, np.ndarray] = {}
+        for at, held in weights.items():
+            rel = relative(at, path)
+            if rel == "" or (rel is not None and plan.recursive):
+                arrays.update({f"{rel}.{n}" if rel else n: v for n, v in held.items()})
+        if arrays:
+            out[key] = arrays
+    return out

@@ -21,13 +21,14 @@ from nbdiff.align.pairing import Pair, Pairing
 from nbdiff.engine.backward import GradsOf
 from nbdiff.engine.comparer import Plans, StepComparer
 from nbdiff.engine.conditioning import MARGIN
+from nbdiff.engine.drift import drift_note, followed
 from nbdiff.engine.forward import TolFn, api_local, received_differ, tensor_diffs
 from nbdiff.engine.layouts import converted, converted_records
-from nbdiff.engine.rebuilt import RebuiltSide, rebuilt_local, rebuilt_local_backward
+from nbdiff.engine.rebuilt import RebuiltSide, plan_snapshot, rebuilt_local, rebuilt_local_backward
 from nbdiff.engine.recomputed import BATCH_NORMS, BatchNormCall, batch_norm_of, rounding_move
 from nbdiff.engine.replay import compare_param_grads
 from nbdiff.engine.stepping import StepRecord
-from nbdiff.engine.updates import GradientSpread, Updates
+from nbdiff.engine.updates import GradientSpread, Snapshot, Updates
 from nbdiff.judge.blame import Divergence, EventDiff
 from nbdiff.judge.metrics import TensorDiff
 from nbdiff.trace.events import Event, Phase, TensorRecord, changed
@@ -66,9 +67,8 @@ def _channels_last(args: dict[str, Any]) -> bool:
     return str(args.get("data_format", "")).upper().endswith("C")
 
 
-def recorded_step(dump: RankDump, k: int, rank: int) -> StepRecord:
-    """Step ``k`` of one rank's dump as a step record (its events carry the rank)."""
-    events = dump.steps[k]
+def recorded_step(events: list[Event], rank: int) -> StepRecord:
+    """A step of one rank's dump as a step record (its events carry the rank)."""
     if rank:
         events = [replace(e, rank=rank) for e in events]
     phase = lambda ph: [e for e in events if e.phase is ph]  # noqa: E731
@@ -91,8 +91,11 @@ class RecordedComparer(StepComparer):
         """This step's layers that amplified differences within tolerance past it: (path, ratio)."""
         self._recomputed_events: set[int] = set()
         """``id`` of this step's base events whose own error a recomputed layer measured."""
-        self.rebuilt = RebuiltSide(b)
-        """Raw's layers, rebuilt from its dump to measure a local error on base's inputs (tensor dumps)."""
+        self.sides = (RebuiltSide(a), RebuiltSide(b))
+        """Each side's recorded weights by step; raw's layers rebuilt from its dump to measure a local
+        error on base's inputs (tensor dumps)."""
+        self.follow: Snapshot = {}
+        """Raw's weights at the step compared as base's updates would have moved them (:mod:`nbdiff.engine.drift`)."""
         self.position = 0
         """The step compared: its place in the dumps (not its training number)."""
         self._rebuilt_events: set[int] = set()
@@ -214,8 +217,10 @@ class RecordedComparer(StepComparer):
 
     def _rebuilt(self, d: EventDiff) -> tuple[TensorDiff, ...] | None:
         """Raw's layer rebuilt from its dump and run on base's inputs (:mod:`nbdiff.engine.rebuilt`)."""
-        training = self._training(d.raw)
-        return self._measured(d, rebuilt_local(d.base, (self.rebuilt, d.raw), self.position, self._compare, training))
+        local = rebuilt_local(
+            d.base, (self.sides[1], d.raw), self.position, self._compare, self._training(d.raw), self._followed(d.base)
+        )
+        return self._measured(d, local)
 
     def _rebuilt_backward(self, d: EventDiff, bf: Event, rf: Event) -> tuple[TensorDiff, ...] | None:
         """Raw's layer rebuilt, run on base's inputs and the gradients arriving at base's outputs."""
@@ -224,9 +229,40 @@ class RecordedComparer(StepComparer):
         def params(base: dict[str, np.ndarray], raw: dict[str, np.ndarray]) -> list[TensorDiff]:
             return compare_param_grads(base, raw, plan, self.tol, self.mode)
 
-        sides = (bf, d.base), (self.rebuilt, rf, d.raw)
-        local = rebuilt_local_backward(*sides, self.position, self._compare, params, self._training(rf))
+        sides = (bf, d.base), (self.sides[1], rf, d.raw)
+        local = rebuilt_local_backward(
+            *sides, self.position, self._compare, params, self._training(rf), self._followed(bf)
+        )
         return self._measured(d, local)
+
+    def read_step(self, k: int, rank: int) -> tuple[StepRecord, StepRecord]:
+        """Step position ``k`` of both dumps, read once: compared, and their weights followed."""
+        self.position = k
+        events = self.a.steps[k], self.b.steps[k]
+        for side, mine in zip(self.sides, events):
+            side.saw(k, mine)
+        return recorded_step(events[0], rank), recorded_step(events[1], rank)
+
+    def _followed(self, base: Event) -> dict[str, np.ndarray] | None:
+        """The weights raw's layer runs on for its local error: those base's updates would have given
+        it (a layer with sublayers' or fused rule's are left to raw's own)."""
+        plan = self.plans.get(base.path)
+        return None if plan is None or plan.recursive else self.follow.get(base.path)
+
+    def drift_at(self, k: int) -> str | None:
+        """Raw's weights at step position ``k`` as base's updates since the first recorded step would
+        have moved them (for the rebuilt layers), and a note when raw's own are beyond tolerance from
+        those (the weights drifted through updates that each agreed); ``None``: no drift, or no weights."""
+        self.follow = {}
+        if k == 0:
+            return None
+        (a0, ak), (b0, bk) = ((s.first, s.weights_at(k)) for s in self.sides)
+        if a0 is None or ak is None or b0 is None or bk is None:
+            return None
+        plans = self.plans
+        snap = lambda w, side: plan_snapshot(w, plans, side)  # noqa: E731
+        self.follow = followed(plans, snap(a0, "base"), snap(ak, "base"), snap(b0, "raw"))
+        return drift_note(k, self.follow, snap(bk, "raw"), self.tol)
 
     def _compare(self, got: list[TensorRecord], like: tuple[TensorRecord, ...]) -> list[TensorDiff]:
         return tensor_diffs(got, like, self.tol, self.mode)

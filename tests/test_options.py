@@ -99,3 +99,22 @@ def test_a_meta_device_model_says_it_has_no_values(verb, tmp_path):
             nbdiff.watch(BUILDERS["mlp"]("torch"), meta)
         else:
             nbdiff.record(meta, tmp_path / "d")
+
+
+@pytest.mark.parametrize("verb", ["auto_diff", "watch", "record"])
+def test_a_model_compiled_by_paddle_to_static_says_what_to_pass_instead(verb, tmp_path):
+    # Its translated forward failed under nbdiff's hooks, and the error blamed the user's model.
+    import paddle
+
+    compiled = paddle.jit.to_static(BUILDERS["mlp"]("paddle"))
+    says = r"raw \(MLP\): `<root>`: its forward is compiled by paddle.jit.to_static.*full_graph=True"
+    if verb == "record":
+        says = says.replace("raw", "the model")
+    with pytest.raises(InputError, match=says):
+        if verb == "auto_diff":
+            nbdiff.auto_diff(BUILDERS["mlp"]("torch"), compiled, inputs("mlp"))
+        elif verb == "watch":
+            nbdiff.watch(BUILDERS["mlp"]("torch"), compiled)
+        else:
+            nbdiff.record(compiled, tmp_path / "d")
+    assert not list(tmp_path.iterdir())  # nothing written

@@ -54,10 +54,14 @@ def check_tolerances(atol: Any, rtol: Any, compare_mode: Any) -> None:
 
 
 def check_materialized(fws: Any, models: Any, sides: tuple[str, ...] = ("base", "raw")) -> None:
-    """A model built on torch's ``meta`` device has shapes but no values: say so before running it
-    (it failed deep inside with a bare NotImplementedError, or blamed the model)."""
+    """A model built on torch's ``meta`` device has shapes but no values, and a layer whose forward is
+    compiled so that hooks break it cannot be recorded: say so before running it (it failed deep
+    inside with a bare NotImplementedError, or blamed the model)."""
     for side, fw, model in zip(sides, fws, models):
         for path, layer in fw.named_layers(model):
+            why = fw.unhookable(layer)
+            if why is not None:
+                raise InputError(f"{side} ({type(model).__name__}): `{path or '<root>'}`: {why}.")
             for name, t in (*fw.direct_params(layer), *fw.direct_buffers(layer)):
                 if not fw.has_values(t):
                     where = f"{path}.{name}" if path else name

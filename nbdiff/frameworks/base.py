@@ -87,6 +87,10 @@ class Framework(Protocol):
         """Whether the tensor holds values (a torch ``meta`` tensor holds none)."""
         return True
 
+    def unhookable(self, layer: Any) -> str | None:
+        """Why nbdiff cannot record the layer's calls through hooks (a compiled forward), with the fix."""
+        return None
+
     def detach(self, tensor: Any) -> Any: ...
     def tensor_version(self, tensor: Any) -> int: ...
     def gradient_alias_key(self, grad: Any) -> Hashable | None:

@@ -157,6 +157,17 @@ class PaddleFramework:
     def has_values(self, tensor: Any) -> bool:
         return True  # paddle has no meta device
 
+    def unhookable(self, layer: Any) -> str | None:
+        # to_static's symbolic translation (SOT, the default) rewrites forward's bytecode, and the
+        # translated frame fails under layer hooks (UnboundLocalError '___graph_fn_saved_orig_1').
+        if type(vars(layer).get("forward")).__name__ != "SymbolicStaticFunction":
+            return None
+        return (
+            "its forward is compiled by paddle.jit.to_static (symbolic translation), which fails under the hooks "
+            "nbdiff records each layer call with. Give nbdiff the layer before paddle.jit.to_static (keep a reference "
+            "to it), or translate with paddle.jit.to_static(model, full_graph=True)"
+        )
+
     def detach(self, tensor: Any) -> Any:
         return tensor.detach()
 

@@ -106,6 +106,9 @@ class TorchFramework:
     def has_values(self, tensor: Any) -> bool:
         return not tensor.is_meta
 
+    def unhookable(self, layer: Any) -> str | None:
+        return None  # no torch forward is known to fail under the hooks
+
     def detach(self, tensor: Any) -> Any:
         return tensor.detach()
 

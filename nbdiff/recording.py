@@ -289,11 +289,16 @@ def _updates(
                 delta = after[id(p)] - before[id(p)]
                 records.append(TensorRecord(name, tuple(delta.shape), fw.dtype_name(p), delta, None, fw.layout_of(p)))
         if records:
-            out.append(
-                Event(step, Phase.OPTIMIZER, Kind.PARAM, len(out), path, type(layer).__name__, 0,
-                      path.count(".") + 1 if path else 0, None, fw.is_library_layer(layer), (), tuple(records))
-            )  # fmt: skip
+            out.append(_param_event(fw, Phase.OPTIMIZER, step, len(out), path, layer, records))
     return out
+
+
+def _param_event(
+    fw: Framework, phase: Phase, step: int, order: int, path: str, layer: Any, records: list[TensorRecord]
+) -> Event:
+    """One layer's parameters (an update, or the weights as a step began) as an event."""
+    return Event(step, phase, Kind.PARAM, order, path, type(layer).__name__, 0,
+                 path.count(".") + 1 if path else 0, None, fw.is_library_layer(layer), (), tuple(records))  # fmt: skip
 
 
 def _weights(
@@ -311,10 +316,7 @@ def _weights(
             value = fw.to_numpy(p) if value is None else value
             records.append(TensorRecord(name, tuple(value.shape), fw.dtype_name(p), value, None, fw.layout_of(p)))
         if records:
-            out.append(
-                Event(step, Phase.WEIGHTS, Kind.PARAM, len(out), path, type(layer).__name__, 0,
-                      path.count(".") + 1 if path else 0, None, fw.is_library_layer(layer), (), tuple(records))
-            )  # fmt: skip
+            out.append(_param_event(fw, Phase.WEIGHTS, step, len(out), path, layer, records))
     return out
 
 

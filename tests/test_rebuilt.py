@@ -19,76 +19,43 @@ from tests.dumps import X, pair, train  # noqa: E402
 
 BOTH = [("torch", "paddle"), ("paddle", "torch")]
 
-_LAYERS = """
-import paddle
-import torch
-
-
-class TorchScaledTanh(torch.nn.Module):
+# The user's own layers, one module for both frameworks: tanh scaled in forward (``ScaledTanh``), and
+# tanh whose hand-written backward scales the gradient (``GradTanh``): a bug where scale is not 1.
+_LAYER = """
+class {Fw}ScaledTanh({base}):
     def __init__(self, scale=1.0):
         super().__init__()
         self.scale = scale
 
     def forward(self, x):
-        return torch.tanh(x) * self.scale
+        return {fw}.tanh(x) * self.scale
 
 
-class PaddleScaledTanh(paddle.nn.Layer):
-    def __init__(self, scale=1.0):
-        super().__init__()
-        self.scale = scale
-
-    def forward(self, x):
-        return paddle.tanh(x) * self.scale
-
-
-class _TorchTanh(torch.autograd.Function):
+class _{Fw}Tanh({function}):
     @staticmethod
     def forward(ctx, x, scale):
-        y = torch.tanh(x)
+        y = {fw}.tanh(x)
         ctx.save_for_backward(y)
         ctx.scale = scale
         return y
 
     @staticmethod
     def backward(ctx, g):
-        (y,) = ctx.saved_tensors
-        return g * (1 - y * y) * ctx.scale, None
+        (y,) = ctx.{saved}
+        return {gradient}
 
 
-class TorchGradTanh(torch.nn.Module):
-    # tanh whose hand-written backward scales the gradient (a bug where scale is not 1)
-
-    def __init__(self, scale=1.0):
-        super().__init__()
-        self.scale = scale
-
+class {Fw}GradTanh({Fw}ScaledTanh):
     def forward(self, x):
-        return _TorchTanh.apply(x, self.scale)
-
-
-class _PaddleTanh(paddle.autograd.PyLayer):
-    @staticmethod
-    def forward(ctx, x, scale):
-        y = paddle.tanh(x)
-        ctx.save_for_backward(y)
-        ctx.scale = scale
-        return y
-
-    @staticmethod
-    def backward(ctx, g):
-        (y,) = ctx.saved_tensor()
-        return g * (1 - y * y) * ctx.scale
-
-
-class PaddleGradTanh(paddle.nn.Layer):
-    def __init__(self, scale=1.0):
-        super().__init__()
-        self.scale = scale
-
-    def forward(self, x):
-        return _PaddleTanh.apply(x, self.scale)
+        return _{Fw}Tanh.apply(x, self.scale)
 """
+_LAYERS = "import paddle\nimport torch\n" + "".join(
+    _LAYER.format(Fw=fw.title(), fw=fw, base=base, function=function, saved=saved, gradient=gradient)
+    for fw, base, function, saved, gradient in (
+        ("torch", "torch.nn.Module", "torch.autograd.Function", "saved_tensors", "g * (1 - y * y) * ctx.scale, None"),
+        ("paddle", "paddle.nn.Layer", "paddle.autograd.PyLayer", "saved_tensor()", "g * (1 - y * y) * ctx.scale"),
+    )
+)
 
 
 @pytest.fixture

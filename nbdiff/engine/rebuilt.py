@@ -7,10 +7,11 @@ again, give it the weights it had at step ``k`` (the first weights plus the upda
 ``k``), and run it on the other side's inputs, which is what a replay does live.
 
 Only raw's layer is rebuilt (base's recorded call is the reference), and it is trusted only
-once it gives back raw's own recorded outputs from raw's own recorded inputs: a layer that keeps state between calls, takes arguments the dump does not
-hold, or was rebuilt from another class of the same name, fails that check and stays "not
-measured". Classes are looked up among the modules already imported; only the frameworks' own
-modules (torch, paddle) are imported for it, never a module a dump names.
+once it gives back raw's own recorded outputs from raw's own recorded inputs: a layer that
+keeps state between calls, takes arguments the dump does not hold, or was rebuilt from another
+class of the same name, fails that check and stays "not measured". Classes are looked up among
+the modules already imported; only torch's and paddle's own modules are imported for it, and
+only their layer classes are ever built (a dump is untrusted input).
 """
 
 from __future__ import annotations
@@ -190,9 +191,8 @@ def _weights_of(events: list[Event]) -> Weights | None:
     found = [e for e in events if e.phase is Phase.WEIGHTS]
     if not found:
         return None
-    return {
-        e.path: {t.name: t.value for t in e.outputs if t.value is not None} for e in found
-    }  # added to, never written
+    # The arrays are added to, never written: no copies.
+    return {e.path: {t.name: t.value for t in e.outputs if t.value is not None} for e in found}
 
 
 def _arguments(

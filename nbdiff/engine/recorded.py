@@ -250,9 +250,10 @@ class RecordedComparer(StepComparer):
         return None if plan is None or plan.recursive else self.follow.get(base.path)
 
     def drift_at(self, k: int) -> str | None:
-        """Raw's weights at step position ``k`` as base's updates since the first recorded step would
-        have moved them (for the rebuilt layers), and a note when raw's own are beyond tolerance from
-        those (the weights drifted through updates that each agreed); ``None``: no drift, or no weights."""
+        """A note when raw's weights at step position ``k`` are beyond tolerance from where base's
+        updates since the first recorded step would have taken them (``follow``, which raw's rebuilt
+        layers run on): the weights drifted through updates that each agreed. ``None``: no drift, or
+        no weights recorded."""
         self.follow = {}
         if k == 0:
             return None
@@ -345,10 +346,10 @@ class RecordedComparer(StepComparer):
             return replace(f, local_by="rebuilt")
         if key in self._recomputed_events:
             return replace(f, local_by="recomputed")
+        if f.where not in ("layer", "between", "api"):  # an update, a statistic: compared directly
+            return replace(f, local_by="received")
         why = self.not_measured.get(key) if key is not None else None  # type: ignore[arg-type]
-        if why is None:
-            why = _NOT_REBUILT.get(f.where, "only a layer call is rebuilt offline")
-        return replace(f, local_by="received", unmeasured=why)
+        return replace(f, local_by="received", unmeasured=why or _NOT_REBUILT.get(f.where, "not rebuilt"))
 
     def done_reading(self) -> None:
         self._amplified = []

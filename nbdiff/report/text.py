@@ -113,8 +113,8 @@ def render_text(result: DiffResult) -> str:
     elif d.why():
         lines.append(f"  why          {d.why()}")
     lines.append(f"  accumulated  {format_diff(d.metrics)}")
-    if d.local_by == "received" and not d.inherited:
-        lines.append(f"  local        not measured ({d.unmeasured or 'not run again'})")
+    if d.unmeasured and not d.inherited:
+        lines.append(f"  local        not measured ({d.unmeasured})")
     elif d.local_error is not None:
         lines.append(f"  local        {format_diff(d.local_error)}")
     lines.append(f"  (local = {LOCAL_BY.get(d.local_by, LOCAL_BY['replay'])})")

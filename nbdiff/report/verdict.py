@@ -85,9 +85,9 @@ def _blame(d: Divergence) -> str:
 
 
 def _measured(d: Divergence) -> bool:
-    """Whether the local error was measured by running the layer (or the exact computation) again;
-    offline, an error judged from what an event received is never called local."""
-    return d.local_by != "received"
+    """Whether the local error was measured (run again, or compared directly); offline, a layer's
+    error judged from what it received is never called local."""
+    return not d.unmeasured
 
 
 def _metrics(t: TensorDiff) -> dict[str, Any]:

@@ -19,7 +19,7 @@ from nbdiff.engine.options import (
     check_comparison,
     check_framework_differences,
     check_gradients,
-    check_materialized,
+    check_recordable,
     check_run,
 )
 from nbdiff.engine.progress import progress
@@ -85,7 +85,7 @@ def auto_diff(
     check_run(loss_fns, optimizers, diff_phase, steps, spill_above_mib, memory_mib)
     check_framework_differences(framework_differences)
     bfw, rfw = framework_of(base, "base"), framework_of(raw, "raw")
-    check_materialized((bfw, rfw), (base, raw))
+    check_recordable((bfw, rfw), (base, raw))
     check_gradients((bfw, rfw), (base, raw), diff_phase)
     calls = split_inputs(inputs, bfw, rfw)
     # A failure after the copy (or after training steps) leaves both models as they were given.

@@ -20,7 +20,7 @@ import numpy as np
 
 from nbdiff.align.arguments import layer_arguments, recorded_arguments
 from nbdiff.align.fused import layout_facts
-from nbdiff.engine.options import check_materialized
+from nbdiff.engine.options import check_recordable
 from nbdiff.engine.recomputed import BATCH_NORMS
 from nbdiff.errors import OptionError
 from nbdiff.frameworks import Framework, framework_of
@@ -84,7 +84,7 @@ class record:
             raise OptionError(f"mode='range' takes scope=[first, last]; got {scope!r}.")
         self.capture = Capture.of(layers, depth, steps, tensors)
         self.fw: Framework = framework_of(model, "model")
-        check_materialized((self.fw,), (model,), ("the model",))
+        check_recordable((self.fw,), (model,), ("the model",))
         self.model = model
         self.dump_dir = Path(dump_dir)
         self.options = dict(

@@ -23,7 +23,7 @@ from nbdiff.engine.drift import drift_note, followed
 from nbdiff.engine.driver import Verdict
 from nbdiff.engine.feed import feed_for
 from nbdiff.engine.live import LiveComparer, ParamGrads, held_param_grads
-from nbdiff.engine.options import check_comparison, check_materialized, check_mib
+from nbdiff.engine.options import check_comparison, check_mib, check_recordable
 from nbdiff.engine.progress import counter, progress
 from nbdiff.engine.spill import SPILL_ABOVE_MIB, spilled
 from nbdiff.engine.stepping import StepRecord
@@ -71,7 +71,7 @@ class watch:
         check_comparison(base, raw, atol, rtol, compare_mode, diff_phase, layer_map)
         check_mib(memory_mib=memory_mib)
         self.bfw, self.rfw = framework_of(base, "base"), framework_of(raw, "raw")
-        check_materialized((self.bfw, self.rfw), (base, raw))
+        check_recordable((self.bfw, self.rfw), (base, raw))
         self.base, self.raw = base, raw
         self.options = dict(
             atol=atol, rtol=rtol, compare_mode=compare_mode, auto_init=auto_init, diff_phase=diff_phase,

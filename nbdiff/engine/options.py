@@ -53,7 +53,7 @@ def check_tolerances(atol: Any, rtol: Any, compare_mode: Any) -> None:
         raise OptionError(f"compare_mode={compare_mode!r} is not one of {COMPARE_MODES}.")
 
 
-def check_materialized(fws: Any, models: Any, sides: tuple[str, ...] = ("base", "raw")) -> None:
+def check_recordable(fws: Any, models: Any, sides: tuple[str, ...] = ("base", "raw")) -> None:
     """A model built on torch's ``meta`` device has shapes but no values, and a layer whose forward is
     compiled so that hooks break it cannot be recorded: say so before running it (it failed deep
     inside with a bare NotImplementedError, or blamed the model)."""

@@ -183,6 +183,10 @@ def _moved(weights: Weights, updates: list[Event]) -> Weights:
     return held
 
 
+def _shapes(records: tuple[TensorRecord, ...]) -> tuple[tuple[int, ...], ...]:
+    return tuple(t.shape for t in records)
+
+
 def _number(events: list[Event]) -> int | None:
     return events[0].step if events else None
 
@@ -286,6 +290,8 @@ def rebuilt_local(
     from raw's own inputs (base's layer is never run: its recorded call is the reference). A string
     says why it was not measured."""
     (side, event), bevent = raw, base
+    if _shapes(bevent.inputs) != _shapes(event.inputs):
+        return "the two sides' inputs have other shapes"
     built = side.layer(event.path, k)
     if isinstance(built, str):
         return built
@@ -294,8 +300,6 @@ def rebuilt_local(
         return again
     if len(again) != len(event.outputs) or not all(t.passed for t in compare(again, event.outputs)):
         return "rebuilt, it does not give back its own recorded outputs (it keeps state, or takes more than the dump holds)"
-    if tuple(t.shape for t in bevent.inputs) != tuple(t.shape for t in event.inputs):
-        return "the two sides' inputs have other shapes"
     with side.loaded(event.path, k, built, weights):
         got = _run(*built, bevent.inputs, training)
     if isinstance(got, str):
@@ -317,6 +321,8 @@ def rebuilt_local_backward(
     parameter's converted to raw's layout). The rebuild first gives back raw's own recorded
     gradients from raw's own inputs. (``forward event, backward event`` of base; raw's side too.)"""
     (side, fwd, bwd), (bfwd, bbwd) = raw, base
+    if _shapes(bfwd.inputs) != _shapes(fwd.inputs):
+        return "the two sides' inputs have other shapes"
     built = side.layer(fwd.path, k)
     if isinstance(built, str):
         return built
@@ -332,8 +338,6 @@ def rebuilt_local_backward(
         or not all(t.passed for t in got)
     ):
         return "rebuilt, its backward does not give back its own recorded gradients (it keeps state, or takes more than the dump holds)"
-    if tuple(t.shape for t in bfwd.inputs) != tuple(t.shape for t in fwd.inputs):
-        return "the two sides' inputs have other shapes"
     with side.loaded(fwd.path, k, built, weights):
         measured = _gradients(*built, bfwd.inputs, bbwd, training)
     if isinstance(measured, str):

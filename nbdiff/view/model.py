@@ -49,7 +49,7 @@ class TreeData:
     local_label: str = "same inputs"
     """How a local error was found, as the panel says it (offline: judged from what was received)."""
     local_labels: dict[tuple[Any, ...], str] = field(default_factory=dict)
-    """Per blamed event (step, phase, base path, call): how its local error was found, where it
+    """Per blamed event (its base event's phase and ``key``): how its local error was found, where it
     differs from ``local_label`` (offline: a layer rebuilt from its dump)."""
 
 
@@ -165,7 +165,7 @@ def build_tree(result: DiffResult) -> TreeData:
         "not measured, judged from the dump: what it received agrees" if "dumps" in result.options else "same inputs"
     )
     labels = {
-        _event_key(f.event.base): _LOCAL_LABELS[f.local_by]
+        (f.event.base.phase, f.event.base.key): _LOCAL_LABELS[f.local_by]
         for f in result.findings
         if f.event is not None and f.local_by in _LOCAL_LABELS
     }
@@ -178,10 +178,6 @@ _LOCAL_LABELS = {
     "rebuilt": "rebuilt from the dump, on base's inputs",
     "recomputed": "base's layer recomputed from the dump, on raw's inputs",
 }
-
-
-def _event_key(e: Event) -> tuple[Any, ...]:
-    return (e.step, e.phase, e.path, e.call)
 
 
 def _add_unpaired(
@@ -266,7 +262,7 @@ def node_detail(tree: TreeData, node_id: int) -> dict[str, Any]:
             dict(
                 metrics=_metrics(t),
                 local=_metrics(local[t.name]) if t.name in local else None,
-                local_label=tree.local_labels.get(_event_key(d.base), tree.local_label),
+                local_label=tree.local_labels.get((d.base.phase, d.base.key), tree.local_label),
                 base=record_stats(bt),
                 raw=record_stats(rt),
             )

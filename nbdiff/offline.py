@@ -9,20 +9,20 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator, Mapping
-from dataclasses import replace
 from typing import Any
 
 from nbdiff.align.pairing import Pairing
 from nbdiff.align.shards import Gathered
 from nbdiff.engine.driver import Verdict
 from nbdiff.engine.gathered import attributed, whole_dumps
-from nbdiff.engine.options import check_tolerances
+from nbdiff.engine.kept import KEEP_STEPS, KeptSteps
+from nbdiff.engine.options import check_keep_steps, check_tolerances
 from nbdiff.engine.recorded import RecordedComparer, layer_args
 from nbdiff.errors import DumpError, OptionError
 from nbdiff.judge.blame import EventDiff
 from nbdiff.judge.tolerance import Tolerance, resolve_tolerance
-from nbdiff.result import DiffResult, StepRow, step_error_rows
-from nbdiff.trace.events import Event, TensorRecord
+from nbdiff.result import DiffResult
+from nbdiff.trace.events import Event
 from nbdiff.trace.store import RankDump, manifest_of, rank_dirs, read_dump
 
 __all__ = ["compare"]
@@ -36,7 +36,7 @@ def compare(
     rtol: float | None = None,
     compare_mode: str = "strict",
     ignore_unmatched: bool = False,
-    keep_steps: int = 4,
+    keep_steps: int = KEEP_STEPS,
     shards: Mapping[str, str] | None = None,
 ) -> DiffResult:
     """Compare dump ``dir_b`` (raw) against ``dir_a`` (base): every rank, every step.
@@ -60,7 +60,7 @@ def compare(
         return resolve_tolerance(atol, rtol, a, b)
 
     verdict = Verdict(keep_events=False)
-    kept = _KeptSteps(keep_steps)
+    kept = KeptSteps(keep_steps)
     unmatched = _Unmatched()
     first: tuple[RankDump, RankDump] | None = None
     for rank, a, b, gathered in _rank_pairs(ranks_a, ranks_b, shards):
@@ -172,8 +172,7 @@ def _ranks_at_the_door(
     """The options checked, and each dump's rank folders (the same ranks unless ``ignore_unmatched``,
     or runs of different tensor-parallel degrees)."""
     check_tolerances(atol, rtol, mode)
-    if isinstance(keep_steps, bool) or not isinstance(keep_steps, int) or keep_steps < 0:
-        raise OptionError(f"keep_steps={keep_steps!r}: expected a whole number >= 0 (steps whose events are kept).")
+    check_keep_steps(keep_steps)
     if shards is not None and (
         not isinstance(shards, Mapping) or not all(isinstance(k, str) and isinstance(v, str) for k, v in shards.items())
     ):
@@ -192,54 +191,6 @@ def _ranks_at_the_door(
     return ranks_a, ranks_b
 
 
-class _KeptSteps:
-    """What ``compare`` keeps of the steps it compared: every step's worst errors, the events of the
-    first ``keep`` steps (statistics only once settled) and all of the blamed step's. Memory is
-    bounded by a few steps, however many the dumps hold."""
-
-    def __init__(self, keep: int) -> None:
-        self.keep = keep
-        self.rows: dict[int, StepRow] = {}
-        self.compared = 0
-        self._blamed: tuple[int, int, list[EventDiff]] | None = None
-        self._settled: dict[tuple[int, int], list[EventDiff]] = {}
-        self._dropped: set[int] = set()
-
-    def add(self, k: int, rank: int, blamed: bool, diffs: list[EventDiff]) -> None:
-        """``blamed``: this step holds the (new) first divergence."""
-        self.compared += len(diffs)
-        step_error_rows(diffs, into=self.rows)
-        if blamed:
-            if self._blamed is not None:  # an earlier step (of a later rank) diverged too: it is the answer
-                self._settle(*self._blamed)
-            self._blamed = (k, rank, diffs)
-        else:
-            self._settle(k, rank, diffs)
-
-    def _settle(self, k: int, rank: int, diffs: list[EventDiff]) -> None:
-        if k < self.keep:
-            self._settled[(k, rank)] = [_settled(d) for d in diffs]
-        else:
-            self._dropped.add(k)
-
-    def events(self) -> tuple[EventDiff, ...]:
-        chunks = dict(self._settled)
-        if self._blamed is not None:
-            k, rank, diffs = self._blamed
-            chunks[(k, rank)] = diffs
-        return tuple(d for key in sorted(chunks) for d in chunks[key])
-
-    def summarised(self) -> tuple[str, ...]:
-        dropped = sorted(self._dropped - ({self._blamed[0]} if self._blamed else set()))
-        if not dropped:
-            return ()
-        return (
-            f"{len(dropped)} step(s) from step {dropped[0]} on are summarised by their worst errors "
-            f"(result.step_errors(), the step chart), not kept event by event, so that memory stays bounded; "
-            f"pass keep_steps={dropped[-1] + 1} to keep them all.",
-        )
-
-
 class _Unmatched:
     """Events left unpaired, each layer call once, however many steps it went unpaired in."""
 
@@ -251,16 +202,3 @@ class _Unmatched:
         for into, events in ((self.base, pairing.unmatched_base), (self.raw, pairing.unmatched_raw)):
             for e in events:
                 into.setdefault((e.rank, e.phase.value, e.path, e.call), e)
-
-
-def _settled(d: EventDiff) -> EventDiff:
-    """``d`` with every metric computed and its events' tensors reduced to statistics."""
-
-    def records(ts: tuple[TensorRecord, ...]) -> tuple[TensorRecord, ...]:
-        return tuple(t if t.value is None else replace(t, value=None, stats=t.statistics()) for t in ts)
-
-    def event(e: Event) -> Event:
-        return replace(e, inputs=records(e.inputs), outputs=records(e.outputs), params=records(e.params))
-
-    metrics = lambda ts: None if ts is None else tuple(replace(t, detail=None) for t in ts)  # noqa: E731
-    return replace(d, base=event(d.base), raw=event(d.raw), tensors=metrics(d.tensors), local=metrics(d.local))

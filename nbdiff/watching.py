@@ -8,8 +8,8 @@ loss, backward and optimizer steps, in any arrangement after that).
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable
-from contextlib import ExitStack
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager
 from dataclasses import replace
 from typing import Any
 
@@ -22,16 +22,19 @@ from nbdiff.engine.comparer import StepComparison
 from nbdiff.engine.drift import drift_note, followed
 from nbdiff.engine.driver import Verdict
 from nbdiff.engine.feed import feed_for
+from nbdiff.engine.kept import KEEP_STEPS, KeptSteps
 from nbdiff.engine.live import LiveComparer, ParamGrads, held_param_grads
-from nbdiff.engine.options import check_comparison, check_mib, check_recordable
+from nbdiff.engine.options import check_comparison, check_keep_steps, check_mib, check_recordable
 from nbdiff.engine.progress import counter, progress
 from nbdiff.engine.spill import SPILL_ABOVE_MIB, spilled
 from nbdiff.engine.stepping import StepRecord
 from nbdiff.engine.updates import GradientSpread, Snapshot, in_raw_layout
 from nbdiff.errors import InputError, NbdiffError, WeightTransferError
 from nbdiff.frameworks import framework_of
+from nbdiff.judge.blame import require_compared
 from nbdiff.judge.tolerance import Tolerance, resolve_tolerance
 from nbdiff.result import DiffResult
+from nbdiff.trace.modes import kept_rng
 from nbdiff.trace.recorder import Feed
 from nbdiff.trace.session import ModelSession, Weights
 from nbdiff.trace.spool import MEMORY_MIB, Spool
@@ -67,15 +70,17 @@ class watch:
         layer_map: LayerMap | None = None,
         api_level: bool | str = False,
         memory_mib: float | None = MEMORY_MIB,
+        keep_steps: int = KEEP_STEPS,
     ) -> None:
         check_comparison(base, raw, atol, rtol, compare_mode, diff_phase, layer_map)
         check_mib(memory_mib=memory_mib)
+        check_keep_steps(keep_steps)
         self.bfw, self.rfw = framework_of(base, "base"), framework_of(raw, "raw")
         check_recordable((self.bfw, self.rfw), (base, raw))
         self.base, self.raw = base, raw
         self.options = dict(
             atol=atol, rtol=rtol, compare_mode=compare_mode, auto_init=auto_init, diff_phase=diff_phase,
-            single_step=single_step, api_level=api_level,
+            single_step=single_step, api_level=api_level, keep_steps=keep_steps,
         )  # fmt: skip
         self.layer_map = layer_map
         self.result: DiffResult | None = None
@@ -96,6 +101,11 @@ class watch:
         self._probing = False
         self._warnings: list[str] = []
         self._seen: Any = None
+        self._verdict = Verdict(keep_events=False)
+        self._kept = KeptSteps(keep_steps, values=True)
+        self._compared = 0  # steps compared while the code ran; their recordings are let go
+        self._pairing: Pairing | None = None  # the last compared step's
+        self._deferred: Exception | None = None  # what went wrong comparing while the code ran
 
     def _tol(self, a: str, b: str) -> Tolerance:
         return resolve_tolerance(self.options["atol"], self.options["rtol"], a, b)  # type: ignore[arg-type]
@@ -167,6 +177,8 @@ class watch:
                     f"first in every step: raw was called for step {self._r.steps} before base. Call base, "
                     "then raw, in the cell."
                 )
+            if side is self._b:
+                self._compare_finished()
             side.begin_step()
             if side is self._r:
                 self._before_raw_step(args, kwargs)
@@ -187,13 +199,7 @@ class watch:
             if self.options["auto_init"]:
                 wmap = plan_pairing(self.bfw, self.base, self.rfw, self.raw, self._pairing0)
                 if self._copied is None or not self._copied.covers(wmap):
-                    # Base's weights as its step 0 began: base's optimizer may have stepped already.
-                    now = self._b.weights_now()
-                    self._b.load(self._b.weights[0])
-                    try:
-                        write_weights(self.bfw, self.base, self.rfw, self.raw, wmap)
-                    finally:
-                        self._b.load(now)
+                    self._write_base_start(wmap)
                     self._r.weights[-1] = self._r.weights_now()
                     self._copied = wmap
         if self.options["single_step"] and self._pairing0 is not None:
@@ -211,17 +217,28 @@ class watch:
                 f"raw could not be copied for the pairing probe ({type(exc).__name__}: {exc}); it was called once "
                 "more before its first step, its Python-side state put back"
             )
-        self._probing = True
-        self._r.recorder.paused = True
-        try:
+        # A layer drawing random numbers in forward draws them from the user's generators.
+        with kept_rng((self.bfw, self.rfw)), self._paused():
             raw_fwd = forward_structure(self.rfw, model, call, "raw", train=True, root=False)
-        finally:
-            self._probing = False
-            self._r.recorder.paused = False
         base_fwd = self._b.recorder.step_events(0, self._b.grads)[0]
         root = [e for e in base_fwd if e.depth == 0][:1]
         probed = StepRecord(_with_root(root, raw_fwd, self.raw), [], [])
         return self._cmp.pair(StepRecord(base_fwd, [], []), probed, plan=False)[0]
+
+    def _write_base_start(self, wmap: WeightMap) -> None:
+        """Base's weights as its step 0 began into raw: base's optimizer may have stepped already. Base's
+        own are put there and back only then: a graph of base still to be backpropagated (gradients
+        accumulated over calls) refuses parameters written in place."""
+        now = self._b.weights_now(held=False)
+        start = self._b.weights[0]
+        if all(np.array_equal(now[i], start[i]) for i in start):
+            write_weights(self.bfw, self.base, self.rfw, self.raw, wmap)
+            return
+        self._b.load(start)
+        try:
+            write_weights(self.bfw, self.base, self.rfw, self.raw, wmap)
+        finally:
+            self._b.load(now)
 
     def _feed(self, k: int) -> Feed:
         """Base inputs and output gradients of step ``k``, keyed by raw's running call numbers."""
@@ -235,43 +252,90 @@ class watch:
         return Feed(rekey(feed.inputs), rekey(feed.grads))
 
     # -- comparing -------------------------------------------------------------
+    def _compare_finished(self) -> None:
+        """Compare the steps both models finished while the code runs, as base begins a step (nothing
+        of it has run), and let their recordings go: a long loop holds two steps, not all of them,
+        and the step chart keeps each step's worst errors (:class:`KeptSteps`). Only once every step
+        held is :meth:`~nbdiff.trace.recorder.Recorder.settled` on both sides: a replay writes the old
+        weights into the user's parameters and back, which a graph still to be backpropagated would
+        refuse. What goes wrong is raised when the block ends; the user's loop goes on untouched."""
+        j = self._b.steps
+        if self._deferred is not None or self._r.steps != j or j - self._compared < 2:
+            return
+        if not (self._b.recorder.settled() and self._r.recorder.settled()):
+            return
+        now = (self._b.weights_now(held=False), self._r.weights_now(held=False))
+        with kept_rng((self.bfw, self.rfw)), self._paused():
+            try:
+                bsteps = self._b.recorder.take_steps(self._b.grads, keep=1)
+                rsteps = self._r.recorder.take_steps(self._r.grads, keep=1)
+                for brec, rrec in zip(bsteps, rsteps):
+                    self._compare_step(self._compared, StepRecord(*brec), StepRecord(*rrec))
+                    self._compared += 1
+            except Exception as exc:  # noqa: BLE001 - kept, raised when the block ends
+                self._deferred = exc
+            finally:
+                self._b.load(now[0])
+                self._r.load(now[1])
+
+    @contextmanager
+    def _paused(self) -> Iterator[None]:
+        """nbdiff's own replays are neither steps nor recorded calls nor the user's gradients."""
+        self._probing = True
+        self._b.recorder.paused = self._r.recorder.paused = True
+        try:
+            yield
+        finally:
+            self._probing = False
+            self._b.recorder.paused = self._r.recorder.paused = False
+
     def _compare(self, interrupted: bool = False) -> DiffResult | None:
+        if self._deferred is not None:
+            raise self._deferred
         bsteps = self._b.recorder.events_by_root_call(self._b.grads)
         rsteps = self._r.recorder.events_by_root_call(self._r.grads)
-        n = min(len(bsteps), len(rsteps))
+        done = self._compared
+        nb, nr = done + len(bsteps), done + len(rsteps)
+        n = min(nb, nr)
         if interrupted:
             # The step both began last may be cut short; one side's step before the other's next is whole.
-            n -= len(bsteps) == len(rsteps)
+            n -= nb == nr
             if n <= 0:
                 return None
         if n == 0:
             raise InputError(
-                f"The code called base {len(bsteps)} time(s) and raw {len(rsteps)} time(s): nothing to compare. "
+                f"The code called base {nb} time(s) and raw {nr} time(s): nothing to compare. "
                 "Call both models (base first) in the cell."
             )
-        verdict = Verdict()
-        verdict.warnings += self._warnings + self._dropout_warning()
+        verdict = self._verdict
+        intro = self._warnings + self._dropout_warning()
         if interrupted:
-            verdict.warnings.append(
+            intro.append(
                 f"interrupted in step {n}: the {n} step(s) both models completed are compared, the one in progress is not."
             )
-        elif len(bsteps) != len(rsteps):
-            verdict.warnings.append(f"base ran {len(bsteps)} step(s), raw {len(rsteps)}: compared the first {n}.")
-        pairing: Pairing | None = None
+        elif nb != nr:
+            intro.append(f"base ran {nb} step(s), raw {nr}: compared the first {n}.")
+        verdict.warnings[:0] = intro
         final = (self._b.weights_now(), self._r.weights_now())
         try:
-            for k in progress(range(n), "nbdiff: comparing steps", total=n):
-                pairing = self._compare_step(k, StepRecord(*bsteps[k]), StepRecord(*rsteps[k]), verdict)
+            for k in progress(range(done, n), "nbdiff: comparing steps", total=n - done):
+                self._compare_step(k, StepRecord(*bsteps[k - done]), StepRecord(*rsteps[k - done]))
         finally:
             self._b.load(final[0])
             self._r.load(final[1])
         if self._spool.failure:
             verdict.warnings.append(f"{self._spool.failure}: the rest of the recording was held in memory")
+        if not self._kept.outputs:
+            require_compared((), type(self.base).__name__)
+        pairing, kept = self._pairing, self._kept
         result = verdict.result(
             (self.bfw.name, self.rfw.name, type(self.base).__name__, type(self.raw).__name__),
             (pairing.unmatched_base, pairing.unmatched_raw) if pairing else ((), ()),
             dict(self.options, weight_map=self._copied),
+            events=kept.events(),
             explained_by=((self.bfw, self.rfw), (self.base, self.raw), self._optimizers),
+            notes=kept.summarised(),
+            step_summary=tuple(kept.rows[k] for k in sorted(kept.rows)),
         )
         return spilled(result, SPILL_ABOVE_MIB)
 
@@ -288,11 +352,11 @@ class watch:
             "turned off: if the outputs differ from such a layer on, compare in eval mode."
         ]
 
-    def _compare_step(self, k: int, brec: StepRecord, rrec: StepRecord, verdict: Verdict) -> Pairing:
+    def _compare_step(self, k: int, brec: StepRecord, rrec: StepRecord) -> None:
         """Step ``k`` as the user ran it: replays on the weights it ran with, then its updates. Every
         step is compared, so the error's growth can be seen (``result.plot()``); after the first
-        divergence only for the chart."""
-        cmp = self._cmp
+        divergence only for the chart. Its weights and gradients are let go after."""
+        cmp, verdict = self._cmp, self._verdict
         pairing, notes = cmp.pair(brec, rrec)
         verdict.warnings += notes
         # Both sides' weights as step k began: where step k - 1 ended.
@@ -309,10 +373,15 @@ class watch:
             drift = drift_note(k, follow, now[1], self._tol) if not verdict.diverged else None
         self._r.load(replay_weights)
         first = not verdict.diverged
-        found = verdict.add(cmp.compare(pairing, brec, rrec, self._grads_of(k), drift=drift, every=first))
-        found += verdict.add(self._updates(k, now, self._plan_snapshot(k + 1), self._spread if first else None))
-        verdict.step_done(k, found)
-        return pairing
+        step = cmp.compare(pairing, brec, rrec, self._grads_of(k), drift=drift, every=first)
+        updates = self._updates(k, now, self._plan_snapshot(k + 1), self._spread if first else None)
+        if first and self._spread.steps <= k:
+            self._fold_spread(k)  # its gradients are let go next
+        diverged = verdict.step_done(k, verdict.add(step) + verdict.add(updates))
+        self._kept.add(k, 0, diverged and verdict.at == (k, 0), step.diffs + updates.diffs)
+        self._pairing = pairing
+        for side in (self._b, self._r):
+            side.let_go(k)
 
     def _grads_of(self, k: int) -> ParamGrads:
         # Recorded copies only: the live gradients are a later step's.
@@ -337,16 +406,20 @@ class watch:
         if not changed:
             return StepComparison()
         stacks = (self._optimizers.stack_at(self.bfw.name, k), self._optimizers.stack_at(self.rfw.name, k))
-        plans = self._cmp.plans
 
         # Each optimizer stepped from its own model's gradients: the updates may differ by what those did.
         def grads() -> GradientSpread:
             assert spread is not None
-            return spread.catch_up(
-                k, lambda s: in_raw_layout(plans, *self._plan_snapshot(s, lambda side: side.grads[s]))
-            )
+            return self._fold_spread(k)
 
         return self._cmp.compare_snapshots(k, before, after, stacks, grads if spread is not None else None)
+
+    def _fold_spread(self, k: int) -> GradientSpread:
+        """The gradients each optimizer was given, up to step ``k``, folded in."""
+        plans = self._cmp.plans
+        return self._spread.catch_up(
+            k, lambda s: in_raw_layout(plans, *self._plan_snapshot(s, lambda side: side.grads[s]))
+        )
 
     def _raw_weights(self, snapshot: Snapshot) -> Weights:
         """Raw's parameters by ``id``, from arrays by plan and raw's names."""

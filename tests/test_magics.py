@@ -274,3 +274,16 @@ for i in range(10):
     assert found.steps == 3 and not found and found.first_divergence.step == 0
     assert any(w.startswith("interrupted in step 3") for w in found.warnings)
     assert not _hooks_left(ip)
+
+
+def test_keep_steps_flag_reaches_the_cells_watch_and_the_line_magic_refuses_it(ip):
+    _models(ip)
+    ip.run_cell_magic("modeldiff", "tb pb --keep-steps 1", TRAIN)
+    result = ip.user_ns["_modeldiff"]
+    assert result and result.steps == 3, result.report()
+    assert {e.base.step for e in result.events} == {0}  # the rest are summarised by their worst errors
+    assert len(result.step_errors()) == 3 and any("keep_steps=3" in n for n in result.notes)
+    with pytest.raises(OptionError, match="keep_steps=-1"):
+        ip.run_cell_magic("modeldiff", "tb pb --keep-steps -1", TRAIN)
+    with pytest.raises(OptionError, match="--keep-steps"):
+        ip.run_line_magic("modeldiff", "tb pb x --keep-steps 1")

@@ -106,6 +106,12 @@ def check_mib(**limits: Any) -> None:
             raise OptionError(f"{name}={value!r} must be a number of MiB >= 0, or None to keep tensors in memory.")
 
 
+def check_keep_steps(keep_steps: Any) -> None:
+    """How many steps' events a comparison of many steps keeps (:class:`~nbdiff.engine.kept.KeptSteps`)."""
+    if isinstance(keep_steps, bool) or not isinstance(keep_steps, int) or keep_steps < 0:
+        raise OptionError(f"keep_steps={keep_steps!r}: expected a whole number >= 0 (steps whose events are kept).")
+
+
 def check_run(
     loss_fns: Any, optimizers: Any, diff_phase: str, steps: Any, spill_above_mib: Any = None, memory_mib: Any = None
 ) -> None:

@@ -16,6 +16,7 @@ from typing import Any, NoReturn
 
 from IPython.core.magic import Magics, line_cell_magic, magics_class
 
+from nbdiff.engine.kept import KEEP_STEPS
 from nbdiff.errors import NbdiffError, OptionError
 from nbdiff.trace.spool import MEMORY_MIB
 
@@ -26,7 +27,7 @@ USAGE = (
     "       %modeldiff BASE RAW INPUTS [--single-step] [--steps N] [--atol X] [--rtol X] "
     "[--mode strict|mean|abs_mean] [--phase both|forward|backward] [--loss A B] [--opt A B] "
     "[--no-init] [--api] [--memory-mib N|none] [--out NAME]\n"
-    "       %%modeldiff BASE RAW [same flags, without INPUTS]"
+    "       %%modeldiff BASE RAW [same flags, without INPUTS] [--keep-steps N]"
 )
 
 
@@ -87,6 +88,8 @@ def _parser(cell: bool) -> argparse.ArgumentParser:
     p.add_argument("--no-init", action="store_true")
     p.add_argument("--api", action="store_true", help="also trace framework API calls inside layers")
     p.add_argument("--memory-mib", type=_mib, default=MEMORY_MIB, help="recording held in memory (0: bounded)")
+    if cell:
+        p.add_argument("--keep-steps", type=int, default=KEEP_STEPS, help="steps whose events are kept")
     p.add_argument("--out", default="_modeldiff")
     return p
 
@@ -122,6 +125,7 @@ class ModelDiffMagics(Magics):
                 f"the steps, losses and optimizers.\n{USAGE}"
             )
         options = {k: v for k, v in options.items() if k != "steps"}
+        options["keep_steps"] = args.keep_steps
         w = watch(base, raw, **options).__enter__()
         run = None
         shell: Any = self.shell

@@ -35,6 +35,8 @@ class Call:
     grad_out: dict[str, TensorRecord] = field(default_factory=dict)
     args: tuple[str, ...] = ()
     done: bool = False
+    graph: bool = False
+    """A root call: some output needs a gradient (a backward through it may still come)."""
     api: str = ""
     """For an API call: the op's name (``layer`` is then ``None``)."""
 

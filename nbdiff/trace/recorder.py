@@ -226,6 +226,8 @@ class Recorder:
             grads = self.feed.grads.get((rec.path, rec.call)) if self.feed else None
             for name, t in leaves:
                 rec.outputs.append(self._keep(name, t))
+                if rec.depth == 0 and fw.requires_grad(t):
+                    rec.graph = True
                 if self.backward and fw.requires_grad(t):
                     replace = grads.get(name) if grads else None
                     self._tensor_handles.append(fw.hook_tensor(t, self._grad_hook(rec, rec.grad_out, name, replace)))
@@ -363,10 +365,19 @@ class Recorder:
                 groups[-1].append(rec)
         return groups
 
-    def take_steps(self, grads: list[dict[int, np.ndarray]]) -> list[tuple[list[Event], list[Event], list[str]]]:
-        """Events of every step recorded so far, then forget them, so a long recording holds one
-        step at a time (call it between steps). Steps keep their absolute numbers."""
-        done = self._groups()
+    def settled(self) -> bool:
+        """Whether no held step's graph may still be backpropagated: each root call made none (no
+        output needs a gradient), or a backward has reached its outputs."""
+        return all(not group[0].graph or group[0].grad_out for group in self._groups())
+
+    def take_steps(
+        self, grads: list[dict[int, np.ndarray]], keep: int = 0
+    ) -> list[tuple[list[Event], list[Event], list[str]]]:
+        """Events of every step recorded so far but the last ``keep``, then forget them, so a long
+        recording holds a step or two at a time (call it between steps, once every step held is
+        :meth:`settled`: the gradient hooks all go). Steps keep their absolute numbers."""
+        groups = self._groups()
+        done = groups[: len(groups) - keep] if keep else groups
         if not done:
             return []
         out = self.events_by_root_call(grads, groups=done)

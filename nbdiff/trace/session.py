@@ -61,12 +61,19 @@ class ModelSession:
         """Keep the weights as the code left them (the end of the last step)."""
         self.weights.append(self.weights_now())
 
-    def weights_now(self) -> Weights:
+    def weights_now(self, held: bool = True) -> Weights:
+        """Copies of the trainable tensors now; ``held=False``: plain copies, not the recording's."""
+        if not held:
+            return {id(p): np.array(self.fw.to_numpy(p), copy=True) for p in self.params}
         return {id(p): self.recorder.spool.keep(self.fw.to_numpy(p)) for p in self.params}
+
+    def let_go(self, k: int) -> None:
+        """Step ``k`` is compared: its weights and gradients are not needed again."""
+        self.weights[k], self.grads[k] = {}, {}
 
     def grad_hook(self, param: Any) -> Any:
         def hook(grad: Any) -> None:
-            if self.steps:
+            if self.steps and not self.recorder.paused:  # paused: nbdiff's own replays
                 into, g = self.grads[self.steps - 1], self.fw.to_numpy(grad)
                 # A copy: the framework reuses the buffer a hook was handed (see Recorder._grad_hook).
                 prev = into.get(id(param))

@@ -1,0 +1,86 @@
+"""What a comparison of many steps keeps: every step's worst errors, and the events of a few steps.
+
+A long run compared step by step (``compare`` of two dumps, ``watch`` of a training loop) keeps
+each step's worst errors for the step chart, and the events of the first steps and of the blamed
+step; the rest are summarised, so memory stays bounded however many steps are compared.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from nbdiff.judge.blame import EventDiff
+from nbdiff.result import StepRow, step_error_rows
+from nbdiff.trace.events import Event, Kind, TensorRecord
+
+__all__ = ["KEEP_STEPS", "KeptSteps"]
+
+KEEP_STEPS = 4
+"""Default: the steps whose events are kept, besides the blamed one's."""
+
+
+class KeptSteps:
+    """What a comparison keeps of the steps it compared: every step's worst errors, the events of the
+    first ``keep`` steps (statistics only once settled, unless ``values``) and all of the blamed
+    step's. Memory is bounded by a few steps, however many were compared."""
+
+    def __init__(self, keep: int, values: bool = False) -> None:
+        self.keep = keep
+        self.values = values
+        """Keep the kept steps' tensors (a recording's spool holds them) rather than their statistics."""
+        self.rows: dict[int, StepRow] = {}
+        self.compared = 0
+        """Events compared (pairs, inputs included)."""
+        self.outputs = False
+        """Whether any compared pair held a tensor other than an input (:func:`require_compared`)."""
+        self._blamed: tuple[int, int, list[EventDiff]] | None = None
+        self._settled: dict[tuple[int, int], list[EventDiff]] = {}
+        self._dropped: set[int] = set()
+
+    def add(self, k: int, rank: int, blamed: bool, diffs: list[EventDiff]) -> None:
+        """``blamed``: this step holds the (new) first divergence."""
+        self.compared += len(diffs)
+        self.outputs = self.outputs or any(d.tensors for d in diffs if d.base.kind is not Kind.INPUT)
+        step_error_rows(diffs, into=self.rows)
+        if blamed:
+            if self._blamed is not None:  # an earlier step (of a later rank) diverged too: it is the answer
+                self._settle(*self._blamed)
+            self._blamed = (k, rank, diffs)
+        else:
+            self._settle(k, rank, diffs)
+
+    def _settle(self, k: int, rank: int, diffs: list[EventDiff]) -> None:
+        if k < self.keep:
+            self._settled[(k, rank)] = diffs if self.values else [_settled(d) for d in diffs]
+        else:
+            self._dropped.add(k)
+
+    def events(self) -> tuple[EventDiff, ...]:
+        chunks = dict(self._settled)
+        if self._blamed is not None:
+            k, rank, diffs = self._blamed
+            chunks[(k, rank)] = diffs
+        return tuple(d for key in sorted(chunks) for d in chunks[key])
+
+    def summarised(self) -> tuple[str, ...]:
+        dropped = sorted(self._dropped - ({self._blamed[0]} if self._blamed else set()))
+        if not dropped:
+            return ()
+        return (
+            f"{len(dropped)} step(s) from step {dropped[0]} on are summarised by their worst errors "
+            f"(result.step_errors(), the step chart), not kept event by event, so that memory stays bounded; "
+            f"pass keep_steps={dropped[-1] + 1} to keep them all.",
+        )
+
+
+def _settled(d: EventDiff) -> EventDiff:
+    """``d`` with every metric computed and its events' tensors reduced to statistics."""
+
+    def records(ts: tuple[TensorRecord, ...]) -> tuple[TensorRecord, ...]:
+        return tuple(t if t.value is None else replace(t, value=None, stats=t.statistics()) for t in ts)
+
+    def event(e: Event) -> Event:
+        return replace(e, inputs=records(e.inputs), outputs=records(e.outputs), params=records(e.params))
+
+    metrics = lambda ts: None if ts is None else tuple(replace(t, detail=None) for t in ts)  # noqa: E731
+    return replace(d, base=event(d.base), raw=event(d.raw), tensors=metrics(d.tensors), local=metrics(d.local))

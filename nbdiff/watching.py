@@ -37,7 +37,7 @@ from nbdiff.result import DiffResult
 from nbdiff.trace.modes import kept_rng
 from nbdiff.trace.recorder import Feed
 from nbdiff.trace.session import ModelSession, Weights
-from nbdiff.trace.spool import MEMORY_MIB, Spool
+from nbdiff.trace.spool import MEMORY_MIB, Spool, give_back_heap
 from nbdiff.trace.structure import forward_structure
 from nbdiff.weights.assign import WeightMap, plan_pairing, plan_weights, write_weights
 from nbdiff.weights.plan import layer_tensors
@@ -52,8 +52,11 @@ class watch:
     model. Base weights are copied into raw first (``auto_init``), paired by execution
     order when raw first runs. With ``single_step`` every raw layer gets the base
     layer's inputs and output gradients of the same step. Hooks are removed and
-    modes restored when the block ends, also on error; the comparison runs only when
-    the block completes.
+    modes restored when the block ends, also on error. Steps are compared while the
+    code runs, once both models finished them (and let go); the rest when the block
+    completes. The result keeps every step's worst errors and the events of the first
+    ``keep_steps`` steps and of the blamed one; past ``spill_above_mib`` MiB its tensors
+    wait in a file (``%%modeldiff``: always, since a notebook keeps what it showed).
     """
 
     def __init__(
@@ -71,9 +74,10 @@ class watch:
         api_level: bool | str = False,
         memory_mib: float | None = MEMORY_MIB,
         keep_steps: int = KEEP_STEPS,
+        spill_above_mib: float | None = SPILL_ABOVE_MIB,
     ) -> None:
         check_comparison(base, raw, atol, rtol, compare_mode, diff_phase, layer_map)
-        check_mib(memory_mib=memory_mib)
+        check_mib(memory_mib=memory_mib, spill_above_mib=spill_above_mib)
         check_keep_steps(keep_steps)
         self.bfw, self.rfw = framework_of(base, "base"), framework_of(raw, "raw")
         check_recordable((self.bfw, self.rfw), (base, raw))
@@ -83,6 +87,7 @@ class watch:
             single_step=single_step, api_level=api_level, keep_steps=keep_steps,
         )  # fmt: skip
         self.layer_map = layer_map
+        self._spill_above = spill_above_mib
         self.result: DiffResult | None = None
         backward = diff_phase != "forward"
         # Both models' recordings share one limit: beyond it, what the cell's steps record goes to a file.
@@ -157,6 +162,11 @@ class watch:
                 self.result = self._compare(interrupted)
         finally:
             self._spool.close()
+            self._b.recorder.calls.clear()
+            self._r.recorder.calls.clear()
+            # What the steps recorded is freed: glibc keeps it in its heap, where a kernel looked
+            # +1.5 GiB larger after three interrupted 300-step loops, unless it is handed back.
+            give_back_heap()
         return self.result
 
     def _copy_by_structure(self) -> None:
@@ -337,7 +347,7 @@ class watch:
             notes=kept.summarised(),
             step_summary=tuple(kept.rows[k] for k in sorted(kept.rows)),
         )
-        return spilled(result, SPILL_ABOVE_MIB)
+        return spilled(result, self._spill_above)
 
     def _dropout_warning(self) -> list[str]:
         """What watching changed in the user's own run: dropout, turned off so both sides agree."""

@@ -125,7 +125,8 @@ class ModelDiffMagics(Magics):
                 f"the steps, losses and optimizers.\n{USAGE}"
             )
         options = {k: v for k, v in options.items() if k != "steps"}
-        options["keep_steps"] = args.keep_steps
+        # A notebook keeps every result it showed (a widget, Out): their tensors wait in a file.
+        options.update(keep_steps=args.keep_steps, spill_above_mib=0)
         w = watch(base, raw, **options).__enter__()
         run = None
         shell: Any = self.shell

@@ -17,6 +17,7 @@ from nbdiff.align.layer_map import LayerMap
 from nbdiff.align.pairing import Pairing, pair_forward
 from nbdiff.engine.backward import GradsOf, backward_diffs
 from nbdiff.engine.conditioning import MARGIN, Floor, Noise
+from nbdiff.engine.drift import Explanation
 from nbdiff.engine.forward import TolFn, api_local, forward_diffs
 from nbdiff.engine.stepping import StepRecord
 from nbdiff.engine.updates import GradientSpread, Updates, name_parameter, update_diffs
@@ -138,7 +139,7 @@ class StepComparer:
         rrec: StepRecord,
         grads: Any = None,
         floor: Callable[[], Floor | None] | None = None,
-        drift: str | None = None,
+        drift: Explanation | None = None,
         every: bool = True,
     ) -> StepComparison:
         """Forward then backward diffs of one step, with the findings among them: every event with an
@@ -165,7 +166,8 @@ class StepComparer:
             local = lambda d: self.local_forward(d, kids.get(d.base.order, []), agree)  # noqa: E731
             found, fwd = blame_all(fwd, local, _final_forward, noise, every)
             found = self._unless_drift(found, drift, out.notes)
-            amplified = self.amplified_rounding()
+            said = self.amplified_rounding()
+            amplified = Explanation(said) if said else None
             found = _explained(found, amplified, out.notes)
             # The first event that produces NaN/Inf comes first, even where both sides agree on it (a
             # NaN weight copied into both): what the frameworks then do with NaN differs downstream.
@@ -214,7 +216,7 @@ class StepComparer:
         found, _ = blame_all(diffs, own, final=lambda d: not all(t.passed for t in own(d)))
         return StepComparison([name_parameter(f, self.plans) for f in found], diffs)
 
-    def _unless_drift(self, found: list[Divergence], drift: str | None, notes: list[str]) -> list[Divergence]:
+    def _unless_drift(self, found: list[Divergence], drift: Explanation | None, notes: list[str]) -> list[Divergence]:
         """An error no layer makes on its own, once the weights drifted, is the drift's note (said once:
         every later step inherits the same drift)."""
         kept = _explained(found, drift, [] if self._drift_noted else notes)
@@ -233,13 +235,13 @@ def _differing_gradients(diffs: list[EventDiff]) -> set[tuple[str, str]]:
     return out
 
 
-def _explained(found: list[Divergence], note: str | None, notes: list[str]) -> list[Divergence]:
-    """No finding where the only one is an accumulated error that ``note`` explains (weights that
-    drifted, a layer amplifying rounding); the note goes to ``notes`` once."""
-    if note is None or not found or found[0].where != "accumulated":
+def _explained(found: list[Divergence], why: Explanation | None, notes: list[str]) -> list[Divergence]:
+    """No finding where the only one is an accumulated error that ``why`` explains (weights that
+    drifted, a layer amplifying rounding); its note goes to ``notes`` once."""
+    if why is None or not found or not why.explains(found[0]):
         return found
-    if note not in notes:
-        notes.append(note)
+    if why.note not in notes:
+        notes.append(why.note)
     return []
 
 

@@ -21,7 +21,7 @@ from nbdiff.align.pairing import Pair, Pairing
 from nbdiff.engine.backward import GradsOf
 from nbdiff.engine.comparer import Plans, StepComparer
 from nbdiff.engine.conditioning import MARGIN
-from nbdiff.engine.drift import drift_note, followed
+from nbdiff.engine.drift import Explanation, drift_note, followed
 from nbdiff.engine.forward import TolFn, api_local, received_differ, tensor_diffs
 from nbdiff.engine.layouts import converted, converted_records
 from nbdiff.engine.rebuilt import RebuiltSide, plan_snapshot, rebuilt_local, rebuilt_local_backward
@@ -249,11 +249,10 @@ class RecordedComparer(StepComparer):
         plan = self.plans.get(base.path)
         return None if plan is None or plan.recursive else self.follow.get(base.path)
 
-    def drift_at(self, k: int) -> str | None:
-        """A note when raw's weights at step position ``k`` are beyond tolerance from where base's
-        updates since the first recorded step would have taken them (``follow``, which raw's rebuilt
-        layers run on): the weights drifted through updates that each agreed. ``None``: no drift, or
-        no weights recorded."""
+    def drift_at(self, k: int) -> Explanation | None:
+        """How far raw's weights at step position ``k`` are from where base's updates since the first
+        recorded step would have taken them (``follow``, which raw's rebuilt layers run on): the
+        weights drifted through updates that each agreed. ``None``: no drift, or no weights recorded."""
         self.follow = {}
         if k == 0:
             return None

@@ -51,15 +51,20 @@ class Explanation:
     note: str
     any_accumulated: bool = True
     """Explains every accumulated error; else only one whose layer's own error was measured."""
+    drifted: bool = False
+    """Weights beyond their tolerance: an error no one could measure is explained too."""
 
     def explains(self, found: Divergence) -> bool:
         """Whether ``found`` is this one's: an accumulated error. Weights drifted within their tolerance
         explain it only where the layer's own error was measured (a replay, a rebuild) and passed:
         training that amplifies rounding (a 256-step SGD run of equivalent models whose trajectories
-        part by x1.4 a step from step ~170) is told from a layer nothing could measure."""
-        if found.where != "accumulated":
-            return False
-        return self.any_accumulated or (found.local_error is not None and bool(found.local_by) and not found.unmeasured)
+        part by x1.4 a step from step ~170) is told from a layer nothing could measure. Once they
+        drifted beyond it, a layer judged only from what it received (not measured) is theirs too:
+        its inputs carry the drift, and nothing tells its own error from it."""
+        measured = found.local_error is not None and bool(found.local_by) and not found.unmeasured
+        if found.where == "accumulated":
+            return self.any_accumulated or measured
+        return self.drifted and bool(found.unmeasured)
 
 
 def drift_note(
@@ -84,6 +89,7 @@ def drift_note(
             f"from step {step} on, {where}): the earlier updates each agreed within what their gradients explain, and "
             "the differences they left add up. No layer differs on its own, so what the outputs inherit from that "
             "drift is not reported as a divergence",
+            True,
             True,
         )
     return Explanation(

@@ -153,14 +153,20 @@ def api_local(
     """Local error without replay: the event's own results' error when what it received agrees
     (``received``: its inputs in forward, the gradients at its outputs in backward), else none.
     ``amplified``: what it received differing within tolerance, made that many times larger,
-    explains as much of its error (a projection onto a large vocabulary after a bug upstream)."""
+    explains as much of its error (a projection onto a large vocabulary after a bug upstream),
+    relative to each side's tolerance or in plain size: a tanh hands on at most the difference it
+    was given, whose tolerance (relative to larger inputs) was looser than its own output's."""
     raw, base = received_pairs(getattr(d.raw, received), getattr(d.base, received))
     got = tensor_diffs(raw, base, tol, mode)
     if not got:
         return None  # nothing to judge by
     if not all(t.passed for t in got):
         return ()
-    return () if d.ratio <= amplified * max(t.ratio for t in got) else d.tensors
+    if d.ratio <= amplified * max(t.ratio for t in got):
+        return ()
+    given = max(t.max_abs for t in got)
+    made = max((t.max_abs for t in d.tensors), default=0.0)
+    return () if given > 0 and made <= amplified * given else d.tensors
 
 
 def received_differ(raw: Sequence[TensorRecord], base: Sequence[TensorRecord], tol: TolFn, mode: str) -> bool:

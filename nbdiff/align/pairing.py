@@ -280,6 +280,13 @@ def _match(
     cursor = 0  # just after the last paired raw event
     for i, a in enumerate(b_seq):
         scope = _paired_ancestor(a.order, b_parent, partner)
+        if cursor < len(r_seq) and not used[cursor] and _perfect(a, r_seq[cursor], scope, r_parent, kids):
+            # A port that kept the names, classes and shapes: no other candidate can score as well.
+            used[cursor] = True
+            partner[a.order] = r_seq[cursor].order
+            pairs.append(Pair(a, r_seq[cursor]))
+            cursor += 1
+            continue
         best, best_score, first = -1, 0.0, -1
         for j in range(max(0, cursor - LOOKBACK), min(len(r_seq), cursor + LOOKAHEAD)):
             if used[j] or (scope is not None and not _inside(r_seq[j].order, scope, r_parent)):
@@ -310,6 +317,16 @@ def _match(
         pairs.append(Pair(a, r_seq[best]))
     lost_r = [e for j, e in enumerate(r_seq) if not used[j]]
     return pairs, lost_b, lost_r
+
+
+def _perfect(a: Event, b: Event, scope: int | None, r_parent: dict[int, int | None], kids: dict[int, int]) -> bool:
+    """Whether ``b`` scores the most any raw event can for ``a``: the same path and call (a bonus no
+    other event gets), the same class, shapes and weights. The window's search, with its distance
+    penalty, would pick it too; pairing a model of thousands of layers searched 32 for each."""
+    if a.path != b.path or a.call != b.call or (scope is not None and not _inside(b.order, scope, r_parent)):
+        return False
+    best = 4.0 * 3 + 4.0 + (3.0 if a.weights else 0.0) + FULL_NAME
+    return _score(a, b, kids) >= best
 
 
 def _better_for_next(

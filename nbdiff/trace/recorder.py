@@ -368,7 +368,8 @@ class Recorder:
     def settled(self) -> bool:
         """Whether no held step's graph may still be backpropagated: each root call made none (no
         output needs a gradient), or a backward has reached its outputs."""
-        return all(not group[0].graph or group[0].grad_out for group in self._groups())
+        # The first unsettled root ends it: a loop that never backpropagates costs one look per step.
+        return all(not rec.graph or rec.grad_out for rec in self.calls if rec.depth == 0)
 
     def take_steps(
         self, grads: list[dict[int, np.ndarray]], keep: int = 0

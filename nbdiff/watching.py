@@ -8,7 +8,7 @@ loss, backward and optimizer steps, in any arrangement after that).
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import replace
 from typing import Any
@@ -18,17 +18,14 @@ import numpy as np
 from nbdiff.align.layer_map import LayerMap
 from nbdiff.align.optimizer_settings import OptimizerLog
 from nbdiff.align.pairing import Pairing
-from nbdiff.engine.comparer import StepComparison
-from nbdiff.engine.drift import drift_note, followed
-from nbdiff.engine.driver import Verdict
 from nbdiff.engine.feed import feed_for
-from nbdiff.engine.kept import KEEP_STEPS, KeptSteps
-from nbdiff.engine.live import LiveComparer, ParamGrads, held_param_grads
+from nbdiff.engine.kept import KEEP_STEPS
+from nbdiff.engine.live import LiveComparer
 from nbdiff.engine.options import check_comparison, check_keep_steps, check_mib, check_recordable
 from nbdiff.engine.progress import counter, progress
 from nbdiff.engine.spill import SPILL_ABOVE_MIB, spilled
 from nbdiff.engine.stepping import StepRecord
-from nbdiff.engine.updates import GradientSpread, Snapshot, in_raw_layout
+from nbdiff.engine.watched import WatchedSteps
 from nbdiff.errors import InputError, NbdiffError, WeightTransferError
 from nbdiff.frameworks import framework_of
 from nbdiff.judge.blame import require_compared
@@ -36,11 +33,10 @@ from nbdiff.judge.tolerance import Tolerance, resolve_tolerance
 from nbdiff.result import DiffResult
 from nbdiff.trace.modes import kept_rng
 from nbdiff.trace.recorder import Feed
-from nbdiff.trace.session import ModelSession, Weights
+from nbdiff.trace.session import ModelSession
 from nbdiff.trace.spool import MEMORY_MIB, Spool, give_back_heap
 from nbdiff.trace.structure import forward_structure
 from nbdiff.weights.assign import WeightMap, plan_pairing, plan_weights, write_weights
-from nbdiff.weights.plan import layer_tensors
 
 __all__ = ["watch"]
 
@@ -97,8 +93,6 @@ class watch:
         self._cmp = LiveComparer(
             self.bfw, base, self.rfw, raw, self._tol, compare_mode, diff_phase, layer_map, self._spool, bool(auto_init)
         )
-        self._start: tuple[Snapshot, Snapshot] | None = None  # the weights the first step began with
-        self._spread = GradientSpread()  # the gradients each optimizer was given, until the first divergence
         self._stack = ExitStack()
         self._optimizers = OptimizerLog()
         self._copied: WeightMap | None = None
@@ -106,10 +100,7 @@ class watch:
         self._probing = False
         self._warnings: list[str] = []
         self._seen: Any = None
-        self._verdict = Verdict(keep_events=False)
-        self._kept = KeptSteps(keep_steps, values=True)
-        self._compared = 0  # steps compared while the code ran; their recordings are let go
-        self._pairing: Pairing | None = None  # the last compared step's
+        self._steps = WatchedSteps(self._b, self._r, self._cmp, self._optimizers, self._tol, keep_steps)
         self._deferred: Exception | None = None  # what went wrong comparing while the code ran
 
     def _tol(self, a: str, b: str) -> Tolerance:
@@ -270,7 +261,7 @@ class watch:
         weights into the user's parameters and back, which a graph still to be backpropagated would
         refuse. What goes wrong is raised when the block ends; the user's loop goes on untouched."""
         j = self._b.steps
-        if self._deferred is not None or self._r.steps != j or j - self._compared < 2:
+        if self._deferred is not None or self._r.steps != j or j - self._steps.done < 2:
             return
         if not (self._b.recorder.settled() and self._r.recorder.settled()):
             return
@@ -280,8 +271,7 @@ class watch:
                 bsteps = self._b.recorder.take_steps(self._b.grads, keep=1)
                 rsteps = self._r.recorder.take_steps(self._r.grads, keep=1)
                 for brec, rrec in zip(bsteps, rsteps):
-                    self._compare_step(self._compared, StepRecord(*brec), StepRecord(*rrec))
-                    self._compared += 1
+                    self._steps.compare(StepRecord(*brec), StepRecord(*rrec))
             except Exception as exc:  # noqa: BLE001 - kept, raised when the block ends
                 self._deferred = exc
             finally:
@@ -304,7 +294,7 @@ class watch:
             raise self._deferred
         bsteps = self._b.recorder.events_by_root_call(self._b.grads)
         rsteps = self._r.recorder.events_by_root_call(self._r.grads)
-        done = self._compared
+        done = self._steps.done
         nb, nr = done + len(bsteps), done + len(rsteps)
         n = min(nb, nr)
         if interrupted:
@@ -317,7 +307,7 @@ class watch:
                 f"The code called base {nb} time(s) and raw {nr} time(s): nothing to compare. "
                 "Call both models (base first) in the cell."
             )
-        verdict = self._verdict
+        verdict, kept = self._steps.verdict, self._steps.kept
         intro = self._warnings + self._dropout_warning()
         if interrupted:
             intro.append(
@@ -329,15 +319,15 @@ class watch:
         final = (self._b.weights_now(), self._r.weights_now())
         try:
             for k in progress(range(done, n), "nbdiff: comparing steps", total=n - done):
-                self._compare_step(k, StepRecord(*bsteps[k - done]), StepRecord(*rsteps[k - done]))
+                self._steps.compare(StepRecord(*bsteps[k - done]), StepRecord(*rsteps[k - done]))
         finally:
             self._b.load(final[0])
             self._r.load(final[1])
         if self._spool.failure:
             verdict.warnings.append(f"{self._spool.failure}: the rest of the recording was held in memory")
-        if not self._kept.outputs:
+        if not kept.outputs:
             require_compared((), type(self.base).__name__)
-        pairing, kept = self._pairing, self._kept
+        pairing = self._steps.pairing
         result = verdict.result(
             (self.bfw.name, self.rfw.name, type(self.base).__name__, type(self.raw).__name__),
             (pairing.unmatched_base, pairing.unmatched_raw) if pairing else ((), ()),
@@ -361,99 +351,6 @@ class watch:
             "as they were. Dropout that a layer's code applies at a fixed rate (F.dropout(x, 0.1)) cannot be "
             "turned off: if the outputs differ from such a layer on, compare in eval mode."
         ]
-
-    def _compare_step(self, k: int, brec: StepRecord, rrec: StepRecord) -> None:
-        """Step ``k`` as the user ran it: replays on the weights it ran with, then its updates. Every
-        step is compared, so the error's growth can be seen (``result.plot()``); after the first
-        divergence only for the chart. Its weights and gradients are let go after."""
-        cmp, verdict = self._cmp, self._verdict
-        pairing, notes = cmp.pair(brec, rrec)
-        verdict.warnings += notes
-        # Both sides' weights as step k began: where step k - 1 ended.
-        now = self._plan_snapshot(k)
-        self._start = self._start or now
-        # Replays run on the weights this step ran with; raw's, after step 0, on those its
-        # updates would have given had they been base's (nbdiff.engine.drift).
-        self._b.load(self._b.weights[k])
-        replay_weights, drift = self._r.weights[k], None
-        if k > 0:
-            follow = followed(cmp.plans, self._start[0], now[0], self._start[1])
-            replay_weights = {**replay_weights, **self._raw_weights(follow)}
-            # Only updates that agreed make drift; after a divergence its steps are for the chart.
-            drift = drift_note(k, follow, now[1], self._tol) if not verdict.diverged else None
-        self._r.load(replay_weights)
-        first = not verdict.diverged
-        step = cmp.compare(pairing, brec, rrec, self._grads_of(k), drift=drift, every=first)
-        updates = self._updates(k, now, self._plan_snapshot(k + 1), self._spread if first else None)
-        if first and self._spread.steps <= k:
-            self._fold_spread(k)  # its gradients are let go next
-        diverged = verdict.step_done(k, verdict.add(step) + verdict.add(updates))
-        self._kept.add(k, 0, diverged and verdict.at == (k, 0), step.diffs + updates.diffs)
-        self._pairing = pairing
-        for side in (self._b, self._r):
-            side.let_go(k)
-
-    def _grads_of(self, k: int) -> ParamGrads:
-        # Recorded copies only: the live gradients are a later step's.
-        return held_param_grads({**self._b.grads[k], **self._r.grads[k]}, live=False)
-
-    def _updates(
-        self,
-        k: int,
-        before: tuple[Snapshot, Snapshot],
-        after: tuple[Snapshot, Snapshot],
-        spread: GradientSpread | None,
-    ) -> StepComparison:
-        """What the optimizers changed during step ``k`` (``before``, ``after``: the weights it began
-        and ended with); nothing when no optimizer ran. ``spread``: the gradients each optimizer was
-        given so far, to take out what they explain (until the first divergence; after it, only the
-        chart reads)."""
-        changed = any(
-            not np.array_equal(side.weights[k][i], side.weights[k + 1][i])
-            for side in (self._b, self._r)
-            for i in side.weights[k]
-        )
-        if not changed:
-            return StepComparison()
-        stacks = (self._optimizers.stack_at(self.bfw.name, k), self._optimizers.stack_at(self.rfw.name, k))
-
-        # Each optimizer stepped from its own model's gradients: the updates may differ by what those did.
-        def grads() -> GradientSpread:
-            assert spread is not None
-            return self._fold_spread(k)
-
-        return self._cmp.compare_snapshots(k, before, after, stacks, grads if spread is not None else None)
-
-    def _fold_spread(self, k: int) -> GradientSpread:
-        """The gradients each optimizer was given, up to step ``k``, folded in."""
-        plans = self._cmp.plans
-        return self._spread.catch_up(
-            k, lambda s: in_raw_layout(plans, *self._plan_snapshot(s, lambda side: side.grads[s]))
-        )
-
-    def _raw_weights(self, snapshot: Snapshot) -> Weights:
-        """Raw's parameters by ``id``, from arrays by plan and raw's names."""
-        out: Weights = {}
-        for plan in self._cmp.plans.values():
-            arrays = snapshot.get(plan.base_path, {})
-            for n, p in layer_tensors(self.rfw, self._cmp.rlayers[plan.raw_path], plan.recursive).items():
-                if n in arrays:
-                    out[id(p)] = arrays[n]
-        return out
-
-    def _plan_snapshot(
-        self, k: int, source: Callable[[ModelSession], Weights] | None = None
-    ) -> tuple[Snapshot, Snapshot]:
-        """Both sides' weights at the start of step ``k`` (or what ``source`` gives), by plan and name."""
-        out: tuple[Snapshot, Snapshot] = ({}, {})
-        for plan in self._cmp.plans.values():
-            for i, (side, layers, path) in enumerate(
-                ((self._b, self._cmp.blayers, plan.base_path), (self._r, self._cmp.rlayers, plan.raw_path))
-            ):
-                held = side.weights[k] if source is None else source(side)
-                tensors = layer_tensors(side.fw, layers[path], plan.recursive)
-                out[i][plan.base_path] = {n: held[id(p)] for n, p in tensors.items() if id(p) in held}
-        return out
 
 
 def _with_root(root: list[Any], raw_fwd: list[Any], raw: Any) -> list[Any]:

@@ -281,36 +281,12 @@ def _match(
     for i, a in enumerate(b_seq):
         scope = _paired_ancestor(a.order, b_parent, partner)
         if cursor < len(r_seq) and not used[cursor] and _perfect(a, r_seq[cursor], scope, r_parent, kids):
-            # A port that kept the names, classes and shapes: no other candidate can score as well.
-            used[cursor] = True
-            partner[a.order] = r_seq[cursor].order
-            pairs.append(Pair(a, r_seq[cursor]))
-            cursor += 1
-            continue
-        best, best_score, first = -1, 0.0, -1
-        for j in range(max(0, cursor - LOOKBACK), min(len(r_seq), cursor + LOOKAHEAD)):
-            if used[j] or (scope is not None and not _inside(r_seq[j].order, scope, r_parent)):
+            best = cursor  # a port that kept the names, classes and shapes: no other call scores as well
+        else:
+            best = _searched(a, b_seq[i + 1 : i + 1 + AHEAD], r_seq, used, cursor, scope, r_parent, kids)
+            if best < 0:
+                lost_b.append(a)
                 continue
-            s = _score(a, r_seq[j], kids) - 0.01 * abs(j - cursor)
-            if first < 0 and j >= cursor and s >= MIN_SCORE:
-                first = j
-            if s > best_score:
-                best, best_score = j, s
-        if best < 0 or best_score < MIN_SCORE:
-            lost_b.append(a)
-            continue
-        if cursor <= first < best:
-            ahead = [r for j, r in enumerate(r_seq[first : first + AHEAD], first) if not used[j]]
-            if _keeps_order(a, b_seq[i + 1 : i + 1 + AHEAD], ahead, r_seq[first], r_seq[best], kids):
-                best, best_score = first, _score(a, r_seq[first], kids)
-        nxt = b_seq[i + 1] if i + 1 < len(b_seq) else None
-        if (
-            best_score < STRONG
-            and nxt is not None
-            and _better_for_next(a, nxt, best, best_score, r_seq, used, cursor, kids)
-        ):
-            lost_b.append(a)  # e.g. an extra activation on the base side before a swapped one
-            continue
         used[best] = True
         cursor = max(cursor, best + 1)
         partner[a.order] = r_seq[best].order
@@ -319,12 +295,49 @@ def _match(
     return pairs, lost_b, lost_r
 
 
+def _searched(
+    a: Event,
+    upcoming: list[Event],
+    r_seq: list[Event],
+    used: list[bool],
+    cursor: int,
+    scope: int | None,
+    r_parent: dict[int, int | None],
+    kids: dict[int, int],
+) -> int:
+    """The raw event for ``a`` in a window from ``cursor`` (-1: none, or it is better left to the
+    next of ``upcoming``, base's calls after ``a``)."""
+    best, best_score, first = -1, 0.0, -1
+    for j in range(max(0, cursor - LOOKBACK), min(len(r_seq), cursor + LOOKAHEAD)):
+        if used[j] or (scope is not None and not _inside(r_seq[j].order, scope, r_parent)):
+            continue
+        s = _score(a, r_seq[j], kids) - 0.01 * abs(j - cursor)
+        if first < 0 and j >= cursor and s >= MIN_SCORE:
+            first = j
+        if s > best_score:
+            best, best_score = j, s
+    if best < 0 or best_score < MIN_SCORE:
+        return -1
+    if cursor <= first < best:
+        ahead = [r for j, r in enumerate(r_seq[first : first + AHEAD], first) if not used[j]]
+        if _keeps_order(a, upcoming, ahead, r_seq[first], r_seq[best], kids):
+            best, best_score = first, _score(a, r_seq[first], kids)
+    if (
+        best_score < STRONG
+        and upcoming
+        and _better_for_next(a, upcoming[0], best, best_score, r_seq, used, cursor, kids)
+    ):
+        return -1  # e.g. an extra activation on the base side before a swapped one
+    return best
+
+
 def _perfect(a: Event, b: Event, scope: int | None, r_parent: dict[int, int | None], kids: dict[int, int]) -> bool:
     """Whether ``b`` scores the most any raw event can for ``a``: the same path and call (a bonus no
     other event gets), the same class, shapes and weights. The window's search, with its distance
     penalty, would pick it too; pairing a model of thousands of layers searched 32 for each."""
     if a.path != b.path or a.call != b.call or (scope is not None and not _inside(b.order, scope, r_parent)):
         return False
+    # _score's most: the same class (4 a point of affinity 3), shapes (4), weights (3), path (FULL_NAME).
     best = 4.0 * 3 + 4.0 + (3.0 if a.weights else 0.0) + FULL_NAME
     return _score(a, b, kids) >= best
 

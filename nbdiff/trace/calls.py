@@ -36,7 +36,7 @@ class Call:
     args: tuple[str, ...] = ()
     done: bool = False
     graph: bool = False
-    """A root call: some output needs a gradient (a backward through it may still come)."""
+    """Some output needs a gradient (a backward through it may still come; read for root calls)."""
     api: str = ""
     """For an API call: the op's name (``layer`` is then ``None``)."""
 

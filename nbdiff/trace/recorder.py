@@ -226,9 +226,9 @@ class Recorder:
             grads = self.feed.grads.get((rec.path, rec.call)) if self.feed else None
             for name, t in leaves:
                 rec.outputs.append(self._keep(name, t))
-                if rec.depth == 0 and fw.requires_grad(t):
-                    rec.graph = True
-                if self.backward and fw.requires_grad(t):
+                graph = fw.requires_grad(t)
+                rec.graph = rec.graph or graph
+                if self.backward and graph:
                     replace = grads.get(name) if grads else None
                     self._tensor_handles.append(fw.hook_tensor(t, self._grad_hook(rec, rec.grad_out, name, replace)))
             return None

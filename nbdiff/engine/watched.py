@@ -1,0 +1,137 @@
+"""The steps of a watched run (:func:`nbdiff.watch`), compared one by one as the user's code ran them.
+
+Each step replays on the weights it ran with (raw's, after step 0, on those base's updates would
+have given: :mod:`nbdiff.engine.drift`), then compares what the optimizers changed. What the
+result keeps is bounded (:class:`~nbdiff.engine.kept.KeptSteps`), and each step's weights and
+gradients are let go once compared, so a step can be compared while the loop still runs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from nbdiff.align.optimizer_settings import OptimizerLog
+from nbdiff.align.pairing import Pairing
+from nbdiff.engine.comparer import StepComparison
+from nbdiff.engine.drift import drift_note, followed
+from nbdiff.engine.driver import Verdict
+from nbdiff.engine.forward import TolFn
+from nbdiff.engine.kept import KeptSteps
+from nbdiff.engine.live import LiveComparer, ParamGrads, held_param_grads
+from nbdiff.engine.stepping import StepRecord
+from nbdiff.engine.updates import GradientSpread, Snapshot, in_raw_layout
+from nbdiff.trace.session import ModelSession, Weights
+from nbdiff.weights.plan import layer_tensors
+
+__all__ = ["WatchedSteps"]
+
+
+class WatchedSteps:
+    """Both models' recorded steps compared in order (``compare``), into ``verdict`` and ``kept``."""
+
+    def __init__(
+        self,
+        b: ModelSession,
+        r: ModelSession,
+        cmp: LiveComparer,
+        optimizers: OptimizerLog,
+        tol: TolFn,
+        keep_steps: int,
+    ) -> None:
+        self.b, self.r, self.cmp, self.optimizers, self.tol = b, r, cmp, optimizers, tol
+        self.verdict = Verdict(keep_events=False)
+        self.kept = KeptSteps(keep_steps, values=True)
+        self.done = 0
+        """Steps compared so far."""
+        self.pairing: Pairing | None = None
+        """The last compared step's."""
+        self._start: tuple[Snapshot, Snapshot] | None = None  # the weights the first step began with
+        self._spread = GradientSpread()  # the gradients each optimizer was given, until the first divergence
+
+    def compare(self, brec: StepRecord, rrec: StepRecord) -> None:
+        """The next step as the user ran it: replays on the weights it ran with, then its updates.
+        Every step is compared, so the error's growth can be seen (``result.plot()``); after the first
+        divergence only for the chart. Its weights and gradients are let go after."""
+        k, cmp, verdict = self.done, self.cmp, self.verdict
+        pairing, notes = cmp.pair(brec, rrec)
+        verdict.warnings += notes
+        # Both sides' weights as step k began: where step k - 1 ended.
+        now = self._plan_snapshot(k)
+        self._start = self._start or now
+        # Replays run on the weights this step ran with; raw's, after step 0, on those its
+        # updates would have given had they been base's (nbdiff.engine.drift).
+        self.b.load(self.b.weights[k])
+        replay_weights, drift = self.r.weights[k], None
+        if k > 0:
+            follow = followed(cmp.plans, self._start[0], now[0], self._start[1])
+            replay_weights = {**replay_weights, **self._raw_weights(follow)}
+            # Only updates that agreed make drift; after a divergence its steps are for the chart.
+            drift = drift_note(k, follow, now[1], self.tol) if not verdict.diverged else None
+        self.r.load(replay_weights)
+        first = not verdict.diverged
+        step = cmp.compare(pairing, brec, rrec, self._grads_of(k), drift=drift, every=first)
+        if first:  # folded now: this step's gradients are let go below
+            self._spread.catch_up(
+                k, lambda s: in_raw_layout(cmp.plans, *self._plan_snapshot(s, lambda side: side.grads[s]))
+            )
+        updates = self._updates(k, now, self._plan_snapshot(k + 1), self._spread if first else None)
+        diverged = verdict.step_done(k, verdict.add(step) + verdict.add(updates))
+        self.kept.add(k, 0, diverged and verdict.at == (k, 0), step.diffs + updates.diffs)
+        self.pairing = pairing
+        for side in (self.b, self.r):
+            side.let_go(k)
+        self.done += 1
+
+    def _grads_of(self, k: int) -> ParamGrads:
+        # Recorded copies only: the live gradients are a later step's.
+        return held_param_grads({**self.b.grads[k], **self.r.grads[k]}, live=False)
+
+    def _updates(
+        self,
+        k: int,
+        before: tuple[Snapshot, Snapshot],
+        after: tuple[Snapshot, Snapshot],
+        spread: GradientSpread | None,
+    ) -> StepComparison:
+        """What the optimizers changed during step ``k`` (``before``, ``after``: the weights it began
+        and ended with); nothing when no optimizer ran. ``spread``: the gradients each optimizer was
+        given so far, to take out what they explain (until the first divergence; after it, only the
+        chart reads)."""
+        changed = any(
+            not np.array_equal(side.weights[k][i], side.weights[k + 1][i])
+            for side in (self.b, self.r)
+            for i in side.weights[k]
+        )
+        if not changed:
+            return StepComparison()
+        log, fws = self.optimizers, (self.b.fw, self.r.fw)
+        stacks = (log.stack_at(fws[0].name, k), log.stack_at(fws[1].name, k))
+        # Each optimizer stepped from its own model's gradients: the updates may differ by what those did.
+        grads = (lambda: spread) if spread is not None else None
+        return self.cmp.compare_snapshots(k, before, after, stacks, grads)
+
+    def _raw_weights(self, snapshot: Snapshot) -> Weights:
+        """Raw's parameters by ``id``, from arrays by plan and raw's names."""
+        out: Weights = {}
+        for plan in self.cmp.plans.values():
+            arrays = snapshot.get(plan.base_path, {})
+            for n, p in layer_tensors(self.r.fw, self.cmp.rlayers[plan.raw_path], plan.recursive).items():
+                if n in arrays:
+                    out[id(p)] = arrays[n]
+        return out
+
+    def _plan_snapshot(
+        self, k: int, source: Callable[[ModelSession], Weights] | None = None
+    ) -> tuple[Snapshot, Snapshot]:
+        """Both sides' weights at the start of step ``k`` (or what ``source`` gives), by plan and name."""
+        out: tuple[Snapshot, Snapshot] = ({}, {})
+        for plan in self.cmp.plans.values():
+            for i, (side, layers, path) in enumerate(
+                ((self.b, self.cmp.blayers, plan.base_path), (self.r, self.cmp.rlayers, plan.raw_path))
+            ):
+                held = side.weights[k] if source is None else source(side)
+                tensors = layer_tensors(side.fw, layers[path], plan.recursive)
+                out[i][plan.base_path] = {n: held[id(p)] for n, p in tensors.items() if id(p) in held}
+        return out

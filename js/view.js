@@ -533,7 +533,7 @@ function render({ model, el }) {
   slider.addEventListener("input", () => replay(Number(slider.value)));
 
   function statsCells(s) {
-    if (!s) return [h("td", { colspan: "6" }, "layout differs (see the raw side)")];
+    if (!s) return [h("td", { colspan: "6" }, "not on this side (another layout, or not recorded)")];
     return ["min", "max", "mean", "std"].map((k) => h("td", {}, fmt(s[k]))).concat([h("td", {}, `${s.nan ?? 0}/${s.inf ?? 0}`), h("td", {}, `${s.dtype} ${JSON.stringify(s.shape)}`)]);
   }
 
@@ -547,6 +547,7 @@ function render({ model, el }) {
     }
     const n = d.node;
     const parts = [h("div", { class: "nbd-title" }, n.event === -1 ? n.label : n.event === -2 ? `${n.base || n.raw} (${n.base_type || n.raw_type}): only the ${n.base ? "base" : "raw"} model has this call; a LayerMap can pair it` : `${n.base || "<root>"} (${n.base_type}) ~ ${n.raw || "<root>"} (${n.raw_type}) · step ${n.step} ${n.phase}`)];
+    if (d.step) parts.push(stepSummary(d.step));
     if (d.arguments && d.arguments.length) {
       parts.push(
         h(
@@ -569,19 +570,26 @@ function render({ model, el }) {
         ),
       );
     }
+    const metricRow = (m) => h("tr", {}, h("td", {}, fmt(m.max_abs)), h("td", {}, fmt(m.max_rel)), h("td", {}, fmt(m.mean_abs)), h("td", {}, fmt(m.cosine)), h("td", {}, m.nan.join("/")), h("td", {}, m.inf.join("/")));
     for (const t of d.tensors) {
-      const m = t.metrics;
+      // A tensor measured only on base's inputs (what the layer's own code handed a sublayer) has
+      // no accumulated error: its local measurement is its headline.
+      const m = t.metrics || t.local;
+      const head = t.metrics
+        ? `${t.name}: ${fmt(m.ratio)}x of tolerance (${m.tolerance}, ${m.mode})${m.note ? " · " + m.note : ""}`
+        : `${t.name}: local ${fmt(m.ratio)}x of tolerance (${t.local_label || "same inputs"}; ${m.tolerance}, ${m.mode})`;
       parts.push(
         h(
           "div",
-          { class: `nbd-tensor${m.passed ? "" : " nbd-fail"}` },
-          h("div", { class: "nbd-tname" }, `${m.name}: ${fmt(m.ratio)}x of tolerance (${m.tolerance}, ${m.mode})${m.note ? " · " + m.note : ""}`),
+          { class: `nbd-tensor${m.passed && (!t.local || t.local.passed) ? "" : " nbd-fail"}`, dataset: { tensor: t.name } },
+          h("div", { class: "nbd-tname" }, head),
+          t.what ? h("div", { class: "nbd-what" }, t.what) : null,
           h(
             "table",
             { class: "nbd-metrics" },
             h("tr", {}, ...["max abs", "max rel", "mean abs", "cosine", "NaN b/r", "Inf b/r"].map((x) => h("th", {}, x))),
-            h("tr", {}, h("td", {}, fmt(m.max_abs)), h("td", {}, fmt(m.max_rel)), h("td", {}, fmt(m.mean_abs)), h("td", {}, fmt(m.cosine)), h("td", {}, m.nan.join("/")), h("td", {}, m.inf.join("/"))),
-            t.local ? h("tr", { class: "nbd-local" }, h("td", { colspan: "6" }, `local (${t.local_label || "same inputs"}): ${fmt(t.local.ratio)}x, max abs ${fmt(t.local.max_abs)}`)) : null,
+            metricRow(m),
+            t.metrics && t.local ? h("tr", { class: "nbd-local" }, h("td", { colspan: "6" }, `local (${t.local_label || "same inputs"}): ${fmt(t.local.ratio)}x, max abs ${fmt(t.local.max_abs)}`)) : null,
           ),
           h(
             "table",
@@ -615,11 +623,42 @@ function render({ model, el }) {
       if (built.length) {
         frames.push(h("div", { class: "nbd-stack-title nbd-built" }, `${sideName} built at`), frameRow(`${sideName}_built`, built[0], 0));
       }
-      frames.push(h("div", { class: "nbd-stack-title" }, `${sideName} called from (innermost first)`));
-      (d.stacks[sideName] || []).forEach((f, i) => frames.push(frameRow(sideName, f, i)));
+      const called = d.stacks[sideName] || [];
+      if (called.length) frames.push(h("div", { class: "nbd-stack-title" }, `${sideName} called from (innermost first)`));
+      called.forEach((f, i) => frames.push(frameRow(sideName, f, i)));
     }
     stack.replaceChildren(...frames);
     source.replaceChildren();
+  }
+
+  // A group row: the step at a glance, each worst row a link to it.
+  function stepSummary(st) {
+    const rows = st.phases.map((p) =>
+      h(
+        "tr",
+        {},
+        h("td", {}, p.phase),
+        h("td", {}, p.own ? `${p.own} own error${p.own > 1 ? "s" : ""} of ${p.rows}` : `${p.rows} rows, no own error`),
+        h(
+          "td",
+          {},
+          ...p.worst.map((w) =>
+            h(
+              "button",
+              { class: `nbd-jump nbd-${w.status}`, title: `select ${w.label}`, onclick: () => select(w.id) },
+              `${w.label} ${fmt(w.ratio)}${w.local !== null && (w.status === "blamed" || w.status === "local") ? ` (local ${fmt(w.local)})` : ""}`,
+            ),
+          ),
+        ),
+      ),
+    );
+    const loss = st.loss ? h("div", { class: "nbd-step-loss" }, `loss: base ${fmt(st.loss[0])}, raw ${fmt(st.loss[1])}`) : null;
+    return h(
+      "div",
+      { class: "nbd-step-summary" },
+      loss,
+      h("table", { class: "nbd-args" }, h("tr", {}, h("th", {}, "phase"), h("th", {}, "errors"), h("th", {}, "worst rows (click to select)")), ...rows),
+    );
   }
 
   function drawPlots() {
@@ -634,9 +673,12 @@ function render({ model, el }) {
   function drawSource() {
     const s = model.get("source");
     if (!s || !s.kind) return;
-    const lines = s.lines.map((text, i) =>
-      h("div", { class: `nbd-src-line${s.first + i === s.line ? " nbd-src-here" : ""}` }, h("span", { class: "nbd-lineno" }, String(s.first + i)), text),
-    );
+    const since = s.since ?? s.line;
+    const lines = s.lines.map((text, i) => {
+      const at = s.first + i;
+      const mark = at === s.line ? " nbd-src-here" : at >= since && at < s.line ? " nbd-src-span" : "";
+      return h("div", { class: `nbd-src-line${mark}` }, h("span", { class: "nbd-lineno" }, String(at)), text);
+    });
     const link = s.relpath ? labUrl(s.relpath) : null;
     const title = s.kind === "cell" ? s.label || `notebook cell, line ${s.line}` : `${s.file}:${s.line}`;
     const pre = h("pre", { class: "nbd-src" }, ...lines);
@@ -646,8 +688,13 @@ function render({ model, el }) {
       h("div", { class: "nbd-src-title" }, title, " ", open),
       pre,
     );
-    const here = pre.querySelector(".nbd-src-here");
-    if (here) pre.scrollTop = Math.max(0, here.offsetTop - pre.clientHeight / 3);
+    // In view: measured against the <pre> itself (offsetTop counts from whichever ancestor is
+    // positioned, which put line 30 below the fold).
+    const here = pre.querySelector(".nbd-src-span") || pre.querySelector(".nbd-src-here");
+    if (here) {
+      const top = here.getBoundingClientRect().top - pre.getBoundingClientRect().top + pre.scrollTop;
+      pre.scrollTop = Math.max(0, top - pre.clientHeight / 3);
+    }
   }
 
   model.on("change:nodes", () => {

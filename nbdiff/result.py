@@ -84,13 +84,15 @@ class DiffResult:
         d = self.first_divergence
         if d is None or d.event is None:
             return None
-        from nbdiff.view.model import tensor_pair
         from nbdiff.view.plots import error_figure
+        from nbdiff.view.tensors import tensor_pair
 
-        base, raw = tensor_pair(d.event, d.metrics.name)
+        # A layer's own code is shown by what it handed a sublayer (the local error's tensor).
+        name = d.local_error.name if d.where == "between" and d.local_error is not None else d.metrics.name
+        base, raw = tensor_pair(d.event, name, self.events)
         if base is None or raw is None or base.size != raw.size:
             return None
-        return error_figure(base, raw, d.metrics.name)
+        return error_figure(base, raw, name)
 
     def report(self) -> str:
         """Readable text: summary, first divergence, a compact tree with it marked, both stacks."""

@@ -11,6 +11,9 @@ both directions (torch -> paddle and paddle -> torch) with either structure on e
   wrappers of two and three;
 - ``custom``: a user's own activation layer (``Rectifier``, or ``BadAct`` with a wrong gradient)
   in place of the library's ``ReLU``, with a ``GELU`` sibling.
+
+``attention_block``: a block whose own code (the attention scores, between ``qkv`` and ``proj``)
+can hold the bug.
 """
 
 from __future__ import annotations
@@ -433,3 +436,57 @@ def backward_function(fw: str, on_backward: Any) -> Any:
             return on_backward(g)
 
     return Custom
+
+
+def attention_block(fw: str, wide_scale: bool = False):
+    """A pre-norm attention block as users write it, scores scaled in its own code: with
+    ``wide_scale``, by the model width instead of the head width (a bug between `qkv` and `proj`)."""
+    if fw == "torch":
+        import torch
+
+        nn, Module = torch.nn, torch.nn.Module
+
+        def split(y, b, t, heads, d):
+            return y.reshape(b, t, 3, heads, d // heads).permute(2, 0, 3, 1, 4)
+
+        def merge(z, b, t, d):
+            return z.transpose(1, 2).reshape(b, t, d)
+
+        swap = lambda k: k.transpose(-2, -1)  # noqa: E731
+        softmax = lambda s: s.softmax(-1)  # noqa: E731
+    else:
+        import paddle
+
+        nn, Module = paddle.nn, paddle.nn.Layer
+
+        def split(y, b, t, heads, d):
+            return y.reshape([b, t, 3, heads, d // heads]).transpose([2, 0, 3, 1, 4])
+
+        def merge(z, b, t, d):
+            return z.transpose([0, 2, 1, 3]).reshape([b, t, d])
+
+        swap = lambda k: k.transpose([0, 1, 3, 2])  # noqa: E731
+        softmax = lambda s: paddle.nn.functional.softmax(s, -1)  # noqa: E731
+
+    class Block(Module):
+        def __init__(self, d=16, heads=4):
+            super().__init__()
+            self.heads = heads
+            self.ln = nn.LayerNorm(d)
+            self.qkv = nn.Linear(d, 3 * d)
+            self.proj = nn.Linear(d, d)
+            self.fc = nn.Linear(d, d)
+
+        def forward(self, x):
+            b, t, d = x.shape
+            q, k, v = split(self.qkv(self.ln(x)), b, t, self.heads, d)
+            scale = (d if wide_scale else d // self.heads) ** 0.5
+            scores = (q @ swap(k)) / scale
+            x = x + self.proj(merge(softmax(scores) @ v, b, t, d))
+            return self.fc(x)
+
+    if fw == "torch":
+        torch.manual_seed(0)
+    else:
+        paddle.seed(0)
+    return Block(), np.random.RandomState(0).randn(2, 5, 16).astype("float32")

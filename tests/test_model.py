@@ -10,6 +10,7 @@ pytest.importorskip("paddle")
 import nbdiff  # noqa: E402
 from nbdiff.view.model import build_tree, node_detail  # noqa: E402
 from tests.fault_suite.models import BUILDERS, inputs  # noqa: E402
+from tests.structure_models import attention_block  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -121,6 +122,34 @@ def test_an_update_row_says_update_and_shows_both_optimizers_settings():
     assert settings["weight_decay"]["differs"] and not settings["lr"]["differs"]
     assert [s["name"] for s in detail["settings"] if s["differs"]] == ["weight_decay"]
     json.dumps(detail["settings"])
+    # Every parameter's own update error is an own error in the tree (the 'own error' filter lists it),
+    # not "inherited": the weight decay differs for each of them. A saved and loaded result reads the same.
+    _every_update_finding_is_own(result)
+
+
+def _every_update_finding_is_own(result):
+    tree = build_tree(result)
+    updates = {f.base_path for f in result.findings if f.phase.value == "optimizer"}
+    assert len(updates) > 1
+    rows = {n["base"]: n for n in tree.nodes if n["phase"] == "optimizer" and n["step"] == 0 and n["event"] >= 0}
+    for path in updates:
+        assert rows[path]["status"] in ("blamed", "local") and rows[path]["local"] > 1, path
+    group = next(n for n in tree.nodes if n["event"] == -1 and n["phase"] == "optimizer" and n["step"] == 0)
+    assert group["status"] == "local"
+
+
+def test_a_loaded_result_marks_every_own_update_error(tmp_path):
+    import paddle
+    import torch
+
+    tb, pb = BUILDERS["cnn"]("torch"), BUILDERS["cnn"]("paddle")
+    opts = [
+        torch.optim.AdamW(tb.parameters(), lr=1e-2, weight_decay=0.01),
+        paddle.optimizer.AdamW(learning_rate=1e-2, parameters=pb.parameters(), weight_decay=0.1),
+    ]
+    result = nbdiff.auto_diff(tb, pb, inputs("cnn"), optimizers=opts, steps=1)
+    _every_update_finding_is_own(result)
+    _every_update_finding_is_own(nbdiff.load(result.save(str(tmp_path / "saved"))))
 
 
 def test_a_result_that_agrees_draws_inherited_excess_as_explained_and_says_why():
@@ -151,3 +180,94 @@ def test_the_panel_says_how_a_local_error_was_found(failed, tmp_path):
     a = train(base, tmp_path / "c", steps=1, dump_type="statistics").parent
     tree = build_tree(nbdiff.compare(a, train(raw, tmp_path / "d", steps=1, dump_type="statistics").parent))
     assert node_detail(tree, tree.first)["tensors"][0]["local_label"].startswith("not measured, judged from the dump")
+
+
+@pytest.fixture(scope="module", params=["torch->paddle", "paddle->torch"])
+def code_blame(request):
+    base_fw, raw_fw = request.param.split("->")
+    base, x = attention_block(base_fw)
+    raw, _ = attention_block(raw_fw, wide_scale=True)
+    return nbdiff.auto_diff(base, raw, x)
+
+
+def test_a_code_blame_shows_the_tensor_that_carries_its_local_error_first(code_blame):
+    """The row reads `(local 1e3)`; the panel opens on the tensor behind that number (what the block's
+    code handed `proj`, run on base's inputs), with both sides' statistics and its error picture."""
+    d = code_blame.first_divergence
+    assert d.where == "between" and d.between == ("qkv", "proj")
+    tree = build_tree(code_blame)
+    row = tree.nodes[tree.first]
+    detail = node_detail(tree, tree.first)
+    first = detail["tensors"][0]
+    assert first["name"] == "proj:in[0]" == d.local_error.name
+    assert first["local"]["ratio"] == pytest.approx(row["local"]) and not first["local"]["passed"]
+    assert "handed `proj`" in first["what"]
+    for side in ("base", "raw"):
+        assert first[side]["shape"] == [2, 5, 16] and first[side]["std"] > 0
+    assert detail["picture"] is not None and not detail["picture"]["passed"]
+    assert sum(detail["picture"]["counts"]) == 2 * 5 * 16
+    # Only failing evidence is listed: the sublayers handed the same values are not.
+    assert [t["name"] for t in detail["tensors"] if t["metrics"] is None] == ["proj:in[0]"]
+    # The matplotlib figure of the blamed tensor is the same tensor's.
+    assert code_blame.plot_divergence() is not None
+
+
+def test_a_code_blame_frame_opens_on_the_lines_between_the_two_sublayers(code_blame):
+    import inspect
+
+    tree = build_tree(code_blame)
+    stacks = node_detail(tree, tree.first)["stacks"]
+    source, start = inspect.getsourcelines(attention_block)
+    qkv_line = start + next(i for i, s in enumerate(source) if "self.qkv(self.ln(x))" in s)
+    proj_line = start + next(i for i, s in enumerate(source) if "self.proj(merge(" in s)
+    for side in ("base", "raw"):
+        inside = stacks[side][0]
+        assert (inside["function"], inside["first"], inside["line"]) == ("forward", qkv_line, proj_line)
+        assert inside["label"] == f"structure_models.py:{qkv_line}-{proj_line}"
+    # The report's stacks begin inside the block's code too.
+    assert code_blame.first_divergence.base_stack[0].lineno == proj_line
+
+
+def test_a_code_blame_under_single_step_shows_both_sides_of_what_the_code_computed():
+    base, x = attention_block("torch")
+    raw, _ = attention_block("paddle", wide_scale=True)
+    result = nbdiff.auto_diff(base, raw, x, single_step=True)
+    tree = build_tree(result)
+    detail = node_detail(tree, tree.first)
+    first = detail["tensors"][0]
+    assert first["name"] == "proj:in[0]" and first["metrics"]["ratio"] > 1
+    assert first["base"]["mean"] != first["raw"]["mean"]  # base's input to proj, raw's own code's
+    assert detail["picture"] is not None
+    proj = next(n["id"] for n in tree.nodes if n["base"] == "proj" and n["phase"] == "forward")
+    given = next(t for t in node_detail(tree, proj)["tensors"] if t["name"] == "given:in[0]")
+    assert given["base"] is not None and given["raw"] is not None
+
+
+def test_a_saved_code_blame_keeps_its_evidence(code_blame, tmp_path):
+    loaded = nbdiff.load(code_blame.save(str(tmp_path / "saved")))
+    tree = build_tree(loaded)
+    detail = node_detail(tree, tree.first)
+    assert detail["tensors"][0]["name"] == "proj:in[0]" and detail["tensors"][0]["raw"] is not None
+    assert detail["picture"] is not None
+
+
+def test_a_scalar_gets_no_error_map(failed):
+    tree = build_tree(failed)
+    loss = next(n["id"] for n in tree.nodes if n["label"] == "<loss>")
+    assert node_detail(tree, loss)["picture"] is None
+
+
+def test_a_group_rows_panel_summarises_its_step(failed):
+    """A chart click selects a step's group row: its panel gives the step at a glance (it had a title
+    and two empty stack headings), each worst row a link to select."""
+    tree = build_tree(failed)
+    group = next(n for n in tree.nodes if n["event"] == -1 and n["phase"] == "forward")
+    detail = node_detail(tree, group["id"])
+    summary = detail["step"]
+    forward = next(p for p in summary["phases"] if p["phase"] == "forward")
+    assert forward["own"] >= 1 and forward["worst"][0]["id"] == tree.first
+    assert tree.nodes[forward["worst"][0]["id"]]["base"] == forward["worst"][0]["label"] == "norm"
+    base_loss, raw_loss = summary["loss"]
+    assert isinstance(base_loss, float) and isinstance(raw_loss, float) and base_loss != raw_loss
+    assert [p["phase"] for p in summary["phases"]] == ["forward", "backward"]
+    json.dumps(summary)

@@ -36,3 +36,13 @@ def test_files_a_dump_names_outside_the_project_are_not_read(tmp_path):
     assert source_excerpt(str(outside), 1)["kind"] == "missing"
     # A module this process loaded is readable, wherever it lives.
     assert source_excerpt(os.__file__, 1)["kind"] == "file"
+
+
+def test_a_span_of_lines_is_all_in_the_excerpt():
+    here = os.path.abspath(__file__)
+    src = source_excerpt(here, 40, context=2, since=30)
+    assert (src["since"], src["line"], src["first"]) == (30, 40, 28)
+    assert len(src["lines"]) >= 40 - 28 + 1
+    # A span that does not end at the line (or starts before line 1) is the line alone.
+    assert source_excerpt(here, 10, since=12)["since"] == 10
+    assert source_excerpt(here, 10, since=0)["since"] == 10

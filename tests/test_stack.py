@@ -60,3 +60,18 @@ def test_the_line_ipython_makes_of_a_cell_magic_is_not_a_user_frame():
     ns = {"stack": lambda: user_stack(())}
     exec(code, ns)
     assert "<ipython-input-8-abc>" in [f.filename for f in ns["frames"]]
+
+
+def test_inside_frames_are_the_sublayer_calls_frames_within_its_parents_call():
+    from nbdiff.trace.stack import Frame, inside_frames
+
+    cell = Frame("nb.py", 11, "<module>")
+    parent = (cell,)
+    child = (Frame("m.py", 20, "attention"), Frame("m.py", 23, "forward"), cell)
+    assert inside_frames(parent, child) == child[:2]
+    # Stacks are cut at a depth from the outside: the parent's outer frames may be missing from the child's.
+    deep_parent = (Frame("m.py", 40, "forward"), Frame("m.py", 50, "run"), cell)
+    deep_child = (Frame("m.py", 20, "attention"), Frame("m.py", 40, "forward"), Frame("m.py", 50, "run"))
+    assert inside_frames(deep_parent, deep_child) == deep_child[:1]
+    assert inside_frames(parent, (Frame("other.py", 1, "f"),)) == ()
+    assert inside_frames((), child) == ()

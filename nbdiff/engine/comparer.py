@@ -10,7 +10,7 @@ gradients from the layers. A recorded step (:class:`nbdiff.engine.recorded.Recor
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from nbdiff.align.layer_map import LayerMap
@@ -92,6 +92,11 @@ class StepComparer:
         """A backward event's own error, its paired sublayer calls ``kids`` (their backward events) known."""
         raise NotImplementedError
 
+    def with_evidence(self, diffs: list[EventDiff]) -> list[EventDiff]:
+        """``diffs`` with the values behind their measured local errors (``EventDiff.evidence``), where
+        a measurement kept any."""
+        return diffs
+
     def how_local(self, f: Divergence) -> Divergence:
         """The finding saying how its local error was found (``Divergence.local_by``, ``unmeasured``)."""
         return f
@@ -165,6 +170,9 @@ class StepComparer:
             agree = all(d.passed for d in fwd if _final_forward(d) and d.base.kind is Kind.LAYER)
             local = lambda d: self.local_forward(d, kids.get(d.base.order, []), agree)  # noqa: E731
             found, fwd = blame_all(fwd, local, _final_forward, noise, every)
+            fwd = self.with_evidence(fwd)
+            now = {id(d.raw): d for d in fwd}
+            found = [replace(f, event=now.get(id(f.event.raw), f.event)) if f.event else f for f in found]
             found = self._unless_drift(found, drift, out.notes)
             said = self.amplified_rounding()
             amplified = Explanation(said) if said else None

@@ -80,7 +80,12 @@ def _settled(d: EventDiff) -> EventDiff:
         return tuple(t if t.value is None else replace(t, value=None, stats=t.statistics()) for t in ts)
 
     def event(e: Event) -> Event:
-        return replace(e, inputs=records(e.inputs), outputs=records(e.outputs), params=records(e.params))
+        return replace(
+            e, inputs=records(e.inputs), outputs=records(e.outputs), params=records(e.params), given=records(e.given)
+        )
 
     metrics = lambda ts: None if ts is None else tuple(replace(t, detail=None) for t in ts)  # noqa: E731
-    return replace(d, base=event(d.base), raw=event(d.raw), tensors=metrics(d.tensors), local=metrics(d.local))
+    return replace(
+        d, base=event(d.base), raw=event(d.raw), tensors=metrics(d.tensors), local=metrics(d.local),
+        evidence=records(d.evidence),
+    )  # fmt: skip

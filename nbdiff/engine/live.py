@@ -84,6 +84,8 @@ class LiveComparer(StepComparer):
         self.wmap: WeightMap | None = None
         """The first step's weight plan, as a map (``result.options["weight_map"]``)."""
         self.replayer: Replayer | None = None
+        self._evidence: dict[int, tuple[TensorRecord, ...]] = {}
+        """By raw event (its id, within one step's comparison): the replay's failing sublayer inputs."""
 
     def layers(self) -> tuple[dict[str, Any], dict[str, Any]]:
         return self.blayers, self.rlayers
@@ -125,7 +127,14 @@ class LiveComparer(StepComparer):
 
     def local_layer(self, d: EventDiff, kids: list[tuple[Event, Event]]) -> tuple[TensorDiff, ...] | None:
         assert self.replayer is not None
-        return self.replayer.forward(d.base, d.raw, kids)
+        local = self.replayer.forward(d.base, d.raw, kids)
+        if self.replayer.evidence:
+            self._evidence[id(d.raw)] = self.replayer.evidence
+        return local
+
+    def with_evidence(self, diffs: list[EventDiff]) -> list[EventDiff]:
+        found, self._evidence = self._evidence, {}
+        return [replace(d, evidence=found[id(d.raw)]) if id(d.raw) in found else d for d in diffs]
 
     def local_backward(
         self, brec: StepRecord, rrec: StepRecord, d: EventDiff, kids: list[tuple[Event, Event]]

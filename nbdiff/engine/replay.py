@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -148,6 +149,8 @@ class Replayer:
 
     def __init__(self, bfw: Framework, rfw: Framework, plans: dict[str, LayerWeights], tol: TolFn, mode: str) -> None:
         self.bfw, self.rfw, self.plans, self.tol, self.mode = bfw, rfw, plans, tol, mode
+        self.evidence: tuple[TensorRecord, ...] = ()
+        """The last :meth:`forward`'s failing sublayer inputs, as raw's own code computed them."""
 
     def _args(
         self, fw: Framework, template_event: Event, base_inputs: Event, grad: bool
@@ -194,13 +197,14 @@ class Replayer:
         layer's own code, not the sum of its sublayers' rounding.
         """
         fw = self.rfw
+        self.evidence = ()
         built = self._args(fw, raw, base, grad=False)
         if built is None or raw.layer is None:
             return None
         (args, kwargs), _, own = built
         # Inputs base has no counterpart for keep raw's own values: what the layer hands on of them
         # unchanged (position embeddings in another layout) is not its own code's difference.
-        handles, fed = self._force_outputs(children, own)
+        handles, fed, given = self._force_outputs(children, own)
         try:
             with kept_state(fw, raw.layer), kept_user_state(fw, raw.layer) as state, fw.no_grad():
                 out = raw.layer(*args, **kwargs)
@@ -211,6 +215,7 @@ class Replayer:
                 h.remove()
         if state.changed:
             return None  # it keeps state between calls (a KV cache): run again, it is not the call of the step
+        self.evidence = tuple(given)
         leaves, _ = flatten(out, fw.is_tensor, "out")
         diffs = list(fed)
         for (_, t), b in zip(leaves, base.outputs):
@@ -222,15 +227,17 @@ class Replayer:
         self,
         children: list[tuple[Event, Event]],
         own: list[np.ndarray] = (),  # type: ignore[assignment]
-    ) -> tuple[list[Any], list[TensorDiff]]:
+    ) -> tuple[list[Any], list[TensorDiff], list[TensorRecord]]:
         """Hooks making each paired sublayer return the base side's recorded outputs, call by call.
 
         What the layer's own code hands each sublayer is compared with what base handed it
         (the second list, filled as the replay runs): code between two sublayers shows there.
+        The third keeps the values of those that fail, named as compared: the evidence.
         A value handed on exactly as one of ``own`` (raw's inputs not fed from base) is left out.
         """
         fw = self.rfw
         fed: list[TensorDiff] = []
+        failing: list[TensorRecord] = []
         queue: dict[int, list[tuple[Event, Event]]] = {}
         layers: dict[int, Any] = {}
         for b, r in sorted(children, key=lambda br: br[1].order):
@@ -266,7 +273,10 @@ class Replayer:
                     continue
                 if want.value is not None and got.value is not None:
                     tol = self.tol(want.dtype, str(got.value.dtype))
-                    fed.append(compare_tensors(f"{b.path}:{want.name}", got.value, want.value, tol, self.mode))
+                    name = f"{b.path}{f'#{b.call}' if b.call else ''}:{want.name}"
+                    fed.append(compare_tensors(name, got.value, want.value, tol, self.mode))
+                    if not fed[-1].passed:
+                        failing.append(replace(got, name=fed[-1].name))
             leaves, template = flatten(output, fw.is_tensor, "out")
             values = []
             for i, (_, t) in enumerate(leaves):
@@ -278,7 +288,7 @@ class Replayer:
         handles: list[Any] = []
         for layer in layers.values():
             handles += fw.hook_forward(layer, pre, post)
-        return handles, fed
+        return handles, fed, failing
 
     def _grads(
         self, fw: Framework, fwd: Event, base_fwd: Event, grad_out: Event, plan_recursive: bool

@@ -73,6 +73,7 @@ def event_tensors(events: Iterable[EventDiff], extra: Iterable[Event] = ()) -> I
     for d in events:
         yield from _records(d.base)
         yield from _records(d.raw)
+        yield from (t for t in d.evidence if t.value is not None)
     for e in extra:
         yield from _records(e)
 

@@ -21,7 +21,7 @@ from nbdiff.align.arguments import ArgDiff
 from nbdiff.judge.metrics import TensorDiff
 from nbdiff.judge.tolerance import Tolerance
 from nbdiff.trace.events import Event, Kind, Phase, TensorRecord
-from nbdiff.trace.stack import Frame
+from nbdiff.trace.stack import Frame, inside_frames
 
 __all__ = [
     "EventDiff",
@@ -48,6 +48,9 @@ class EventDiff:
     optimizer updates."""
     local: tuple[TensorDiff, ...] | None = None
     """Error the event adds on identical inputs, when it was measured."""
+    evidence: tuple[TensorRecord, ...] = field(default=(), compare=False, repr=False)
+    """Raw's values of what this layer's own code handed a sublayer when it ran again on base's
+    inputs, for the local tensors that fail (``proj:in[0]``): the panel shows them beside base's."""
 
     @property
     def ratio(self) -> float:
@@ -270,7 +273,7 @@ def blame_all(
             blamed.add(i)  # its local error holds the sublayer's; its ancestors' too
             continue
         else:
-            found.append(divergence_of(d, "between", _neighbours([diffs[k] for k in kids])))
+            found.append(_between(d, [diffs[k] for k in kids]))
             blamed.add(i)
         if not every:
             return found, diffs
@@ -299,8 +302,7 @@ def _unmeasured_parent(diffs: list[EventDiff], first: int, children: dict[int, l
     before = [diffs[k] for k in kids if diffs[k].base.order < d.base.order]
     if any(not k.passed for k in before):
         return None
-    prev = _label(before[-1]) if before else None
-    return divergence_of(diffs[parent], "between", (prev, _label(d)))
+    return _between(diffs[parent], [*before, d])
 
 
 def require_compared(diffs: Sequence[EventDiff], base_model: str) -> None:
@@ -381,12 +383,19 @@ def inherited_warning(diffs: Sequence[EventDiff]) -> list[str]:
     ]
 
 
-def _neighbours(kids: list[EventDiff]) -> tuple[str | None, str | None]:
-    for n, k in enumerate(kids):
-        if not k.passed:
-            prev = kids[n - 1] if n else None
-            return (_label(prev) if prev else None, _label(k))
-    return (_label(kids[-1]), None)
+def _between(d: EventDiff, kids: list[EventDiff]) -> Divergence:
+    """``d``'s own code is at fault around its first failing sublayer call (the last, if none fails).
+    Its stacks begin inside ``d``'s code, at the lines that call that sublayer."""
+    at = next((n for n, k in enumerate(kids) if not k.passed), None)
+    prev, nxt = (kids[at - 1] if at else None, kids[at]) if at is not None else (kids[-1], None)
+    near = nxt or prev
+    assert near is not None
+    found = divergence_of(d, "between", (_label(prev) if prev else None, _label(nxt) if nxt else None))
+    return replace(
+        found,
+        base_stack=inside_frames(d.base.stack, near.base.stack) + d.base.stack,
+        raw_stack=inside_frames(d.raw.stack, near.raw.stack) + d.raw.stack,
+    )
 
 
 def _label(d: EventDiff) -> str:

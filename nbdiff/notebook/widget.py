@@ -100,4 +100,5 @@ class DiffView(anywidget.AnyWidget):
         frames = self.detail.get("stacks", {}).get(req.get("side"), [])
         i = req.get("index", -1)
         if isinstance(i, int) and 0 <= i < len(frames):
-            self.source = source_excerpt(frames[i]["file"], frames[i]["line"])
+            f = frames[i]
+            self.source = source_excerpt(f["file"], f["line"], since=f.get("first"))

@@ -27,11 +27,11 @@ from nbdiff.judge.blame import Divergence, EventDiff
 from nbdiff.judge.metrics import TensorDiff
 from nbdiff.judge.tolerance import Tolerance
 from nbdiff.result import DiffResult
-from nbdiff.trace.events import Event, Phase
+from nbdiff.trace.events import Event, Phase, TensorRecord
 from nbdiff.trace.schema import MAX_DEPTH
 from nbdiff.trace.stack import Frame
-from nbdiff.trace.store import _event, _load_json, _read_float
-from nbdiff.trace.writer import _event_json, _json_float, _write_atomic
+from nbdiff.trace.store import _event, _load_json, _read_float, _tensor
+from nbdiff.trace.writer import _event_json, _json_float, _tensor_json, _write_atomic
 
 __all__ = ["save_result", "load_result", "FORMAT"]
 
@@ -82,6 +82,16 @@ def save_result(result: DiffResult, path: str | os.PathLike[str]) -> Path:
     # tensors go to a file of their own name, then the JSON naming it replaces the old at once.
     tensors = f"tensors-{uuid.uuid4().hex[:12]}.safetensors"
 
+    def records(items: tuple[TensorRecord, ...], prefix: str) -> list[dict[str, Any]]:
+        """Tensors outside an event's groups (single-step's ``given``, a replay's evidence)."""
+        out = []
+        for i, t in enumerate(items):
+            key = None if t.value is None else f"{prefix}{i}"
+            if key is not None:
+                payload[key] = np.require(t.value, requirements="C")
+            out.append(_tensor_json(t, key, {}, keep_stats=True))
+        return out
+
     def event(e: Event, prefix: str) -> dict[str, Any]:
         mine: dict[str, np.ndarray] = {}
         j = _event_json(e, mine, keep_values=True, keep_stats=True)
@@ -90,7 +100,7 @@ def save_result(result: DiffResult, path: str | os.PathLike[str]) -> Path:
                 if t["key"] is not None:
                     payload[prefix + t["key"]] = mine[t["key"]]
                     t["key"] = prefix + t["key"]
-        return {"step": e.step, "rank": e.rank, **j}
+        return {"step": e.step, "rank": e.rank, **j, "given": records(e.given, prefix + "given.")}
 
     pairs = [
         {
@@ -98,10 +108,18 @@ def save_result(result: DiffResult, path: str | os.PathLike[str]) -> Path:
             "raw": event(d.raw, f"{i}.r."),
             "tensors": [_diff_json(t) for t in d.tensors],
             "local": None if d.local is None else [_diff_json(t) for t in d.local],
+            "evidence": records(d.evidence, f"{i}.evidence."),
         }
         for i, d in enumerate(result.events)
     ]
     div = result.first_divergence
+    # A finding names its pair by index, so a loaded result's view marks it as the original did.
+    at = {(d.base.phase, d.base.key, d.raw.key): i for i, d in enumerate(result.events)}
+
+    def finding(f: Divergence) -> dict[str, Any]:
+        e = f.event
+        return {**_divergence_json(f), "event": None if e is None else at.get((e.base.phase, e.base.key, e.raw.key))}
+
     data = {
         "format": FORMAT,
         "version": VERSION,
@@ -109,8 +127,8 @@ def save_result(result: DiffResult, path: str | os.PathLike[str]) -> Path:
         "warnings": list(result.warnings),
         "notes": list(result.notes),
         "options": _plain(result.options),
-        "first_divergence": None if div is None else _divergence_json(div),
-        "findings": [_divergence_json(f) for f in result.findings],
+        "first_divergence": None if div is None else finding(div),
+        "findings": [finding(f) for f in result.findings],
         "events": pairs,
         "unmatched_base": [event(e, f"ub{i}.") for i, e in enumerate(result.unmatched_base)],
         "unmatched_raw": [event(e, f"ur{i}.") for i, e in enumerate(result.unmatched_raw)],
@@ -151,7 +169,8 @@ def _divergence_json(d: Divergence) -> dict[str, Any]:
 _DIV_PLAIN = ("step", "base_path", "raw_path", "base_type", "raw_type", "inherited", "where", "parameter", "rank")
 
 
-def _divergence(d: dict[str, Any]) -> Divergence:
+def _divergence(d: dict[str, Any], events: tuple[EventDiff, ...] = ()) -> Divergence:
+    i = d.get("event")
     return Divergence(
         **{k: d[k] for k in _DIV_PLAIN},
         phase=Phase(d["phase"]),
@@ -167,6 +186,7 @@ def _divergence(d: dict[str, Any]) -> Divergence:
         local_by=str(d.get("local_by", "replay")),
         unmeasured=str(d.get("unmeasured", "")),
         shards=str(d.get("shards", "")),
+        event=events[i] if isinstance(i, int) and not isinstance(i, bool) and 0 <= i < len(events) else None,
     )
 
 
@@ -207,7 +227,8 @@ def load_result(path: str | os.PathLike[str]) -> DiffResult:
                     f"{where}: an event's depth is {depth!r}; no model nests calls deeper than {MAX_DEPTH}."
                 )
             e = _event(j, int(j["step"]), payload, where)
-            return replace(e, rank=int(j["rank"])) if j.get("rank") else e
+            given = tuple(_tensor(t, payload, where, e.step) for t in j.get("given", ()))
+            return replace(e, rank=int(j.get("rank") or 0), given=given)
 
         events = tuple(
             EventDiff(
@@ -215,15 +236,16 @@ def load_result(path: str | os.PathLike[str]) -> DiffResult:
                 event(p["raw"]),
                 tuple(_diff(t) for t in p["tensors"]),
                 None if p["local"] is None else tuple(_diff(t) for t in p["local"]),
+                tuple(_tensor(t, payload, where, int(p["base"]["step"])) for t in p.get("evidence", ())),
             )
             for p in data["events"]
         )
         d = data["first_divergence"]
-        div = None if d is None else _divergence(d)
+        div = None if d is None else _divergence(d, events)
         return DiffResult(
             **{k: data[k] for k in ("base_framework", "raw_framework", "base_model", "raw_model", "steps")},
             first_divergence=div,
-            findings=tuple(_divergence(f) for f in data.get("findings", [])),
+            findings=tuple(_divergence(f, events) for f in data.get("findings", [])),
             events=events,
             unmatched_base=tuple(event(e) for e in data["unmatched_base"]),
             unmatched_raw=tuple(event(e) for e in data["unmatched_raw"]),

@@ -10,7 +10,16 @@ from dataclasses import dataclass
 from types import CodeType, FrameType
 from typing import Any
 
-__all__ = ["Frame", "user_stack", "tool_roots", "cell_number", "frame_label", "short_traceback", "ipython_shell"]
+__all__ = [
+    "Frame",
+    "user_stack",
+    "inside_frames",
+    "tool_roots",
+    "cell_number",
+    "frame_label",
+    "short_traceback",
+    "ipython_shell",
+]
 
 _NBDIFF_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 _STDLIB_ROOT = os.path.dirname(os.__file__) + os.sep
@@ -69,6 +78,19 @@ def user_stack(hidden_roots: tuple[str, ...], limit: int = 12) -> tuple[Frame, .
             frames.append(Frame(code.co_filename, f.f_lineno, code.co_name))
         f = f.f_back
     return tuple(frames)
+
+
+def inside_frames(parent: tuple[Frame, ...], child: tuple[Frame, ...]) -> tuple[Frame, ...]:
+    """The frames of a sublayer's call that run inside its parent layer's call, innermost first: the
+    lines of the parent's own ``forward`` (and its helpers) around that sublayer. ``()`` when the
+    child's stack does not continue the parent's (stacks are cut at a depth, from the outside)."""
+    if not parent:
+        return ()
+    for i in range(len(child)):
+        rest = child[i:]
+        if rest[0] == parent[0] and rest[1:] == parent[1 : len(rest)]:
+            return child[:i]
+    return ()
 
 
 _verdicts: dict[tuple[str, ...], dict[int, tuple[CodeType, bool]]] = {}

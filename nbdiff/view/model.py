@@ -11,18 +11,18 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
-
 from nbdiff.align.arguments import argument_diffs
 from nbdiff.judge.blame import EventDiff
 from nbdiff.judge.metrics import TensorDiff
 from nbdiff.result import DiffResult
 from nbdiff.trace.built import construction_site, root_layers
-from nbdiff.trace.events import Event, Kind, Phase, TensorRecord
-from nbdiff.trace.stack import Frame, frame_label
+from nbdiff.trace.events import Event, Kind, Phase
+from nbdiff.trace.stack import Frame, frame_label, inside_frames
 from nbdiff.view.pictures import error_picture
+from nbdiff.view.tensors import child_call, record_stats, scalar_value, tensor_pair, tensor_records, tensor_role
+from nbdiff.view.tensors import json_ratio as _ratio
 
-__all__ = ["TreeData", "build_tree", "node_detail", "record_stats", "tensor_pair", "summary_line", "step_rows"]
+__all__ = ["TreeData", "build_tree", "node_detail", "step_summary", "summary_line", "step_rows"]
 
 _PHASES = (Phase.FORWARD, Phase.BACKWARD, Phase.OPTIMIZER, Phase.STATE)
 
@@ -51,6 +51,9 @@ class TreeData:
     local_labels: dict[tuple[Any, ...], str] = field(default_factory=dict)
     """Per blamed event (its base event's phase and ``key``): how its local error was found, where it
     differs from ``local_label`` (offline: a layer rebuilt from its dump)."""
+    code_stacks: dict[tuple[Any, ...], dict[str, list[dict[str, Any]]]] = field(default_factory=dict)
+    """Per event blamed for its own code (``between``): both sides' frames, beginning inside its code
+    at the lines between the two sublayers (``first``..``line``)."""
 
 
 def summary_line(result: DiffResult) -> str:
@@ -76,18 +79,15 @@ def step_rows(result: DiffResult) -> list[dict[str, Any]]:
     return rows
 
 
-def _ratio(x: float | None) -> float | None:
-    if x is None:
-        return None
-    return x if math.isfinite(x) else 1e300  # JSON has no inf; the view shows it as "inf"
-
-
 def _status(
     d: EventDiff,
     is_first: bool,
     framework: frozenset[tuple[int, str, str]] | set[tuple[int, str, str]] = frozenset(),
     agreed: bool = False,
+    own: float | None = None,
 ) -> str:
+    """``own``: the event is a finding, with this local error (an optimizer update's own error is
+    found per parameter, not as the event's ``local``)."""
     if is_first:
         return "blamed"
     if (d.base.step, d.base.phase.value, d.base.path) in framework:
@@ -95,7 +95,7 @@ def _status(
     if not d.tensors and d.local is None:
         return "none"  # nothing to compare (a backward root, a container): not a green 0
     local = d.local_ratio
-    if local is not None and local > 1:
+    if own is not None or (local is not None and local > 1):
         return "local"
     if d.ratio > 1:
         # In a result that agrees, an inherited excess is explained (result.warnings says why): no orange.
@@ -123,6 +123,7 @@ def build_tree(result: DiffResult) -> TreeData:
     steps = sorted({d.base.step for d in result.events})
     framework = {(f.step, f.phase.value, f.base_path) for f in result.findings if f.where == "framework"}
     agreed = result.first_divergence is None
+    own = _own_errors(result)
     for step in steps:
         for phase in _PHASES:
             diffs = [d for d in result.events if d.base.step == step and d.base.phase == phase]
@@ -130,10 +131,12 @@ def build_tree(result: DiffResult) -> TreeData:
                 continue
             group = len(nodes)
             worst = max(d.ratio for d in diffs)
+            mine = [own[(phase, d.base.key)] for d in diffs if (phase, d.base.key) in own]
+            status = "local" if mine else ("explained" if agreed else "inherited") if worst > 1 else "ok"
             nodes.append(
                 dict(id=group, parent=-1, depth=0, label=f"step {step} · {phase.value}", base="", raw="",
-                     base_type="", raw_type="", phase=phase.value, step=step, ratio=_ratio(worst), local=None,
-                     status=("explained" if agreed else "inherited") if worst > 1 else "ok", event=-1)
+                     base_type="", raw_type="", phase=phase.value, step=step, ratio=_ratio(worst),
+                     local=_ratio(max(mine)) if mine else None, status=status, event=-1)
             )  # fmt: skip
             by_order: dict[int, int] = {}
             raw_order: dict[int, int] = {}
@@ -143,11 +146,13 @@ def build_tree(result: DiffResult) -> TreeData:
                 is_first = _is_first(d, result)
                 if is_first:
                     first = nid
+                mine = own.get((phase, d.base.key))
+                local = d.local_ratio if d.local_ratio is not None else mine
                 nodes.append(
                     dict(id=nid, parent=parent, depth=nodes[parent]["depth"] + 1, label=_label(d), base=d.base.path,
                          raw=d.raw.path, base_type=d.base.type_name, raw_type=d.raw.type_name, phase=phase.value,
-                         step=step, ratio=_ratio(d.ratio) if d.tensors else None,
-                         local=_ratio(d.local_ratio), status=_status(d, is_first, framework, agreed), event=len(events))
+                         step=step, ratio=_ratio(d.ratio) if d.tensors else None, local=_ratio(local),
+                         status=_status(d, is_first, framework, agreed, mine), event=len(events))
                 )  # fmt: skip
                 events.append(d)
                 if d.base.kind is Kind.LAYER:
@@ -170,8 +175,46 @@ def build_tree(result: DiffResult) -> TreeData:
         if f.event is not None and f.local_by in _LOCAL_LABELS
     }
     return TreeData(
-        nodes, order, first, events, (result.base_framework, result.raw_framework), roots, settings, local_label, labels
-    )
+        nodes, order, first, events, (result.base_framework, result.raw_framework), roots, settings, local_label, labels,
+        _code_stacks(result),
+    )  # fmt: skip
+
+
+def _own_errors(result: DiffResult) -> dict[tuple[Any, ...], float]:
+    """The events the findings blame for an error of their own (by phase and ``key``), with the worst
+    such error: every finding's, not only the first's."""
+    out: dict[tuple[Any, ...], float] = {}
+    for f in result.findings:
+        if f.event is None or f.where in ("framework", "accumulated") or f.inherited:
+            continue
+        err = (f.local_error or f.metrics).ratio
+        k = (f.event.base.phase, f.event.base.key)
+        out[k] = max(out.get(k, 0.0), err)
+    return out
+
+
+def _code_stacks(result: DiffResult) -> dict[tuple[Any, ...], dict[str, list[dict[str, Any]]]]:
+    out = {}
+    for f in result.findings:
+        if f.where != "between" or f.event is None:
+            continue
+        d = f.event
+        prev, nxt = (child_call(result.events, d, label) if label else None for label in f.between)
+        stacks = {}
+        for side, stack in (("base", f.base_stack), ("raw", f.raw_stack)):
+            frames = [_frame(x) for x in stack]
+            own = getattr(d, side).stack
+            before = inside_frames(own, getattr(prev, side).stack) if prev is not None else ()
+            after = inside_frames(own, getattr(nxt, side).stack) if nxt is not None else ()
+            if before and after and frames and frames[0]["line"] == after[0].lineno:
+                a, b = before[0], after[0]
+                if (a.filename, a.function) == (b.filename, b.function) and a.lineno < b.lineno:
+                    # The lines from one sublayer's call to the next: the code at fault.
+                    frames[0]["first"] = a.lineno
+                    frames[0]["label"] = f"{frame_label(a.filename, a.lineno)}-{b.lineno}"
+            stacks[side] = frames
+        out[(d.base.phase, d.base.key)] = stacks
+    return out
 
 
 _LOCAL_LABELS = {
@@ -211,35 +254,6 @@ def _label(d: EventDiff) -> str:
     return name if name == raw else f"{name} ~ {raw}"
 
 
-def record_stats(t: TensorRecord | None) -> dict[str, Any] | None:
-    """Shape, dtype, min/max/mean/std and NaN/Inf counts of one recorded tensor, for the panel.
-
-    From :meth:`TensorRecord.statistics`, so statistics-only dumps show them too.
-    """
-    if t is None:
-        return None
-    out: dict[str, Any] = dict(shape=list(t.shape), dtype=t.dtype)
-    st = t.statistics()
-    if st is not None:
-        out.update({k: _ratio(v) if isinstance(v, float) else v for k, v in st.as_dict().items()})
-    return out
-
-
-def _records(e: Event) -> dict[str, TensorRecord]:
-    """An event's tensors by the names its comparisons use."""
-    if e.phase is Phase.FORWARD:
-        return {t.name: t for t in e.outputs}
-    if e.phase is Phase.BACKWARD:
-        return {t.name: t for t in (*e.inputs, *e.params)}
-    return {t.name: t for t in e.outputs}
-
-
-def tensor_pair(d: EventDiff, name: str) -> tuple[np.ndarray | None, np.ndarray | None]:
-    """Base and raw values of one compared tensor (base ``None`` when its layout differs)."""
-    b, r = _records(d.base).get(name), _records(d.raw).get(name)
-    return (b.value if b is not None else None), (r.value if r is not None else None)
-
-
 def _metrics(t: TensorDiff) -> dict[str, Any]:
     return dict(
         name=t.name, max_abs=_ratio(t.max_abs), max_rel=_ratio(t.max_rel), mean_abs=_ratio(t.mean_abs),
@@ -251,33 +265,23 @@ def _metrics(t: TensorDiff) -> dict[str, Any]:
 def node_detail(tree: TreeData, node_id: int) -> dict[str, Any]:
     """Everything the tensor and stack panels show for one row (no plots)."""
     node = tree.nodes[node_id]
-    if node["event"] < 0:  # a group row, or a call paired with nothing
+    if node["event"] == -1:  # a group row: the step at a glance
+        return dict(node=node, tensors=[], stacks=dict(base=[], raw=[]), step=step_summary(tree, node["step"]))
+    if node["event"] < 0:  # a call paired with nothing
         return dict(node=node, tensors=[], stacks=dict(base=[], raw=[]))
     d = tree.events[node["event"]]
-    local = {t.name: t for t in d.local or ()}
-    tensors: list[dict[str, Any]] = []
-    for t in d.tensors:
-        bt, rt = _records(d.base).get(t.name), _records(d.raw).get(t.name)
-        tensors.append(
-            dict(
-                metrics=_metrics(t),
-                local=_metrics(local[t.name]) if t.name in local else None,
-                local_label=tree.local_labels.get((d.base.phase, d.base.key), tree.local_label),
-                base=record_stats(bt),
-                raw=record_stats(rt),
-            )
-        )
-    tensors.sort(key=lambda x: -(x["metrics"]["ratio"] or 0.0))
+    tensors = _tensor_rows(tree, d, own=node["status"] in ("blamed", "local"))
     picture = None
-    if tensors:  # the worst tensor's error, drawn by the browser with the panel
-        worst = tensors[0]["metrics"]
-        base, raw = tensor_pair(d, worst["name"])
-        if base is not None and raw is not None:
-            picture = error_picture(base, raw, worst["passed"])
-    frames = {
+    if tensors:  # the first tensor's error (the blamed one's, for an own error), drawn with the panel
+        first = tensors[0]
+        base, raw = tensor_pair(d, first["name"], tree.events)
+        if base is not None and raw is not None and base.size > 1:
+            picture = error_picture(base, raw, (first["local"] or first["metrics"])["passed"])
+    frames = tree.code_stacks.get((d.base.phase, d.base.key)) or {
         side: [_frame(f) for f in ev.stack]
         for side, ev in (("base", _forward_of(tree, d, "base")), ("raw", _forward_of(tree, d, "raw")))
     }
+    frames = dict(frames)  # the built-at frames are added per call
     fb, fr = _forward_of(tree, d, "base"), _forward_of(tree, d, "raw")
     for side, ev, root in (("base", fb, tree.roots[0]), ("raw", fr, tree.roots[1])):
         site = construction_site(root, ev.path) if ev.kind is Kind.LAYER else None
@@ -290,10 +294,63 @@ def node_detail(tree: TreeData, node_id: int) -> dict[str, Any]:
     if d.base.phase is Phase.OPTIMIZER:
         # An update row: its tensors are updates (after - before), and both optimizers' settings show.
         for t in tensors:
-            t["metrics"]["name"] = f"update of {t['metrics']['name']}"
+            t["name"] = f"update of {t['name']}"
+            for m in (t["metrics"], t["local"]):
+                if m is not None:
+                    m["name"] = t["name"]
         rows = tree.optimizer_settings.get(d.base.path, [])
         detail["settings"] = [dict(name=n, base=b, raw=r, differs=b != r) for n, b, r in rows]
     return detail
+
+
+def step_summary(tree: TreeData, step: int, worst: int = 3) -> dict[str, Any]:
+    """One step at a glance: per phase, its own errors and its worst rows (ids, to jump to), and the
+    loss on both sides."""
+    phases = []
+    for phase in _PHASES:
+        rows = [n for n in tree.nodes if n["step"] == step and n["phase"] == phase.value and n["event"] >= 0]
+        if not rows:
+            continue
+        own = [n for n in rows if n["status"] in ("blamed", "local")]
+        ranked = sorted(rows, key=lambda n: (n["status"] not in ("blamed", "local"), -(n["ratio"] or 0.0)))
+        phases.append(
+            dict(
+                phase=phase.value, rows=len(rows), own=len(own),
+                worst=[dict(id=n["id"], label=n["base"] or n["label"], ratio=n["ratio"], local=n["local"],
+                            status=n["status"]) for n in ranked[:worst] if (n["ratio"] or 0.0) > 0],
+            )
+        )  # fmt: skip
+    loss = next((d for d in tree.events if d.base.kind is Kind.LOSS and d.base.step == step), None)
+    values = [scalar_value(e.outputs) for e in (loss.base, loss.raw)] if loss is not None else None
+    return dict(step=step, phases=phases, loss=values)
+
+
+def _tensor_rows(tree: TreeData, d: EventDiff, own: bool) -> list[dict[str, Any]]:
+    """The panel's tensors: each compared one, and the local measurement's own (what the layer's code
+    handed a sublayer). For an own error, the one carrying it comes first, else the worst."""
+    local = {t.name: t for t in d.local or ()}
+    label = tree.local_labels.get((d.base.phase, d.base.key), tree.local_label)
+    rows: list[dict[str, Any]] = []
+    compared = {t.name for t in d.tensors}
+    # What the layer's code handed a sublayer, where it fails on base's inputs: the evidence of its own error.
+    handed = [(n, None) for n, t in local.items() if n not in compared and not t.passed]
+    for name, t in [(t.name, t) for t in d.tensors] + handed:
+        bt, rt = tensor_records(d, name, tree.events)
+        lt = local.get(name)
+        rows.append(
+            dict(
+                name=name,
+                metrics=_metrics(t) if t is not None else None,
+                local=_metrics(lt) if lt is not None else None,
+                local_label=label,
+                what=tensor_role(name),
+                base=record_stats(bt),
+                raw=record_stats(rt),
+            )
+        )
+    size = lambda m: (m or {}).get("ratio") or 0.0  # noqa: E731
+    rows.sort(key=lambda x: (-size(x["local"]), -size(x["metrics"])) if own else (-size(x["metrics"]),))
+    return rows
 
 
 def _frame(f: Frame) -> dict[str, Any]:

@@ -46,7 +46,7 @@ const model = {
     if (k === "frame_request") {
       const f = (state.detail.stacks[v.side] || [])[v.index];
       const missing = f && { kind: "file", file: f.file, line: f.line, first: f.line, lines: ["(source not found when the report was written)"], relpath: null };
-      state.source = f ? data.sources[`${f.file}:${f.line}`] || missing : {};
+      state.source = f ? data.sources[`${f.file}:${f.line}${f.first ? ":" + f.first : ""}`] || missing : {};
       fire("source");
     }
     fire(k);
@@ -59,7 +59,7 @@ const el = document.getElementById("nbd-root");
 def render_html(result: DiffResult, title: str | None = None) -> str:
     """The report as one HTML string (no external resources)."""
     tree = build_tree(result)
-    details = {n["id"]: node_detail(tree, n["id"]) for n in tree.nodes if n["event"] >= 0}
+    details = {n["id"]: node_detail(tree, n["id"]) for n in tree.nodes if n["event"] != -2}
     start = tree.first if tree.first >= 0 else (tree.order[0] if tree.order else -1)
     state = dict(nodes=tree.nodes, order=tree.order, first=tree.first, summary=summary_line(result), selected=start,
                  steps=step_rows(result))  # fmt: skip
@@ -67,9 +67,9 @@ def render_html(result: DiffResult, title: str | None = None) -> str:
     for d in details.values():
         for frames in d["stacks"].values():
             for f in frames:
-                key = f"{f['file']}:{f['line']}"
+                key = f"{f['file']}:{f['line']}" + (f":{f['first']}" if f.get("first") else "")
                 if key not in sources:
-                    sources[key] = dict(source_excerpt(f["file"], f["line"]), relpath=None)
+                    sources[key] = dict(source_excerpt(f["file"], f["line"], since=f.get("first")), relpath=None)
     # No "<" or "&" in the script element: "</script>" would end it and "<!--" changes how the
     # browser parses it. JSON spells them as \u escapes.
     payload = (

@@ -50,8 +50,11 @@ def _loaded_files(_modules: int) -> frozenset[str]:
     return frozenset(os.path.realpath(f) for m in list(sys.modules.values()) if (f := getattr(m, "__file__", None)))
 
 
-def source_excerpt(filename: str, lineno: int, context: int = 6) -> dict[str, Any]:
-    """``{kind, file, line, first, lines, relpath}``: ``kind`` is ``cell`` (the whole cell) or ``file``.
+def source_excerpt(filename: str, lineno: int, context: int = 6, since: int | None = None) -> dict[str, Any]:
+    """``{kind, file, line, first, lines, relpath, since}``: ``kind`` is ``cell`` (the whole cell) or ``file``.
+
+    ``since``: the frame stands for lines ``since``..``lineno`` (a layer's own code between two of
+    its sublayers' calls), all marked and all in the excerpt.
 
     Cells come from IPython's line cache; files are read through ``linecache`` too,
     so nothing is read twice. ``relpath`` is the file relative to the kernel's working
@@ -59,14 +62,15 @@ def source_excerpt(filename: str, lineno: int, context: int = 6) -> dict[str, An
     ``None`` when the file lies outside it.
     """
     lines = linecache.getlines(filename) if _may_read(filename) else []
+    since = lineno if since is None or not 0 < since <= lineno else since
     if not lines:
-        return dict(kind="missing", file=filename, line=lineno, first=1, lines=[], relpath=None)
+        return dict(kind="missing", file=filename, line=lineno, first=1, lines=[], relpath=None, since=since)
     if _is_cell(filename) or cell_number(filename) is not None:
         return dict(
             kind="cell", file=filename, line=lineno, first=1, lines=_cell_lines(filename), relpath=None,
-            label=frame_label(filename, lineno),
+            label=frame_label(filename, lineno), since=since,
         )  # fmt: skip
-    lo = max(1, lineno - context)
+    lo = max(1, since - context)
     hi = min(len(lines), lineno + context)
     rel = os.path.relpath(filename, os.getcwd()) if os.path.isabs(filename) else filename
     return dict(
@@ -76,4 +80,5 @@ def source_excerpt(filename: str, lineno: int, context: int = 6) -> dict[str, An
         first=lo,
         lines=[x.rstrip("\n") for x in lines[lo - 1 : hi]],
         relpath=None if rel.startswith("..") else rel,
+        since=since,
     )

@@ -94,6 +94,65 @@ CURSOR_LINE = """(() => {
 })()"""
 
 
+BLOCK = (
+    "%load_ext nbdiff\n"
+    "from tests.structure_models import attention_block\n"
+    "tb, x = attention_block('torch')\n"
+    "pb, _ = attention_block('paddle', wide_scale=True)"
+)
+
+
+@pytest.mark.parametrize("ui", ["lab", "notebook7"])
+def test_a_code_blame_opens_on_its_evidence_and_its_lines(page, jupyter_server, ui):
+    """The block's own code is blamed (between `qkv` and `proj`): the panel opens on the tensor that
+    carries the local error, with both sides' statistics and pictures, by replay and under
+    single-step; its first frame opens the lines between the two sublayers, in view."""
+    name = f"code_{ui}.ipynb"
+    write_notebook(jupyter_server["root"] / name, [BLOCK, "%modeldiff tb pb x", "%modeldiff tb pb x --single-step"])
+    open_notebook(page, jupyter_server, name, ui)
+    run_cell(page, 0, timeout=120_000)
+    for i in (1, 2):
+        run_cell(page, i, timeout=120_000)
+        view = cell(page, i).locator(VIEW)
+        view.locator(".nbd-row.nbd-blamed").wait_for()
+        first = view.locator(".nbd-tensor").first
+        first.wait_for()
+        assert first.get_attribute("data-tensor") == "proj:in[0]"
+        assert "handed `proj`" in first.inner_text() and "not on this side" not in first.inner_text()
+        row_local = view.locator(".nbd-row.nbd-blamed").inner_text().split("local ")[1].rstrip(")")
+        assert row_local in first.inner_text()  # the row and the panel say the same local error
+        view.locator(".nbd-plots svg.nbd-hist").wait_for()
+        view.locator(".nbd-plots canvas.nbd-map").wait_for()
+    view = cell(page, 1).locator(VIEW)
+    view.locator(".nbd-frame[data-side='base']").first.click()
+    here = view.locator(".nbd-src-here", has_text="self.proj(merge(")
+    here.wait_for()
+    assert view.locator(".nbd-src-span", has_text="scores = ").count() == 1
+    box, pre = here.bounding_box(), view.locator("pre.nbd-src").bounding_box()
+    assert pre["y"] <= box["y"] and box["y"] + box["height"] <= pre["y"] + pre["height"], (box, pre)
+    _no_widget_errors(page, jupyter_server)
+
+
+def test_a_step_rows_panel_summarises_the_step_and_jumps_to_its_worst_rows(page, tmp_path):
+    import nbdiff
+    from tests.fault_suite.models import BUILDERS, inputs
+
+    result = nbdiff.auto_diff(BUILDERS["mlp"]("torch"), BUILDERS["mlp"]("paddle", "eps"), inputs("mlp"))
+    path = tmp_path / "report.html"
+    result.to_html(str(path))
+    page.goto(path.as_uri())
+    view = page.locator(VIEW)
+    view.locator(".nbd-row.nbd-blamed").wait_for()
+    _select_row(view, "step 0 · backward")
+    view.locator(".nbd-step-summary").wait_for()
+    assert "loss: base" in view.locator(".nbd-step-summary").inner_text()
+    assert view.locator(".nbd-stack-title").count() == 0  # no empty "called from" headings
+    view.locator(".nbd-step-summary tr", has_text="backward").locator(".nbd-jump").first.click()
+    view.locator(".nbd-title", has_text="step 0 backward").wait_for()
+    assert "norm" in view.locator(".nbd-row.nbd-selected").inner_text()
+    assert not [m for m in page.console_messages if m.startswith(("error", "pageerror"))]
+
+
 def _show_all(view):
     """A diverging view opens on the rows with their own error: show every row, to click the others."""
     view.locator(".nbd-filter").select_option("all")

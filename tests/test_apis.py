@@ -65,3 +65,32 @@ def test_custom_op_is_traced_inside_a_torch_model(monkeypatch):
     x = np.ones((2, 4), "float32")
     result = nbdiff.auto_diff(Net(), Net(), x, api_level=True)
     assert result and any(e.base.path == "::scale" for e in result.events)
+
+
+@pytest.mark.parametrize("raw_fill", [float("-inf"), -1e9])
+def test_a_mask_of_minus_inf_and_one_of_minus_1e9_agree_at_api_level(raw_fill):
+    """Base masks attention scores with ``-inf``, the port with ``-1e9`` or ``-inf`` (all common): the
+    same mask. It was an infinite error at ``masked_fill`` (``inf`` on the group row), and a mask of
+    ``-inf`` on both sides was blamed as making Inf from finite inputs: false alarms."""
+    torch = pytest.importorskip("torch")
+    import nbdiff
+
+    class Attention(torch.nn.Module):
+        def __init__(self, fill):
+            super().__init__()
+            self.fill = fill
+            self.q, self.o = torch.nn.Linear(8, 8), torch.nn.Linear(8, 8)
+
+        def forward(self, x):
+            q = self.q(x)
+            causal = torch.triu(torch.ones(x.shape[1], x.shape[1], dtype=torch.bool), 1)
+            scores = (q @ q.transpose(-2, -1)).masked_fill(causal, self.fill)
+            return self.o(scores.softmax(-1) @ q)
+
+    x = np.random.RandomState(0).randn(2, 5, 8).astype("float32")
+    result = nbdiff.auto_diff(Attention(float("-inf")), Attention(raw_fill), x, api_level=True)
+    assert result, result.report()
+    masked = [t for d in result.events if d.base.path.endswith("masked_fill") for t in d.tensors]
+    assert masked and all(t.passed for t in masked)
+    if raw_fill != float("-inf"):
+        assert all("masked alike" in t.note for t in masked)

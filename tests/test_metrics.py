@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 
 from nbdiff.judge.metrics import compare_tensors, cosine, max_abs, max_rel, nan_count
-from nbdiff.judge.tolerance import resolve_tolerance
+from nbdiff.judge.tolerance import Tolerance, resolve_tolerance
 
 
 def test_pure_metrics():
@@ -126,3 +126,21 @@ def test_statistics_of_a_tensor_one_side_has_not_expanded_yet_agree():
     ).passed
     other = compare_statistics("out", tensor_stats(wide), tensor_stats(x), tol, "strict", (1, 8, 8), (2, 4, 16))
     assert not other.passed and "shape" in other.note
+
+
+def test_an_infinity_and_a_mask_value_of_its_sign_are_the_same_mask():
+    """base ``masked_fill(-inf)``, raw ``masked_fill(-1e9)``: the same mask, not an infinite error
+    (the ``--api`` group rows read ``inf``); an infinity against a small or opposite value still is."""
+    tol = Tolerance(1e-5, 1e-4, scaled=True)
+    base = np.array([[0.5, -np.inf, -np.inf], [0.1, 0.2, -np.inf]], dtype=np.float32)
+    raw = np.where(np.isinf(base), np.float32(-1e9), base)
+    t = compare_tensors("scores", raw, base, tol)
+    assert t.passed and t.ratio == 0.0 and "masked alike at 3 position(s)" in t.note and "-inf" in t.note
+    assert (t.inf_base, t.inf_raw) == (3, 0)
+    off = raw.copy()
+    off[0, 0] = 0.6  # a real difference beside the mask is still found, and said as such
+    t = compare_tensors("scores", off, base, tol)
+    assert not t.passed and np.isfinite(t.ratio) and "NaN/Inf differ" not in t.note
+    for wrong in (np.float32(1e9), np.float32(-5.0)):  # the other sign, or not a mask value
+        t = compare_tensors("scores", np.where(np.isinf(base), wrong, base), base, tol)
+        assert t.ratio == np.inf and t.note == "NaN/Inf differ"

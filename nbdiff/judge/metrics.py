@@ -247,8 +247,8 @@ def compare_tensors(
     finite = bool(np.isfinite(worst))
     if not finite:
         counts = (nan_count(b), nan_count(a), inf_count(b), inf_count(a))
-        a, b, d, differ = _finite_parts(a, b, d)
-        note = note or ("NaN/Inf differ" if differ else "")
+        a, b, d, said = _finite_parts(a, b, d)
+        note = note or said
         worst = float(d.max())
     scale = scale_hint if hint_covers else max(float(b.max()), -float(b.min()), scale_hint)
     atol = (tol.atol * max(scale, _TINY) if tol.scaled else tol.atol) + tol.floor
@@ -307,14 +307,31 @@ def _last_positions(raw: np.ndarray, base: np.ndarray) -> tuple[np.ndarray, np.n
     return raw[:, raw.shape[1] - n :], base[:, base.shape[1] - n :], note
 
 
-def _finite_parts(a: np.ndarray, b: np.ndarray, d: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, bool]:
-    """Where NaN/Inf are: the same on both sides counts as agreement (0), else as an infinite error;
-    the values with NaN/Inf read as 0, ``|a - b|`` so judged, and whether any NaN/Inf differ."""
+MASK_VALUE = 1e4
+"""A finite value at least this large stands for an infinity where the other side has one of the same
+sign: ``masked_fill(-inf)`` against ``masked_fill(-1e9)`` (or ``finfo.min``) is the same mask."""
+
+
+def _finite_parts(a: np.ndarray, b: np.ndarray, d: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, str]:
+    """Where NaN/Inf are: the same on both sides counts as agreement (0), and so does an infinity
+    against a mask value of its sign (:data:`MASK_VALUE`); else an infinite error. Returns the values
+    with NaN/Inf read as 0, ``|a - b|`` so judged, and a note saying what differs or was taken as a mask."""
     np.abs(d, out=d)
     same = (np.isnan(a) & np.isnan(b)) | (a == b)
+    masked = (np.isinf(a) | np.isinf(b)) & (np.sign(a) == np.sign(b)) & (np.minimum(np.abs(a), np.abs(b)) >= MASK_VALUE)
+    masked &= ~same
+    same |= masked
     differ = not np.all(same)
     d = np.where(same, 0.0, np.where(np.isfinite(d), d, np.inf)).astype(d.dtype) if differ else np.zeros_like(d)
-    return np.where(np.isfinite(a), a, 0.0), np.where(np.isfinite(b), b, 0.0), d, differ
+    keep = np.isfinite(a) & np.isfinite(b) & ~masked
+    note = "NaN/Inf differ" if differ and not np.all(same | keep) else ""
+    n = int(masked.sum())
+    if n:
+        at = np.flatnonzero(masked)[0]
+        fa, fb = a.reshape(-1)[at], b.reshape(-1)[at]
+        mask = f"masked alike at {n} position(s): base {fb:g}, raw {fa:g} (an infinity and a mask value of its sign are the same mask)"
+        note = f"{note}; {mask}" if note else mask
+    return np.where(keep, a, 0.0), np.where(keep, b, 0.0), d, note
 
 
 def _ratio(

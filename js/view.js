@@ -18,7 +18,22 @@ function h(tag, props = {}, ...children) {
   return el;
 }
 
-const PLAY_MS = 350; // between events while replay plays
+const PLAY_MS = 350; // the slowest step while replay plays
+const PLAY_TO_STOP_MS = 2500; // about how long play takes to reach the next own error, however far
+
+// Icons drawn as SVG: glyphs such as ⓘ and ⏵ are empty boxes where the fonts lack them (Debian's default).
+const ICONS = {
+  info: '<circle cx="8" cy="8" r="6.5" fill="none" stroke="currentColor" stroke-width="1.4"/><rect x="7.2" y="7" width="1.6" height="5" fill="currentColor"/><circle cx="8" cy="4.8" r="1" fill="currentColor"/>',
+  play: '<path d="M4.5 3 L13 8 L4.5 13 Z" fill="currentColor"/>',
+  pause: '<rect x="4" y="3" width="3" height="10" fill="currentColor"/><rect x="9" y="3" width="3" height="10" fill="currentColor"/>',
+};
+
+function icon(name) {
+  const span = document.createElement("span");
+  span.className = `nbd-icon nbd-icon-${name}`;
+  span.innerHTML = `<svg viewBox="0 0 16 16" width="14" height="14" aria-hidden="true">${ICONS[name]}</svg>`;
+  return span;
+}
 
 function fmt(x) {
   if (x === null || x === undefined) return "–";
@@ -97,21 +112,42 @@ function stepChart(rows, first, onPick) {
     if (i % tick === 0) parts.push(svg("text", { x: x(r.step), y: H - 6, "text-anchor": "middle", class: "nbd-axis" }, String(r.position ?? r.step)));
   });
   const legend = [];
+  const points = [];
   for (const [key, phase, colour] of SERIES) {
     const pts = rows.filter((r) => r[key] !== null && r[key] !== undefined);
     if (!pts.length) continue;
     parts.push(svg("polyline", { points: pts.map((r) => `${x(r.step)},${y(r[key])}`).join(" "), fill: "none", stroke: colour, "stroke-width": 1.5 }));
     for (const r of pts) {
-      const dot = svg("circle", { cx: x(r.step), cy: y(r[key]), r: 4, fill: colour, class: "nbd-point", "data-step": r.step, "data-phase": phase },
-        svg("title", {}, `step ${r.step}${r.position === undefined ? "" : ` (token position ${r.position})`} ${key}: ${fmt(r[key])}x tolerance`));
+      const what = `step ${r.step}${r.position === undefined ? "" : ` (token position ${r.position})`} ${key}: ${fmt(r[key])}x tolerance`;
+      const dot = svg("circle", { cx: x(r.step), cy: y(r[key]), r: 4, fill: colour, class: "nbd-point", "data-step": r.step, "data-phase": phase, tabindex: "-1", role: "button", "aria-label": what },
+        svg("title", {}, what));
       dot.addEventListener("click", () => onPick(r.step, phase));
+      points.push(dot);
       parts.push(dot);
     }
     legend.push(h("span", { class: "nbd-key", style: `color:${colour}` }, `● ${key}`));
   }
   const per = rows.some((r) => r.position !== undefined) ? "decode step (axis: token position)" : "step";
-  return h("div", { class: "nbd-steps" }, h("div", { class: "nbd-steps-title" }, `worst error / tolerance per ${per} (click a point for that step) `, ...legend),
-    svg("svg", { viewBox: `0 0 ${W} ${H}`, width: W, height: H, class: "nbd-chart" }, ...parts));
+  // One Tab stop for every point (roving tabindex): arrows move along the steps, Enter picks.
+  points.sort((a, b) => a.dataset.step - b.dataset.step);
+  const start = Math.max(0, points.findIndex((p) => Number(p.dataset.step) === first));
+  if (points.length) points[start].setAttribute("tabindex", "0");
+  const chart = svg("svg", { viewBox: `0 0 ${W} ${H}`, width: W, height: H, class: "nbd-chart" }, ...parts);
+  chart.addEventListener("keydown", (ev) => {
+    const i = points.indexOf(ev.target);
+    if (i < 0) return;
+    const to = { ArrowRight: i + 1, ArrowDown: i + 1, ArrowLeft: i - 1, ArrowUp: i - 1, Home: 0, End: points.length - 1 }[ev.key];
+    if (to !== undefined) {
+      const next = points[Math.max(0, Math.min(points.length - 1, to))];
+      points.forEach((p) => p.setAttribute("tabindex", p === next ? "0" : "-1"));
+      next.focus();
+    } else if (ev.key === "Enter" || ev.key === " ") {
+      onPick(Number(ev.target.dataset.step), ev.target.dataset.phase);
+    } else return;
+    ev.preventDefault();
+    ev.stopPropagation();
+  });
+  return h("div", { class: "nbd-steps" }, h("div", { class: "nbd-steps-title" }, `worst error / tolerance per ${per} (click a point, or Tab to it and use the arrows and Enter) `, ...legend), chart);
 }
 
 function labUrl(relpath) {
@@ -198,7 +234,7 @@ function errorMap(p) {
     });
     ctx.putImageData(img, 0, 0);
   }
-  return h("div", { class: "nbd-mapbox" }, h("div", { class: "nbd-axis-html" }, `error map · 1e${p.lo.toFixed(1)} … 1e${p.hi.toFixed(1)}`), canvas);
+  return h("div", { class: "nbd-mapbox" }, h("div", { class: "nbd-axis-html" }, `error map · ${fmt(10 ** p.lo)} … ${fmt(10 ** p.hi)}`), canvas);
 }
 
 function render({ model, el }) {
@@ -219,10 +255,11 @@ function render({ model, el }) {
   const search = h("input", { type: "search", class: "nbd-search", placeholder: "search layers" });
   const slider = h("input", { type: "range", class: "nbd-slider", min: "0", max: "0", value: "0" });
   const replayLabel = h("span", { class: "nbd-replay-label" });
-  const btn = (text, title, fn) => h("button", { class: "nbd-btn", title, onclick: fn }, text);
+  const btn = (text, title, fn) => h("button", { class: "nbd-btn", title, "aria-label": title, onclick: fn, tabindex: "-1" }, text);
   let playing = null; // the timer while replay plays
-  const playBtn = btn("⏵", "play: go through the events in execution order, stopping at the next one with its own error (space)", () => togglePlay());
+  const playBtn = btn(icon("play"), "play: go through the events in execution order, stopping at the next one with its own error (space)", () => togglePlay());
   playBtn.classList.add("nbd-play");
+  const jumpLabel = h("span", { class: "nbd-jump-label", "aria-live": "polite" });
   const toolbar = h(
     "div",
     { class: "nbd-toolbar" },
@@ -230,10 +267,11 @@ function render({ model, el }) {
     search,
     btn("↑", "previous divergence (p)", () => jump(-1)),
     btn("↓", "next divergence (n)", () => jump(1)),
+    jumpLabel,
     btn("⊞", "expand all", () => setAll(false)),
     btn("⊟", "collapse all", () => setAll(true)),
     btn("⤢", "wide: the tree takes the full width and most of the window's height, the panel goes below it", () => toggleWide()),
-    h("span", { class: "nbd-legend", title: LEGEND }, "ⓘ"),
+    h("span", { class: "nbd-legend", title: LEGEND }, icon("info")),
     h(
       "span",
       { class: "nbd-replay" },
@@ -265,6 +303,19 @@ function render({ model, el }) {
   const plotBox = h("div", { class: "nbd-plots" });
   const source = h("div", { class: "nbd-source" });
   const side = h("div", { class: "nbd-side" }, panel, stack, source);
+  // The toolbar's buttons are one Tab stop (roving tabindex): arrows move between them.
+  const buttons = [...toolbar.querySelectorAll("button")];
+  buttons[0].setAttribute("tabindex", "0");
+  toolbar.setAttribute("role", "toolbar");
+  toolbar.addEventListener("keydown", (ev) => {
+    const i = buttons.indexOf(ev.target);
+    const to = i < 0 ? undefined : { ArrowRight: i + 1, ArrowLeft: i - 1, Home: 0, End: buttons.length - 1 }[ev.key];
+    if (to === undefined) return;
+    const next = buttons[(to + buttons.length) % buttons.length];
+    buttons.forEach((b) => b.setAttribute("tabindex", b === next ? "0" : "-1"));
+    next.focus();
+    ev.preventDefault();
+  });
   const firstNode = nodes()[model.get("first")];
   const chart = stepChart(model.get("steps") || [], firstNode ? firstNode.step : null, (step, phase) => {
     const group = nodes().find((n) => n.event === -1 && n.step === step && n.phase === phase);
@@ -278,8 +329,14 @@ function render({ model, el }) {
       }
     }
   });
-  const root = h("div", { class: "nbd", "data-lm-suppress-shortcuts": "true" }, summary, chart, toolbar, h("div", { class: "nbd-main" }, tree, side));
+  const root = h("div", { class: "nbd", tabindex: "-1", "data-lm-suppress-shortcuts": "true" }, summary, chart, toolbar, h("div", { class: "nbd-main" }, tree, side));
   el.append(root);
+  // "t" anywhere in the view (outside a text field) goes to the tree.
+  root.addEventListener("keydown", (ev) => {
+    if (ev.key !== "t" || ev.target.closest("input, select, textarea") || ev.ctrlKey || ev.metaKey || ev.altKey) return;
+    tree.focus();
+    ev.preventDefault();
+  });
 
   function index() {
     kids.clear();
@@ -308,12 +365,23 @@ function render({ model, el }) {
       for (const n of kids.get(parent) ?? []) {
         if (shown && !shown.has(n.id)) continue;
         visible.push(n);
-        if (!collapsed.has(n.id) || shown) walk(n.id);
+        if (!collapsed.has(n.id)) walk(n.id);
       }
     };
     walk(-1);
     spacer.style.height = `${visible.length * ROW}px`;
     draw();
+  }
+
+  function nothingShown() {
+    const q = search.value.trim();
+    const what = [filter.value !== "all" ? `the filter "${filter.selectedOptions[0].textContent}"` : "", q ? `the search "${q}"` : ""].filter(Boolean).join(" and ");
+    return h(
+      "div",
+      { class: "nbd-empty" },
+      `No row matches ${what}. `,
+      h("button", { class: "nbd-jump", onclick: () => ((search.value = ""), (filter.value = "all"), flatten()) }, "show every row"),
+    );
   }
 
   function draw() {
@@ -359,7 +427,7 @@ function render({ model, el }) {
       );
       out.push(row);
     }
-    rows.replaceChildren(...out);
+    rows.replaceChildren(...out, ...(visible.length ? [] : [nothingShown()]));
   }
 
   function isAncestor(a, id) {
@@ -370,7 +438,10 @@ function render({ model, el }) {
 
   function setAll(collapse) {
     collapsed.clear();
-    if (collapse) for (const n of nodes()) if (kids.has(n.id) && n.event !== -1) collapsed.add(n.id);
+    // Every fold, the steps' and phases' too (an optimizer phase is one flat list of hundreds of rows).
+    if (collapse) for (const n of nodes()) if (kids.has(n.id)) collapsed.add(n.id);
+    const sel = model.get("selected");
+    if (sel >= 0 && !collapse) return reveal(sel); // expanded: the selected row is brought into view
     flatten();
   }
 
@@ -378,13 +449,17 @@ function render({ model, el }) {
   function jump(dir) {
     const all = nodes();
     const own = FILTERS[1][2];
-    let targets = all.filter(own);
-    if (!targets.length) targets = all.filter(FILTERS[2][2]);
+    // Rows, not the step and phase rows that hold them.
+    let targets = all.filter((n) => n.event !== -1 && own(n));
+    if (!targets.length) targets = all.filter((n) => n.event !== -1 && FILTERS[2][2](n));
     if (!targets.length) return;
     const pos = treeOrder();
     targets.sort((a, b) => pos.get(a.id) - pos.get(b.id));
     const cur = pos.get(model.get("selected")) ?? -1;
-    const next = dir > 0 ? targets.find((n) => pos.get(n.id) > cur) ?? targets[0] : [...targets].reverse().find((n) => pos.get(n.id) < cur) ?? targets[targets.length - 1];
+    const ahead = dir > 0 ? targets.find((n) => pos.get(n.id) > cur) : [...targets].reverse().find((n) => pos.get(n.id) < cur);
+    const next = ahead ?? (dir > 0 ? targets[0] : targets[targets.length - 1]);
+    const kind = targets.some(own) ? "own error" : "divergence";
+    jumpLabel.textContent = `${kind} ${targets.indexOf(next) + 1} of ${targets.length}${ahead ? "" : dir > 0 ? " (from the top)" : " (from the end)"}`;
     clickedAt = performance.now();
     select(next.id);
     tree.focus({ preventScroll: true }); // the arrows go on from here
@@ -437,25 +512,32 @@ function render({ model, el }) {
 
   function toggleWide() {
     root.classList.toggle("nbd-wide");
-    requestAnimationFrame(draw); // more rows fit
+    // More rows fit, and the selected row must stay in view in the new box.
+    requestAnimationFrame(() => (model.get("selected") >= 0 ? reveal(model.get("selected")) : draw()));
   }
 
   function togglePlay() {
     if (playing !== null) {
       clearInterval(playing);
       playing = null;
-      playBtn.textContent = "⏵";
+      playBtn.replaceChildren(icon("play"));
       el.dataset.nbdPlaying = "0";
       return;
     }
-    playBtn.textContent = "⏸";
+    playBtn.replaceChildren(icon("pause"));
     el.dataset.nbdPlaying = "1";
+    // As fast as it takes to reach the next own error in about PLAY_TO_STOP_MS, never slower than PLAY_MS.
+    const order = model.get("order");
+    let stop = replayAt + 1;
+    while (stop < order.length - 1 && !FILTERS[1][2](nodes()[order[stop]])) stop++;
+    const delay = Math.max(16, Math.min(PLAY_MS, PLAY_TO_STOP_MS / Math.max(1, stop - replayAt)));
+    el.dataset.nbdPlayMs = delay.toFixed(0);
     playing = setInterval(() => {
       const order = model.get("order");
       if (replayAt >= order.length - 1) return togglePlay();
       replay(replayAt + 1);
       if (FILTERS[1][2](nodes()[order[replayAt]])) togglePlay(); // an event with its own error: look here
-    }, PLAY_MS);
+    }, delay);
   }
 
   function phaseJump(dir) {
@@ -494,6 +576,7 @@ function render({ model, el }) {
     else if (ev.key === " ") togglePlay();
     else if (ev.key === "n") jump(1);
     else if (ev.key === "p") jump(-1);
+    else if (ev.key === "Escape") root.focus(); // out of the tree: Tab goes on from the view
     else if (ev.key === "Home") select(visible[0]?.id ?? -1);
     else if (ev.key === "End") select(visible[visible.length - 1]?.id ?? -1);
     else handled = false;
@@ -529,7 +612,17 @@ function render({ model, el }) {
   new ResizeObserver(() => draw()).observe(scroller);
   // Another filter keeps the selected row in sight (the rows above it come and go).
   filter.addEventListener("change", () => (model.get("selected") >= 0 ? reveal(model.get("selected")) : flatten()));
-  search.addEventListener("input", flatten);
+  // A search opens the folds and scrolls to its first match.
+  search.addEventListener("input", () => {
+    collapsed.clear();
+    flatten();
+    const q = search.value.trim().toLowerCase();
+    const i = q ? visible.findIndex((n) => n.event !== -1 && `${n.base} ${n.raw} ${n.base_type} ${n.raw_type}`.toLowerCase().includes(q)) : -1;
+    if (i >= 0) {
+      scroller.scrollTop = Math.max(0, i * ROW - scroller.clientHeight / 3);
+      draw();
+    }
+  });
   slider.addEventListener("input", () => replay(Number(slider.value)));
 
   function statsCells(s) {
@@ -610,10 +703,17 @@ function render({ model, el }) {
         "div",
         {
           class: "nbd-frame",
+          tabindex: "0",
+          role: "button",
           dataset: { side: key, index: i },
           onclick: () => {
             model.set("frame_request", { side: key, index: i, nonce: Date.now() });
             model.save_changes();
+          },
+          onkeydown: (ev) => {
+            if (ev.key !== "Enter" && ev.key !== " ") return;
+            ev.preventDefault();
+            ev.target.click();
           },
         },
         `${f.label || `${f.file.split("/").pop()}:${f.line}`} in ${f.function}`,
@@ -663,7 +763,10 @@ function render({ model, el }) {
 
   function drawPlots() {
     const p = (model.get("detail") || {}).picture;
-    plotBox.replaceChildren(...(p ? [histogram(p), errorMap(p)] : []));
+    // Identical values have no error to draw: say so rather than draw an empty histogram and a blank map.
+    const same = p && p.zeros === p.total;
+    const note = same && h("div", { class: "nbd-same" }, `every one of the ${p.total} elements is equal on both sides`);
+    plotBox.replaceChildren(...(same ? [note] : p ? [histogram(p), errorMap(p)] : []));
     if (p && plotWait !== null) {
       el.dataset.nbdPlotMs = (performance.now() - plotWait).toFixed(0); // drawn with the panel
       plotWait = null;
@@ -716,7 +819,8 @@ function render({ model, el }) {
   drawDetail();
   label();
   requestAnimationFrame(draw);
-  const first = model.get("first");
+  // Open on the first divergence, or (a result that agrees) on the row the kernel chose to show.
+  const first = model.get("first") >= 0 ? model.get("first") : model.get("selected");
   if (first >= 0) {
     replayAt = model.get("order").indexOf(first);
     slider.value = String(Math.max(0, replayAt));

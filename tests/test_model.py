@@ -271,3 +271,16 @@ def test_a_group_rows_panel_summarises_its_step(failed):
     assert isinstance(base_loss, float) and isinstance(raw_loss, float) and base_loss != raw_loss
     assert [p["phase"] for p in summary["phases"]] == ["forward", "backward"]
     json.dumps(summary)
+
+
+def test_a_view_that_agrees_opens_on_the_row_closest_to_its_tolerance():
+    """It opened on `<inputs>`, which agree bit for bit: an empty histogram and a blank map."""
+    from nbdiff.view.model import start_row
+
+    result = nbdiff.auto_diff(BUILDERS["mlp"]("torch"), BUILDERS["mlp"]("paddle"), inputs("mlp"))
+    assert result
+    tree = build_tree(result)
+    start = start_row(tree)
+    rows = [n for n in tree.nodes if n["event"] >= 0 and n["ratio"] is not None]
+    assert tree.nodes[start]["label"] != "<inputs>" and tree.nodes[start]["ratio"] == max(n["ratio"] for n in rows)
+    assert node_detail(tree, start)["picture"]["zeros"] < node_detail(tree, start)["picture"]["total"]

@@ -74,4 +74,5 @@ def test_inside_frames_are_the_sublayer_calls_frames_within_its_parents_call():
     deep_child = (Frame("m.py", 20, "attention"), Frame("m.py", 40, "forward"), Frame("m.py", 50, "run"))
     assert inside_frames(deep_parent, deep_child) == deep_child[:1]
     assert inside_frames(parent, (Frame("other.py", 1, "f"),)) == ()
-    assert inside_frames((), child) == ()
+    # A parent called from no user code (a trainer's loop): all of the child's frames are inside it.
+    assert inside_frames((), child[:2]) == child[:2]

@@ -13,7 +13,7 @@ import anywidget
 import traitlets as T
 
 from nbdiff.result import DiffResult
-from nbdiff.view.model import build_tree, node_detail, step_rows, summary_line
+from nbdiff.view.model import build_tree, node_detail, start_row, step_rows, summary_line
 from nbdiff.view.page import STATIC, render_static
 from nbdiff.view.sources import source_excerpt
 
@@ -60,7 +60,7 @@ class DiffView(anywidget.AnyWidget):
         )
         self.observe(self._on_select, "selected")
         self.observe(self._on_frame, "frame_request")
-        start = self._tree.first if self._tree.first >= 0 else (self._tree.order[0] if self._tree.order else -1)
+        start = start_row(self._tree)
         if start >= 0:
             self.selected = start
 
@@ -85,8 +85,11 @@ class DiffView(anywidget.AnyWidget):
         if bundle is None:
             return
         data, meta = bundle if isinstance(bundle, tuple) else (bundle, {})
-        display({"text/html": render_static(self.result, self.static_id)}, raw=True)
-        display(data, metadata=meta, raw=True)
+        # The copy carries the text too (a terminal, nbconvert to text); the view's own text is empty,
+        # not "<DiffView object at 0x...>", where it cannot be drawn (an untrusted reopen, nbconvert).
+        static = {"text/html": render_static(self.result, self.static_id), "text/plain": summary_line(self.result)}
+        display(static, raw=True)
+        display({**data, "text/plain": ""}, metadata=meta, raw=True)
 
     def _on_select(self, change: dict[str, Any]) -> None:
         node_id = change["new"]

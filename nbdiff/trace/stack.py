@@ -85,7 +85,7 @@ def inside_frames(parent: tuple[Frame, ...], child: tuple[Frame, ...]) -> tuple[
     lines of the parent's own ``forward`` (and its helpers) around that sublayer. ``()`` when the
     child's stack does not continue the parent's (stacks are cut at a depth, from the outside)."""
     if not parent:
-        return ()
+        return child  # the parent was called from no user code: every frame of the child's is inside it
     for i in range(len(child)):
         rest = child[i:]
         if rest[0] == parent[0] and rest[1:] == parent[1 : len(rest)]:

@@ -22,7 +22,7 @@ from nbdiff.view.pictures import error_picture
 from nbdiff.view.tensors import child_call, record_stats, scalar_value, tensor_pair, tensor_records, tensor_role
 from nbdiff.view.tensors import json_ratio as _ratio
 
-__all__ = ["TreeData", "build_tree", "node_detail", "step_summary", "summary_line", "step_rows"]
+__all__ = ["TreeData", "build_tree", "node_detail", "start_row", "step_summary", "summary_line", "step_rows"]
 
 _PHASES = (Phase.FORWARD, Phase.BACKWARD, Phase.OPTIMIZER, Phase.STATE)
 
@@ -178,6 +178,17 @@ def build_tree(result: DiffResult) -> TreeData:
         nodes, order, first, events, (result.base_framework, result.raw_framework), roots, settings, local_label, labels,
         _code_stacks(result),
     )  # fmt: skip
+
+
+def start_row(tree: TreeData) -> int:
+    """The row a view opens on: the first divergence; in a result that agrees, the row closest to
+    its tolerance (the model's inputs agree bit for bit, and say nothing); ``-1`` when there is none."""
+    if tree.first >= 0:
+        return tree.first
+    rows = [n for n in tree.nodes if n["event"] >= 0 and n["ratio"] is not None and n["status"] != "none"]
+    if rows:
+        return max(rows, key=lambda n: (n["ratio"], -n["id"]))["id"]
+    return tree.order[0] if tree.order else -1
 
 
 def _own_errors(result: DiffResult) -> dict[tuple[Any, ...], float]:

@@ -16,8 +16,9 @@ from typing import TYPE_CHECKING
 
 from nbdiff.errors import OptionError
 from nbdiff.report.text import render_text
-from nbdiff.view.model import build_tree, node_detail, step_rows, summary_line
+from nbdiff.view.model import build_tree, node_detail, start_row, step_rows, summary_line
 from nbdiff.view.sources import source_excerpt
+from nbdiff.view.svg_chart import step_chart_svg
 
 if TYPE_CHECKING:
     from nbdiff.result import DiffResult
@@ -60,7 +61,7 @@ def render_html(result: DiffResult, title: str | None = None) -> str:
     """The report as one HTML string (no external resources)."""
     tree = build_tree(result)
     details = {n["id"]: node_detail(tree, n["id"]) for n in tree.nodes if n["event"] != -2}
-    start = tree.first if tree.first >= 0 else (tree.order[0] if tree.order else -1)
+    start = start_row(tree)
     state = dict(nodes=tree.nodes, order=tree.order, first=tree.first, summary=summary_line(result), selected=start,
                  steps=step_rows(result))  # fmt: skip
     sources = {}
@@ -97,16 +98,28 @@ if (state.selected >= 0) model.set("selected", state.selected);
 
 def render_static(result: DiffResult, static_id: str = "") -> str:
     """A small static HTML summary: what a notebook shows where the live view cannot run
-    (reopened without its kernel, GitHub, nbviewer, nbconvert). No script, no style sheet.
-    ``static_id`` lets the live view find and hide it."""
+    (reopened without its kernel, GitHub, nbviewer, nbconvert): the verdict, the step chart as SVG
+    and the text report. No script. ``static_id`` lets the live view find and hide it."""
     colour = "#3c763d" if result else "#a94442"
     mark = f' data-nbd-static="{html.escape(static_id)}"' if static_id else ""
+    first = result.first_divergence
+    chart = step_chart_svg(step_rows(result), first.step if first is not None else None)
     return (
-        f'<div class="nbd-static"{mark}><div style="font-weight:600;color:{colour}">{html.escape(summary_line(result))}'
-        f'</div><pre style="font-size:11px;max-height:480px;overflow:auto">{html.escape(render_text(result))}</pre>'
+        f'<div class="nbd-static"{mark}>{_HIDE_LOST_VIEW if static_id else ""}'
+        f'<div style="font-weight:600;color:{colour}">{html.escape(summary_line(result))}</div>{chart}'
+        f'<pre style="font-size:11px;max-height:480px;overflow:auto">{html.escape(render_text(result))}</pre>'
         "<div><i>Static copy of the nbdiff view: run the cell again for the interactive view, or save "
         "<code>result.to_html(path)</code> for a standalone one.</i></div></div>"
     )
+
+
+_HIDE_LOST_VIEW = (
+    "<style>.jp-OutputArea-child:has([data-nbd-static]) + .jp-OutputArea-child:not(:has(.nbd)) "
+    "{ display: none; }</style>"
+)
+"""A notebook reopened without its widget state shows "Error displaying widget: model not found" in the
+output after this copy: the copy is the answer there, alone. While the live view draws, the copy is hidden
+instead (the view's output then holds ``.nbd``)."""
 
 
 def write_html(result: DiffResult, path: str | os.PathLike[str]) -> Path:

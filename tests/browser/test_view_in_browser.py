@@ -477,21 +477,44 @@ def _theme(page, name):
     page.locator(".lm-Menu-itemLabel", has_text=name).first.click()
 
 
-def test_a_reopened_notebook_shows_the_static_copy(page, jupyter_server, tmp_path):
-    # Run by nbclient (as CI or nbconvert would), saved without widget state, then opened in Lab.
+@pytest.mark.parametrize("trusted", [False, True])
+def test_a_reopened_notebook_shows_the_static_copy_alone(page, jupyter_server, tmp_path, trusted):
+    """Run by nbclient (as CI or nbconvert would), saved without widget state, then opened in Lab.
+    Untrusted, the view's output read `<DiffView object at 0x...>`; trusted (signed), Lab draws the
+    view's output and finds no model: "Error displaying widget: model not found". The copy, with its
+    step chart, is the only thing shown."""
     import nbformat
     from nbclient import NotebookClient
+    from nbformat.sign import NotebookNotary
 
-    path = jupyter_server["root"] / "reopened.ipynb"
-    write_notebook(path, [SETUP, "%modeldiff tb pb x"])
+    name = f"reopened_{'trusted' if trusted else 'untrusted'}.ipynb"
+    path = jupyter_server["root"] / name
+    opts = (
+        "import torch, paddle\n"
+        "topt = torch.optim.SGD(tb.parameters(), lr=0.1)\n"
+        "popt = paddle.optimizer.SGD(learning_rate=0.1, parameters=pb.parameters())"
+    )
+    write_notebook(path, [SETUP + "\n" + opts, "%modeldiff tb pb x --steps 2 --opt topt popt"])
     nb = nbformat.read(path, as_version=4)
     NotebookClient(nb, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(REPO)}}).execute()
+    nb.metadata.pop("widgets", None)  # Lab 4 saves no widget state unless asked to
+    if trusted:
+        NotebookNotary().sign(nb)  # what Lab does when it saves a notebook it ran
     nbformat.write(nb, path)
-    open_notebook(page, jupyter_server, "reopened.ipynb", "lab")
+    open_notebook(page, jupyter_server, name, "lab")
     static = page.locator(".nbd-static")
     static.wait_for()
     assert "FAILED at step 0, forward" in static.inner_text() and "norm" in static.inner_text()
-    assert page.locator("text=Error displaying widget").count() == 0
+    # The step chart, drawn without a script (trusted), and its table (any renderer).
+    assert static.locator("svg polyline").count() >= (1 if trusted else 0)
+    assert "updates" in static.locator("table").inner_text() and "1e" not in static.locator("table").inner_text()
+    if trusted:  # Lab draws the view's output, finds no model, and says so: hidden behind the copy
+        lost = cell(page, 1).locator(".jp-OutputArea-output", has_text="Error displaying widget")
+        lost.wait_for(state="attached")
+        assert not lost.is_visible()
+    text = cell(page, 1).locator(".jp-Cell-outputArea").inner_text()
+    assert "Error displaying widget" not in text and "DiffView object" not in text, text
+    assert text.count("FAILED at step 0") == 2  # the magic's one line, then the copy's headline
 
 
 def test_a_notebook_saved_and_reopened_in_the_same_lab_still_shows_the_answer(page, jupyter_server):
@@ -517,3 +540,117 @@ def test_a_notebook_saved_and_reopened_in_the_same_lab_still_shows_the_answer(pa
     shown = page.locator(f".nbd-static:visible, {VIEW} .nbd-summary:visible").first
     shown.wait_for(state="visible", timeout=30_000)
     assert "FAILED at step 0, forward" in shown.inner_text()
+
+
+def _trained_report(tmp_path, steps=3):
+    """A port whose weight decay differs: every parameter's update has its own error, step after step."""
+    import paddle
+    import torch
+
+    import nbdiff
+    from tests.fault_suite.models import BUILDERS, inputs
+
+    tb, pb = BUILDERS["cnn"]("torch"), BUILDERS["cnn"]("paddle")
+    opts = [
+        torch.optim.AdamW(tb.parameters(), lr=1e-2, weight_decay=0.01),
+        paddle.optimizer.AdamW(learning_rate=1e-2, parameters=pb.parameters(), weight_decay=0.1),
+    ]
+    result = nbdiff.auto_diff(tb, pb, inputs("cnn"), optimizers=opts, steps=steps)
+    path = tmp_path / "trained.html"
+    result.to_html(str(path))
+    return result, path
+
+
+def _focused(page):
+    return page.evaluate(
+        "() => { const a = document.activeElement; return a ? (a.className.baseVal ?? a.className) + '|' + (a.getAttribute('title') || a.dataset.step || '') : ''; }"
+    )
+
+
+def test_keyboard_alone_reaches_the_chart_the_tree_a_frame_and_their_answers(page, tmp_path):
+    result, path = _trained_report(tmp_path)
+    page.goto(path.as_uri())
+    view = page.locator(VIEW)
+    view.locator(".nbd-row.nbd-blamed").wait_for()
+    # Few Tab stops: a chart point, the filter, the search, the toolbar (one stop), the slider, the tree.
+    page.locator("body").click(position={"x": 1, "y": 1})
+    tabs = 0
+    while "nbd-tree" not in _focused(page):
+        page.keyboard.press("Tab")
+        tabs += 1
+        assert tabs <= 8, f"{tabs} Tabs and the tree is not reached ({_focused(page)})"
+    # Escape leaves the tree; "t" comes back to it.
+    page.keyboard.press("Escape")
+    assert "nbd-tree" not in _focused(page)
+    page.keyboard.press("t")
+    assert "nbd-tree" in _focused(page)
+    # The chart's points: one Tab stop, arrows move along the steps, Enter selects that step's row.
+    view.locator(".nbd-point[tabindex='0']").focus()
+    page.keyboard.press("Home")
+    page.keyboard.press("ArrowRight")
+    assert "nbd-point" in _focused(page)
+    step = page.evaluate("() => document.activeElement.dataset.step")
+    phase = page.evaluate("() => document.activeElement.dataset.phase")
+    page.keyboard.press("Enter")
+    view.locator(".nbd-row.nbd-selected.nbd-group", has_text=f"step {step} · {phase}").wait_for()
+    view.locator(".nbd-step-summary").wait_for()
+    # n: the next own error, and where it is among them ("k of N").
+    page.keyboard.press("t")
+    page.keyboard.press("n")
+    own = sum(1 for f in result.findings if f.where not in ("framework", "accumulated"))
+    view.locator(".nbd-jump-label", has_text=f" of {own}").wait_for()
+    # A stack frame, by keyboard: Tab to it, Enter opens its source.
+    view.locator(".nbd-frame").first.focus()
+    page.keyboard.press("Enter")
+    view.locator(".nbd-src-here").wait_for()
+    assert not [m for m in page.console_messages if m.startswith(("error", "pageerror"))]
+
+
+def test_folding_search_and_empty_filters_say_what_they_did(page, tmp_path):
+    result, path = _trained_report(tmp_path)
+    page.goto(path.as_uri())
+    view = page.locator(VIEW)
+    view.locator(".nbd-row.nbd-blamed").wait_for()
+    count = lambda: view.locator(".nbd-rows .nbd-row").count()  # noqa: E731
+    # Under the default "own error" filter, a fold folds (it did nothing).
+    assert view.locator(".nbd-filter").input_value() == "own"
+    group = view.locator(".nbd-row.nbd-group", has_text="step 0 · optimizer")
+    before = count()
+    group.locator(".nbd-twisty").click()
+    page.wait_for_function("(n) => document.querySelectorAll('.nbd-rows .nbd-row').length < n", arg=before)
+    # Collapse all folds the phases too: only the step and phase rows are left.
+    _show_all(view)
+    view.locator(".nbd-btn[title='collapse all']").click()
+    groups = sum(1 for _ in {(d.base.step, d.base.phase) for d in result.events})
+    page.wait_for_function(f"() => document.querySelectorAll('.nbd-rows .nbd-row').length <= {groups}")
+    # Expand all keeps the selected row in view.
+    view.locator(".nbd-btn[title='expand all']").click()
+    sel = view.locator(".nbd-row.nbd-selected")
+    sel.wait_for()
+    box, scroll = sel.bounding_box(), view.locator(".nbd-scroll").bounding_box()
+    assert scroll["y"] <= box["y"] and box["y"] + box["height"] <= scroll["y"] + scroll["height"] + 1
+    # A search scrolls to its first match: the last step's fc update is far down the tree.
+    view.locator(".nbd-scroll").evaluate("el => el.scrollTop = 0")
+    view.locator(".nbd-search").fill("Linear")
+    hit = view.locator(".nbd-rows .nbd-row:not(.nbd-group)", has_text="Linear").first
+    hit.wait_for()
+    # A filter and a search that match nothing say so, and offer every row back.
+    view.locator(".nbd-search").fill("no such layer")
+    view.locator(".nbd-empty", has_text='the search "no such layer"').wait_for()
+    view.locator(".nbd-empty button").click()
+    view.locator(".nbd-rows .nbd-row.nbd-blamed").wait_for()
+    assert not [m for m in page.console_messages if m.startswith(("error", "pageerror"))]
+
+
+def test_play_reaches_a_far_own_error_quickly_and_icons_are_drawn(page, tmp_path):
+    _, path = _trained_report(tmp_path)
+    page.goto(path.as_uri())
+    view = page.locator(VIEW)
+    view.locator(".nbd-row.nbd-blamed").wait_for()
+    # ⓘ and ⏵ are SVG, drawn whatever the fonts.
+    assert view.locator(".nbd-play svg").count() == 1 and view.locator(".nbd-legend svg").count() == 1
+    view.locator("button[title^='first event']").click()
+    view.locator(".nbd-play").click()
+    page.wait_for_function("() => document.querySelector('[data-nbd-playing=\"0\"]')", timeout=30_000)
+    assert int(_dataset(page, "nbdPlayMs")) < 350  # the first own error is dozens of events away
+    assert view.locator(".nbd-row.nbd-selected.nbd-blamed, .nbd-row.nbd-selected.nbd-local").count() == 1

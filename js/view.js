@@ -67,10 +67,12 @@ function colour(node) {
   if (node.status === "unpaired" || node.status === "none") return "var(--nbd-unpaired)";
   if (node.status === "ok" || r === null) return "var(--nbd-ok)";
   const k = Math.min(1, Math.log10(Math.max(r, 1)) / 4); // 1x .. 10^4x
-  if (node.status === "inherited") return `rgba(240, 173, 78, ${0.25 + 0.5 * k})`;
-  if (node.status === "framework") return "rgba(91, 192, 222, 0.45)";
-  if (node.status === "explained") return "rgba(240, 210, 120, 0.3)";
-  return `rgba(217, 83, 79, ${0.35 + 0.55 * k})`;
+  // --nbd-tint thins every tint in a dark theme, so that light text keeps 4.5:1 against it.
+  const tint = (rgb, a) => `rgb(${rgb} / calc(var(--nbd-tint, 1) * ${a.toFixed(3)}))`;
+  if (node.status === "inherited") return tint("240 173 78", 0.25 + 0.5 * k);
+  if (node.status === "framework") return tint("91 192 222", 0.45);
+  if (node.status === "explained") return tint("240 210 120", 0.3);
+  return tint("217 83 79", 0.35 + 0.55 * k);
 }
 
 // The step chart: worst error over tolerance per step (log scale), drawn as SVG from the model's
@@ -416,7 +418,7 @@ function render({ model, el }) {
         },
         h(
           "span",
-          { class: "nbd-cell nbd-base", style: `padding-left:${4 + n.depth * 14}px` },
+          { class: "nbd-cell nbd-base", style: `text-indent:${n.depth * 14}px` }, // indent inside: every row's columns line up
           h("span", { class: "nbd-twisty", dataset: { toggle: n.id } }, twisty),
           n.event === -1 ? n.label : n.base || (n.event === -2 ? "—" : "<root>"),
           n.event === -1 ? null : h("small", {}, " " + n.base_type),
@@ -566,6 +568,8 @@ function render({ model, el }) {
     const all = nodes();
     const cur = visible.findIndex((n) => n.id === model.get("selected"));
     const n = visible[cur];
+    // Key-to-panel time, kept as a click's (el.dataset.nbdClickMs).
+    if (["ArrowDown", "ArrowUp", "ArrowLeft", "Home", "End", "n", "p"].includes(ev.key)) clickedAt = performance.now();
     let handled = true;
     if (ev.key === "ArrowDown") select(visible[Math.min(visible.length - 1, cur + 1)]?.id ?? -1);
     else if (ev.key === "ArrowUp") select(visible[Math.max(0, cur - 1)]?.id ?? -1);

@@ -102,6 +102,22 @@ def test_cell_magic_compares_every_step_of_the_users_loop(ip):
     assert not _hooks_left(ip)
 
 
+def test_the_line_magic_compares_every_step_it_is_asked_for_and_draws_their_chart(ip):
+    """`%modeldiff ... --steps 3` stopped at the first diverging step without saying so, and showed
+    no step chart; `%%modeldiff` compares every step."""
+    from nbdiff.view.model import step_rows
+
+    _models(ip, "eps")
+    ip.run_cell("topt = torch.optim.SGD(tb.parameters(), lr=0.1)")
+    ip.run_cell("popt = paddle.optimizer.SGD(learning_rate=0.1, parameters=pb.parameters())")
+    ip.run_line_magic("modeldiff", "tb pb x --steps 3 --opt topt popt")
+    result = ip.user_ns["_modeldiff"]
+    assert (result.first_divergence.step, result.first_divergence.base_path) == (0, "norm")
+    assert result.steps == 3 and [r["step"] for r in step_rows(result)] == [0, 1, 2]
+    assert all(r["outputs"] > 1 for r in step_rows(result))  # the bug is in every step
+    assert not _hooks_left(ip)
+
+
 def test_cell_magic_blames_a_backward_only_bug(ip):
     _models(ip, "backward")
     ip.run_cell_magic("modeldiff", "tb pb", TRAIN)

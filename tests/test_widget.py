@@ -2,8 +2,8 @@
 
 import pytest
 
-pytest.importorskip("torch")
-pytest.importorskip("paddle")
+torch = pytest.importorskip("torch")
+paddle = pytest.importorskip("paddle")
 pytest.importorskip("anywidget")
 
 import nbdiff  # noqa: E402
@@ -56,10 +56,12 @@ def test_a_group_row_and_a_bad_request_do_not_break_the_view(view):
     assert view.detail["node"]["id"] == 0  # unchanged
 
 
-def test_a_successful_result_opens_on_the_first_event():
+def test_a_successful_result_opens_on_the_row_closest_to_its_tolerance():
+    # Not on `<inputs>`, which agree bit for bit (an empty histogram, a blank map).
     result = nbdiff.auto_diff(BUILDERS["mlp"]("torch"), BUILDERS["mlp"]("paddle"), inputs("mlp"))
     view = DiffView(result)
-    assert view.first == -1 and view.selected == view.order[0]
+    worst = max((n for n in view.nodes if n["event"] >= 0 and n["ratio"] is not None), key=lambda n: n["ratio"])
+    assert view.first == -1 and view.selected == worst["id"] and worst["label"] != "<inputs>"
     assert "SUCCESS" in view.summary
 
 
@@ -88,3 +90,24 @@ def test_displayed_the_view_is_two_outputs_a_static_copy_then_the_widget(monkeyp
     assert f'data-nbd-static="{view.static_id}"' in copy["text/html"] and "FAILED" in copy["text/html"]
     assert "application/vnd.jupyter.widget-view+json" in widget and "text/html" not in widget
     assert view.static_id and view.static_id != DiffView(result).static_id
+    # Where the widget cannot be drawn (untrusted, nbconvert) its text is empty, not "<DiffView object at
+    # 0x...>"; the copy carries the verdict as text too (a terminal, nbconvert to text).
+    assert widget["text/plain"] == "" and "FAILED at step 0" in copy["text/plain"]
+
+
+def test_the_static_copy_draws_the_step_chart_without_a_script():
+    from nbdiff.view.page import render_static
+
+    tb, pb = BUILDERS["mlp"]("torch"), BUILDERS["mlp"]("paddle", "eps")
+    opts = [
+        torch.optim.SGD(tb.parameters(), lr=0.1),
+        paddle.optimizer.SGD(learning_rate=0.1, parameters=pb.parameters()),
+    ]
+    result = nbdiff.auto_diff(tb, pb, inputs("mlp"), optimizers=opts, steps=3)
+    html = render_static(result, "abc")
+    assert html.count("<polyline") >= 3 and "<script" not in html
+    # The SVG holds no text (a sanitizer that strips it leaves nothing behind); the table says the numbers.
+    svg = html[html.index("<svg") : html.index("</svg>")]
+    assert "<text" not in svg and html.count("<tr>") == 1 + 3 and "0 ◀" in html
+    single = nbdiff.auto_diff(BUILDERS["mlp"]("torch"), BUILDERS["mlp"]("paddle", "eps"), inputs("mlp"))
+    assert "<svg" not in render_static(single)  # one step: no chart

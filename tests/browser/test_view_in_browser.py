@@ -124,6 +124,25 @@ def test_a_code_blame_opens_on_its_evidence_and_its_lines(page, jupyter_server, 
         view.locator(".nbd-plots svg.nbd-hist").wait_for()
         view.locator(".nbd-plots canvas.nbd-map").wait_for()
     view = cell(page, 1).locator(VIEW)
+    if ui == "lab":  # dark theme: each row's text against its tint, at least 4.5:1 (WCAG AA)
+        _show_all(view)
+        _theme(page, "JupyterLab Dark")
+        page.wait_for_function("() => document.body.dataset.jpThemeLight === 'false'")
+        page.wait_for_function(
+            f"(el) => ({CONTRAST})(el) > 0", arg=view.locator(".nbd-row.nbd-blamed .nbd-base").element_handle()
+        )
+        ratios = view.locator(".nbd-rows .nbd-row .nbd-base").evaluate_all(
+            f"(els) => els.map((el) => [el.closest('.nbd-row').className, ({CONTRAST})(el)])"
+        )
+        worst = {}
+        for cls, ratio in ratios:
+            status = next(
+                c for c in cls.split() if c.startswith("nbd-") and c not in ("nbd-row", "nbd-selected", "nbd-group")
+            )
+            worst[status] = min(worst.get(status, 99.0), ratio)
+        print(f"\ndark theme, lowest contrast per row status: {worst}")
+        assert {"nbd-blamed", "nbd-inherited", "nbd-ok"} <= set(worst) and min(worst.values()) >= 4.5, worst
+        _theme(page, "JupyterLab Light")
     view.locator(".nbd-frame[data-side='base']").first.click()
     here = view.locator(".nbd-src-here", has_text="self.proj(merge(")
     here.wait_for()
@@ -417,11 +436,16 @@ def test_navigation_by_keys_and_divergence_buttons(page, jupyter_server, ui):
     active = "() => document.querySelector('.jp-Notebook .jp-Cell.jp-mod-active .jp-InputArea')?.innerText"
     active_cell = page.evaluate(active)
     before = failed.locator(".nbd-row.nbd-selected").inner_text()
+    # Key to panel, measured in the page (the view keeps it where it keeps a click's time).
+    failed.evaluate("(el) => { delete el.parentElement.dataset.nbdClickMs; }")
     page.keyboard.press("ArrowDown")
     page.wait_for_function(
         "([el, b]) => el.querySelector('.nbd-row.nbd-selected')?.innerText !== b",
         arg=[failed.element_handle(), before],
     )
+    page.wait_for_function("(el) => el.parentElement.dataset.nbdClickMs", arg=failed.element_handle())
+    key_ms = failed.evaluate("(el) => el.parentElement.dataset.nbdClickMs")
+    print(f"\n{ui}: key to panel in {key_ms} ms in page")
     page.keyboard.press("ArrowUp")
     failed.locator(".nbd-row.nbd-selected.nbd-blamed").wait_for()
     page.keyboard.press("Enter")
@@ -469,6 +493,23 @@ def test_step_chart_dark_theme_and_cell_frames(page, jupyter_server):
     page.wait_for_function(f"el => ({light})(el)", arg=view.locator(".nbd-summary").element_handle())
     _theme(page, "JupyterLab Light")
     _no_widget_errors(page, jupyter_server)
+
+
+# WCAG contrast of an element's text against what is drawn behind it (its and its ancestors' backgrounds,
+# translucent tints composed over the first opaque one).
+CONTRAST = """(el) => {
+    const rgba = (c) => { const v = (c.match(/[\\d.]+/g) || []).map(Number); return v.length === 3 ? [...v, 1] : v; };
+    const over = (top, under) => [0, 1, 2].map((i) => top[i] * top[3] + under[i] * (1 - top[3]));
+    const lin = (v) => { v /= 255; return v <= 0.03928 ? v / 12.92 : ((v + 0.055) / 1.055) ** 2.4; };
+    const lum = (c) => 0.2126 * lin(c[0]) + 0.7152 * lin(c[1]) + 0.0722 * lin(c[2]);
+    const chain = [];
+    for (let p = el; p; p = p.parentElement) chain.unshift(p);
+    let bg = [255, 255, 255];
+    for (const p of chain) { const c = rgba(getComputedStyle(p).backgroundColor); if (c.length === 4 && c[3] > 0) bg = over(c, bg); }
+    const fg = over(rgba(getComputedStyle(el).color), bg);
+    const [hi, lo] = [lum(fg), lum(bg)].sort((a, b) => b - a);
+    return (hi + 0.05) / (lo + 0.05);
+}"""
 
 
 def _theme(page, name):
@@ -654,3 +695,30 @@ def test_play_reaches_a_far_own_error_quickly_and_icons_are_drawn(page, tmp_path
     page.wait_for_function("() => document.querySelector('[data-nbd-playing=\"0\"]')", timeout=30_000)
     assert int(_dataset(page, "nbdPlayMs")) < 350  # the first own error is dozens of events away
     assert view.locator(".nbd-row.nbd-selected.nbd-blamed, .nbd-row.nbd-selected.nbd-local").count() == 1
+
+
+@pytest.mark.parametrize("width", [1024, 700])
+def test_a_narrow_view_keeps_names_whole_columns_aligned_and_the_panel_unclipped(page, tmp_path, width):
+    """At 1024 px with JupyterLab's file browser open (about 700 px for the output), names were cut
+    (`norm L…`), the panel's right columns clipped, and the raw column moved row to row."""
+    import nbdiff
+    from tests.fault_suite.models import BUILDERS, inputs
+
+    result = nbdiff.auto_diff(BUILDERS["mlp"]("torch"), BUILDERS["mlp"]("paddle", "eps"), inputs("mlp"))
+    path = tmp_path / "report.html"
+    result.to_html(str(path))
+    page.set_viewport_size({"width": width, "height": 900})
+    page.goto(path.as_uri())
+    view = page.locator(VIEW)
+    view.locator(".nbd-plots svg.nbd-hist").wait_for()
+    _show_all(view)
+    lefts = view.locator(".nbd-rows .nbd-row:not(.nbd-group) .nbd-raw").evaluate_all(
+        "(els) => els.map((e) => Math.round(e.getBoundingClientRect().left))"
+    )
+    assert len(lefts) > 5 and len(set(lefts)) == 1, lefts
+    cut = view.locator(".nbd-rows .nbd-row .nbd-base").evaluate_all(
+        "(els) => els.filter((e) => e.scrollWidth > e.clientWidth + 1).map((e) => e.textContent)"
+    )
+    assert cut == [], cut
+    side = view.locator(".nbd-side").evaluate("(e) => [e.scrollWidth, e.clientWidth, e.getBoundingClientRect().right]")
+    assert side[0] <= side[1] + 1 and side[2] <= width, side

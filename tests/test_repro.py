@@ -82,3 +82,96 @@ def test_a_layer_named_with_backslashes_still_gives_a_script_that_runs(tmp_path)
     assert result.first_divergence.base_path == ODD_NAME
     run = _run(result.repro(str(tmp_path / "repro")))
     assert run.returncode == 1 and "DIVERGES" in run.stdout, run.stdout + run.stderr
+
+
+NOTEBOOK_CELLS = [
+    "import numpy as np\nimport torch\nfrom torch import nn\nimport paddle",
+    '''
+class Scale(nn.Module):
+    """A hand-written layer, as ports have: its arguments kept on it."""
+
+    def __init__(self, features, factor=1.0):
+        super().__init__()
+        self.features, self.factor = features, factor
+        self.weight = nn.Parameter(torch.ones(features))
+
+    def forward(self, x):
+        return x * self.weight * self.factor
+
+
+class PaddleScale(paddle.nn.Layer):
+    def __init__(self, features, factor=1.0):
+        super().__init__()
+        self.features, self.factor = features, factor
+        self.weight = self.create_parameter([features], default_initializer=paddle.nn.initializer.Constant(1.0))
+
+    def forward(self, x):
+        return x * self.weight * self.factor
+
+
+class TorchNet(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc, self.scale = nn.Linear(4, 4), Scale(4)
+
+    def forward(self, x):
+        return self.scale(self.fc(x))
+
+
+class PaddleNet(paddle.nn.Layer):
+    def __init__(self):
+        super().__init__()
+        self.fc, self.scale = paddle.nn.Linear(4, 4), PaddleScale(4, factor=1.01)
+
+    def forward(self, x):
+        return self.scale(self.fc(x))
+''',
+    "import nbdiff\nresult = nbdiff.auto_diff(TorchNet(), PaddleNet(), np.ones((2, 4), 'float32'))",
+]
+
+
+def test_a_layer_class_defined_in_a_notebook_cell_is_written_into_the_script(tmp_path):
+    """repro refused classes from a notebook cell (a script cannot import `__main__`); the cell's
+    source is at hand (IPython keeps it), with the session's imports (`nn` from another cell)."""
+    from IPython.core.interactiveshell import InteractiveShell
+
+    shell = InteractiveShell.instance()
+    try:
+        for text in NOTEBOOK_CELLS:
+            assert shell.run_cell(text, store_history=True).success
+        result = shell.user_ns["result"]
+        assert result.first_divergence.base_path == "scale"
+        script = result.repro(str(tmp_path / "repro"))
+    finally:
+        InteractiveShell.clear_instance()
+    text = open(script).read()
+    assert "class Scale(nn.Module):" in text and "class PaddleScale(paddle.nn.Layer):" in text
+    assert "class TorchNet" not in text and "from torch import nn" in text
+    assert "Scale(features=4, factor=1.0)" in text and "PaddleScale(features=4, factor=1.01)" in text
+    run = _run(script)
+    assert run.returncode == 1 and "DIVERGES" in run.stdout, run.stdout + run.stderr
+    with open(script, "w") as f:
+        f.write(text.replace("factor=1.01", "factor=1.0"))
+    run = _run(script)
+    assert run.returncode == 0 and "agrees" in run.stdout, run.stdout + run.stderr
+
+
+def test_a_refused_repro_leaves_no_folder_behind(tmp_path):
+    """It left a folder holding only repro.safetensors."""
+    import numpy as np
+
+    def make():
+        class Local(torch.nn.Module):  # made in a function: no script can define it
+            def forward(self, x):
+                return x * 1.01
+
+        return Local()
+
+    torch.manual_seed(0)
+    base = torch.nn.Sequential(torch.nn.Linear(4, 4), make())
+    raw = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Identity())
+    result = nbdiff.auto_diff(base, raw, np.ones((2, 4), "float32"))
+    assert result.first_divergence.base_path == "1"
+    with pytest.raises(OptionError, match="defined in a function"):
+        result.repro(str(tmp_path / "repro"))
+    assert not (tmp_path / "repro").exists()

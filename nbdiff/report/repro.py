@@ -11,6 +11,7 @@ can become the unit test of the fix.
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -19,23 +20,30 @@ import numpy as np
 from nbdiff.errors import OptionError
 from nbdiff.frameworks import Framework, framework_of
 from nbdiff.judge.blame import Divergence, EventDiff
+from nbdiff.report.cell_classes import cell_class_source
 from nbdiff.trace.constructors import NotRebuildable, constructor_of
 
 __all__ = ["write_repro"]
 
 
-def _constructor(fw: Framework, layer: Any) -> str:
-    """``module.Class(arg=value, ...)`` rebuilding ``layer`` from the attributes that hold its arguments."""
+def _constructor(fw: Framework, layer: Any, definitions: list[str]) -> str:
+    """``module.Class(arg=value, ...)`` rebuilding ``layer`` from the attributes that hold its arguments.
+    A class defined in a notebook cell is written into the script (``definitions``) and called by name."""
     try:
         found = constructor_of(fw, layer)
     except NotRebuildable as exc:
         raise OptionError(f"repro: {exc}, or write the reproduction by hand.") from None
-    if not found.importable:
+    if found.importable:
+        return found.call_text()
+    source = cell_class_source(type(layer)) if found.module == "__main__" and "<locals>" not in found.qualname else None
+    if source is None:
         raise OptionError(
-            f"repro: {found.qualname} is defined in a notebook or a function, so a script cannot import it. "
-            "Move the class to a module (a .py file next to the notebook) and run again."
+            f"repro: {found.qualname} is defined in a function (or its cell's text is gone), so a script cannot "
+            "define it. Move the class to a module (a .py file next to the notebook) and run again."
         )
-    return found.call_text()
+    if source not in definitions:
+        definitions.append(source)
+    return found.call_text().removeprefix("__main__.")
 
 
 _SCRIPT = '''"""nbdiff reproduction: {what}
@@ -105,8 +113,6 @@ sys.exit(1 if ratio > 1 else 0)
 
 def write_repro(divergence: Divergence, path: str | os.PathLike[str]) -> Path:
     """Write the script and its data for the blamed forward layer pair; returns the script's path."""
-    from safetensors.numpy import save_file
-
     backward = divergence.phase.value == "backward"
     d: EventDiff | None = divergence.forward if backward else divergence.event
     grads = divergence.event.base.outputs if backward and divergence.event is not None else ()
@@ -131,21 +137,43 @@ def write_repro(divergence: Divergence, path: str | os.PathLike[str]) -> Path:
             payload[f"{side}.gout"] = np.require(next(g.value for g in grads if g.value is not None), requirements="C")
         for name, tensor in _state(fw, layer).items():
             payload[f"{side}.w.{name}"] = tensor
-    out = Path(path)
-    out.mkdir(parents=True, exist_ok=True)
-    save_file(payload, str(out / "repro.safetensors"))
     tol = divergence.tolerance
+    definitions: list[str] = []
+    base_ctor, raw_ctor = _constructor(bfw, d.base.layer, definitions), _constructor(rfw, d.raw.layer, definitions)
     script = _SCRIPT.format(
         what=_docstring_safe(divergence.describe()),
         frameworks=" and ".join(sorted({bfw.name, rfw.name})),
-        imports="\n".join(f"import {m}" for m in sorted({bfw.name, rfw.name} | _modules(d))),
+        imports="\n".join(f"import {m}" for m in sorted({bfw.name, rfw.name} | _modules(d)) if m != "__main__")
+        + "".join(f"\n\n# defined in the notebook\n{source}" for source in definitions),
         atol=tol.atol, rtol=tol.rtol, scaled=tol.scaled, n_inputs=len(ins), backward=backward,
         compared="input gradients (for the same output gradient)" if backward else "outputs",
-        base_ctor=_constructor(bfw, d.base.layer), raw_ctor=_constructor(rfw, d.raw.layer),
+        base_ctor=base_ctor, raw_ctor=raw_ctor,
         base_fw=bfw.name, raw_fw=rfw.name, paths=_import_roots(d),
         base_training=bfw.is_training(d.base.layer), raw_training=rfw.is_training(d.raw.layer),
     )  # fmt: skip
-    (out / "repro.py").write_text(script)
+    return _write_both(Path(path), payload, script)
+
+
+def _write_both(out: Path, payload: dict[str, np.ndarray], script: str) -> Path:
+    """Both files or neither: each is written under a temporary name and renamed once both are; a
+    folder this call made is removed again if that fails."""
+    from safetensors.numpy import save_file
+
+    made = not out.exists()
+    out.mkdir(parents=True, exist_ok=True)
+    parts = [(out / "repro.safetensors", None), (out / "repro.py", script)]
+    temps = [p.with_name(f".{p.name}.partial") for p, _ in parts]
+    try:
+        save_file(payload, str(temps[0]))
+        temps[1].write_text(script)
+        for (final, _), temp in zip(parts, temps):
+            temp.replace(final)
+    except BaseException:
+        for temp in temps:
+            temp.unlink(missing_ok=True)
+        if made:
+            shutil.rmtree(out, ignore_errors=True)
+        raise
     return out / "repro.py"
 
 

@@ -318,3 +318,27 @@ def test_a_ctrl_c_while_hooks_are_removed_removes_them_all_then_raises(fw_name):
     with pytest.raises(KeyboardInterrupt):
         rec.__exit__(None, None, None)
     assert not hooked()
+
+
+@pytest.mark.parametrize("fw_name", ["torch", "paddle"])
+def test_no_python_runs_when_a_recorded_tensor_dies_so_a_ctrl_c_is_never_dropped(fw_name):
+    """A Ctrl-C that lands in a weak reference's callback is printed ("Exception ignored in:
+    <function Recorder._remember.<locals>.<lambda>>") and dropped: an interrupted %%modeldiff loop
+    ran on. The recorder's weak references have no callback; a dead entry whose id another tensor
+    took is not mistaken for it."""
+    import weakref
+
+    fw, nn = (torch, torch.nn) if fw_name == "torch" else (paddle, paddle.nn)
+    model = nn.Sequential(nn.Linear(4, 4), nn.Tanh(), nn.Linear(4, 4))
+    x = np.ones((2, 4), "float32")
+    t = torch.tensor(x) if fw_name == "torch" else paddle.to_tensor(x)
+    with Recorder(framework_of(model, "m"), model, backward=False) as rec:
+        with fw.no_grad():
+            model(t)
+        refs = [held for held, _ in rec._copies.values() if isinstance(held, weakref.ref)]
+        assert refs and all(r.__callback__ is None for r in refs)
+        # A dead entry under a key a new tensor now has: a miss, and a fresh copy of the new values.
+        key, (held, record) = next(iter(rec._copies.items()))
+        other = torch.full((2, 4), 7.0) if fw_name == "torch" else paddle.full([2, 4], 7.0)
+        rec._copies[(id(other), key[1])] = (weakref.ref(model), record)  # not `other`
+        assert float(rec._keep("in[0]", other).value.max()) == 7.0

@@ -449,6 +449,17 @@ def test_navigation_by_keys_and_divergence_buttons(page, jupyter_server, ui):
     page.keyboard.press("ArrowUp")
     failed.locator(".nbd-row.nbd-selected.nbd-blamed").wait_for()
     page.keyboard.press("Enter")
+    # Escape leaves the tree, "t" comes back; Tab goes on to the panel's frames, Enter opens one.
+    focused = "() => document.activeElement?.className || ''"
+    page.keyboard.press("Escape")
+    assert "nbd-tree" not in page.evaluate(focused)
+    page.keyboard.press("t")
+    assert "nbd-tree" in page.evaluate(focused)
+    page.keyboard.press("Tab")
+    assert "nbd-frame" in page.evaluate(focused), page.evaluate(focused)
+    page.keyboard.press("Enter")
+    failed.locator(".nbd-src-here").wait_for()
+    failed.locator(".nbd-tree").focus()
     # The notebook did not see the keys: same active cell, still in command mode (no editor opened).
     assert active_cell and page.evaluate(active) == active_cell
     assert page.locator(".jp-Notebook.jp-mod-editMode").count() == 0
@@ -722,3 +733,42 @@ def test_a_narrow_view_keeps_names_whole_columns_aligned_and_the_panel_unclipped
     assert cut == [], cut
     side = view.locator(".nbd-side").evaluate("(e) => [e.scrollWidth, e.clientWidth, e.getBoundingClientRect().right]")
     assert side[0] <= side[1] + 1 and side[2] <= width, side
+
+
+LONG_LOOP = """%%modeldiff tb pb
+import torch, paddle
+topt = torch.optim.SGD(tb.parameters(), lr=0.01)
+popt = paddle.optimizer.SGD(learning_rate=0.01, parameters=pb.parameters())
+for i in range(10**6):
+    tb(torch.tensor(x)).mean().backward(); topt.step(); topt.zero_grad()
+    pb(paddle.to_tensor(x)).mean().backward(); popt.step(); popt.clear_grad()
+    if i == 4:
+        print("five steps done", flush=True)
+"""
+
+
+@pytest.mark.parametrize("ui", ["lab", "notebook7"])
+def test_an_interrupted_loop_shows_the_steps_it_completed(page, jupyter_server, ui):
+    name = f"interrupt_{ui}.ipynb"
+    write_notebook(jupyter_server["root"] / name, [SETUP, LONG_LOOP])
+    open_notebook(page, jupyter_server, name, ui)
+    run_cell(page, 0, timeout=120_000)
+    run_cell(page, 1, wait=False)
+    cell(page, 1).locator(".jp-OutputArea-output", has_text="five steps done").wait_for(timeout=120_000)
+    page.locator(".lm-MenuBar-itemLabel", has_text="Kernel").click()
+    page.locator(".lm-Menu-itemLabel", has_text="Interrupt Kernel").first.click()
+    view = cell(page, 1).locator(VIEW)
+    view.locator(".nbd-row.nbd-blamed", has_text="norm").wait_for(timeout=120_000)
+    summary = view.locator(".nbd-summary").inner_text()
+    assert "FAILED at step 0, forward" in summary, summary
+    assert view.locator(".nbd-chart circle").count() >= 5 * 2  # every completed step is on the chart
+    # A step picked from the chart by keyboard alone.
+    view.locator(".nbd-point[tabindex='0']").focus()
+    page.keyboard.press("Home")
+    page.keyboard.press("ArrowRight")
+    step = page.evaluate("() => document.activeElement.dataset.step")
+    phase = page.evaluate("() => document.activeElement.dataset.phase")
+    page.keyboard.press("Enter")
+    view.locator(".nbd-row.nbd-selected", has_text=f"step {step} · {phase}").wait_for()
+    cell(page, 1).locator(".jp-OutputArea-output", has_text="the cell was interrupted").wait_for()
+    _no_widget_errors(page, jupyter_server)

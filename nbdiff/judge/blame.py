@@ -331,10 +331,10 @@ def first_nonfinite(
         if not d.tensors or _outputs_finite(d, made):
             continue
         outs = [t.value for e in (d.base, d.raw) for t in made(e) if t.value is not None]
-        if d.passed and all(_masked(a) for a in outs):
-            continue  # -inf where the two sides agree, or masked alike (-1e9): an attention mask, not a fault
-        ins = [t.value for e in (d.base, d.raw) for t in given(e) if t.value is not None]
-        produced = any(not _finite(a) for a in outs) and all(_finite(a) for a in ins)
+        # -inf where the two sides agree, or masked alike (-1e9): an attention mask, not a fault.
+        mask = d.passed and all(_masked(a) for a in outs)
+        ins = [t.value for e in (d.base, d.raw) for t in given(e) if t.value is not None] if not mask else []
+        produced = not mask and any(not _finite(a) for a in outs) and all(_finite(a) for a in ins)
         read(d.base, d.raw)
         if produced:
             worst = max(d.tensors, key=lambda t: (_counted(t), t.ratio))

@@ -16,7 +16,15 @@ from nbdiff.errors import NbdiffError, WeightTransferError
 from nbdiff.frameworks import Framework, framework_of
 from nbdiff.trace.layer_paths import relative
 from nbdiff.weights.fused import fused_layers, plan_fused, plan_unfused
-from nbdiff.weights.plan import SAME_BY_NAME, LayerWeights, all_class_names, convert_checked, layer_tensors, plan_layer
+from nbdiff.weights.plan import (
+    SAME_BY_NAME,
+    LayerWeights,
+    all_class_names,
+    convert_checked,
+    layer_tensors,
+    plan_layer,
+    tensors_read_once,
+)
 from nbdiff.weights.rules import covers_sublayers
 
 __all__ = [
@@ -168,11 +176,13 @@ def plan_weights(
     if inputs is not None:
         pairing = pair_once(base, raw, inputs, layer_map)
         pairs, fused = execution_pairs(pairing), pairing.fused
-    else:
-        pairs = _pairs_by_structure(bfw, base, rfw, raw)
-    return bfw, rfw, plan_pairs(bfw, base, rfw, raw, pairs, fused)
+    with tensors_read_once():
+        if inputs is None:
+            pairs = _pairs_by_structure(bfw, base, rfw, raw)
+        return bfw, rfw, plan_pairs(bfw, base, rfw, raw, pairs, fused)
 
 
+@tensors_read_once()
 def plan_pairs(
     bfw: Framework,
     base: Any,

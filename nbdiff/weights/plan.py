@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -13,7 +15,15 @@ from nbdiff.errors import WeightTransferError
 from nbdiff.frameworks import Framework
 from nbdiff.weights.rules import Arrays, Convert, find_rule, rename_rule
 
-__all__ = ["LayerWeights", "SAME_BY_NAME", "layer_tensors", "plan_layer", "plan_by_classes", "all_class_names"]
+__all__ = [
+    "LayerWeights",
+    "SAME_BY_NAME",
+    "layer_tensors",
+    "tensors_read_once",
+    "plan_layer",
+    "plan_by_classes",
+    "all_class_names",
+]
 
 _ALIASES = {"scale": "weight", "_weight": "weight", "_mean": "running_mean", "_variance": "running_var"}
 # Bookkeeping, not weights: a step counter, and paddle's RNN dropout state (shape () reading as (0,)).
@@ -56,10 +66,36 @@ def all_class_names(layer: Any) -> list[str]:
     return names
 
 
+_memo: dict[int, tuple[Any, list[tuple[str, Any]]]] | None = None
+"""While a plan is made (:func:`tensors_read_once`): each layer's own tensors, read once (a plan asks
+about every layer several times: 23,000 reads for 4,000 layers, 0.4 s of ``auto_diff``'s 6)."""
+
+
+@contextmanager
+def tensors_read_once() -> Iterator[None]:
+    """Within the block, a layer's own tensors are read once (the models do not change meanwhile)."""
+    global _memo
+    if _memo is not None:  # an enclosing plan's memo serves
+        yield
+        return
+    _memo = {}
+    try:
+        yield
+    finally:
+        _memo = None
+
+
 def _own_tensors(fw: Framework, layer: Any) -> list[tuple[str, Any]]:
+    memo = _memo
+    hit = memo.get(id(layer)) if memo is not None else None
+    if hit is not None and hit[0] is layer:
+        return hit[1]
     # Non-persistent buffers are constants computed in __init__, not weights: compared, never copied.
     constants = fw.constant_buffers(layer)
-    return fw.direct_params(layer) + [(n, b) for n, b in fw.direct_buffers(layer) if n not in constants]
+    found = fw.direct_params(layer) + [(n, b) for n, b in fw.direct_buffers(layer) if n not in constants]
+    if memo is not None:
+        memo[id(layer)] = (layer, found)  # the layer held: its id stays its own while the memo lives
+    return found
 
 
 def layer_tensors(fw: Framework, layer: Any, recursive: bool = False) -> dict[str, Any]:

@@ -85,11 +85,11 @@ class DiffResult:
         if d is None or d.event is None:
             return None
         from nbdiff.view.plots import error_figure
-        from nbdiff.view.tensors import tensor_pair
+        from nbdiff.view.tensors import CallIndex, tensor_pair
 
         # A layer's own code is shown by what it handed a sublayer (the local error's tensor).
         name = d.local_error.name if d.where == "between" and d.local_error is not None else d.metrics.name
-        base, raw = tensor_pair(d.event, name, self.events)
+        base, raw = tensor_pair(d.event, name, CallIndex(self.events))
         if base is None or raw is None or base.size != raw.size:
             return None
         return error_figure(base, raw, name)

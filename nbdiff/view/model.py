@@ -19,7 +19,7 @@ from nbdiff.trace.built import construction_site, root_layers
 from nbdiff.trace.events import Event, Kind, Phase
 from nbdiff.trace.stack import Frame, frame_label, inside_frames
 from nbdiff.view.pictures import error_picture
-from nbdiff.view.tensors import child_call, record_stats, scalar_value, tensor_pair, tensor_records, tensor_role
+from nbdiff.view.tensors import CallIndex, record_stats, scalar_value, tensor_pair, tensor_records, tensor_role
 from nbdiff.view.tensors import json_ratio as _ratio
 
 __all__ = ["TreeData", "build_tree", "node_detail", "start_row", "step_summary", "summary_line", "step_rows"]
@@ -54,6 +54,8 @@ class TreeData:
     code_stacks: dict[tuple[Any, ...], dict[str, list[dict[str, Any]]]] = field(default_factory=dict)
     """Per event blamed for its own code (``between``): both sides' frames, beginning inside its code
     at the lines between the two sublayers (``first``..``line``)."""
+    calls: CallIndex = field(default_factory=lambda: CallIndex(()))
+    """The forward calls, to find the sublayer call a tensor name speaks of (``proj:in[0]``)."""
 
 
 def summary_line(result: DiffResult) -> str:
@@ -174,9 +176,10 @@ def build_tree(result: DiffResult) -> TreeData:
         for f in result.findings
         if f.event is not None and f.local_by in _LOCAL_LABELS
     }
+    calls = CallIndex(result.events)
     return TreeData(
         nodes, order, first, events, (result.base_framework, result.raw_framework), roots, settings, local_label, labels,
-        _code_stacks(result),
+        _code_stacks(result, calls), calls,
     )  # fmt: skip
 
 
@@ -204,13 +207,13 @@ def _own_errors(result: DiffResult) -> dict[tuple[Any, ...], float]:
     return out
 
 
-def _code_stacks(result: DiffResult) -> dict[tuple[Any, ...], dict[str, list[dict[str, Any]]]]:
+def _code_stacks(result: DiffResult, calls: CallIndex) -> dict[tuple[Any, ...], dict[str, list[dict[str, Any]]]]:
     out = {}
     for f in result.findings:
         if f.where != "between" or f.event is None:
             continue
         d = f.event
-        prev, nxt = (child_call(result.events, d, label) if label else None for label in f.between)
+        prev, nxt = (calls.child(d, label) if label else None for label in f.between)
         stacks = {}
         for side, stack in (("base", f.base_stack), ("raw", f.raw_stack)):
             frames = [_frame(x) for x in stack]
@@ -285,7 +288,7 @@ def node_detail(tree: TreeData, node_id: int) -> dict[str, Any]:
     picture = None
     if tensors:  # the first tensor's error (the blamed one's, for an own error), drawn with the panel
         first = tensors[0]
-        base, raw = tensor_pair(d, first["name"], tree.events)
+        base, raw = tensor_pair(d, first["name"], tree.calls)
         if base is not None and raw is not None and base.size > 1:
             picture = error_picture(base, raw, (first["local"] or first["metrics"])["passed"])
     frames = tree.code_stacks.get((d.base.phase, d.base.key)) or {
@@ -346,7 +349,7 @@ def _tensor_rows(tree: TreeData, d: EventDiff, own: bool) -> list[dict[str, Any]
     # What the layer's code handed a sublayer, where it fails on base's inputs: the evidence of its own error.
     handed = [(n, None) for n, t in local.items() if n not in compared and not t.passed]
     for name, t in [(t.name, t) for t in d.tensors] + handed:
-        bt, rt = tensor_records(d, name, tree.events)
+        bt, rt = tensor_records(d, name, tree.calls)
         lt = local.get(name)
         rows.append(
             dict(

@@ -16,7 +16,7 @@ import numpy as np
 from nbdiff.judge.blame import EventDiff
 from nbdiff.trace.events import Event, Phase, TensorRecord
 
-__all__ = ["json_ratio", "record_stats", "tensor_pair", "tensor_records", "scalar_value", "tensor_role", "child_call"]
+__all__ = ["CallIndex", "json_ratio", "record_stats", "tensor_pair", "tensor_records", "scalar_value", "tensor_role"]
 
 
 def json_ratio(x: float | None) -> float | None:
@@ -48,17 +48,32 @@ def _records(e: Event) -> dict[str, TensorRecord]:
     return {t.name: t for t in e.outputs}
 
 
-def tensor_pair(
-    d: EventDiff, name: str, events: Sequence[EventDiff] = ()
-) -> tuple[np.ndarray | None, np.ndarray | None]:
+class CallIndex:
+    """A result's forward calls by step, path and call index: a row's sublayer calls, found at once
+    (a 10,000-row page asks for each parent's handful)."""
+
+    def __init__(self, events: Sequence[EventDiff]) -> None:
+        self._by: dict[tuple[int, int, str, int], EventDiff] = {}
+        for o in events:
+            e = o.base
+            if e.phase is Phase.FORWARD:
+                self._by.setdefault((e.rank, e.step, e.path, e.call), o)
+
+    def child(self, d: EventDiff, label: str) -> EventDiff | None:
+        """The sublayer call ``label`` (``path`` or ``path#call``) made in ``d``'s step."""
+        path, _, call = label.partition("#")
+        return self._by.get((d.base.rank, d.base.step, path, int(call) if call.isdigit() else 0))
+
+
+def tensor_pair(d: EventDiff, name: str, calls: CallIndex | None = None) -> tuple[np.ndarray | None, np.ndarray | None]:
     """Base and raw values of one compared tensor (``None`` where a side has none, or its layout differs);
-    ``events``: the result's, where the tensor is one a sublayer was handed."""
-    b, r = tensor_records(d, name, events)
+    ``calls``: the result's, where the tensor is one a sublayer was handed."""
+    b, r = tensor_records(d, name, calls)
     return (b.value if b is not None else None), (r.value if r is not None else None)
 
 
 def tensor_records(
-    d: EventDiff, name: str, events: Sequence[EventDiff] = ()
+    d: EventDiff, name: str, calls: CallIndex | None = None
 ) -> tuple[TensorRecord | None, TensorRecord | None]:
     """Base's and raw's records of a tensor an event's comparisons name: its own (``out``, a
     gradient), what raw's code computed for the layer's input where single-step gave it base's
@@ -70,7 +85,7 @@ def tensor_records(
     owner, _, tensor = name.rpartition(":")
     if owner == "given":
         return _named(d.base.inputs, tensor), _named(d.raw.given, tensor)
-    child = child_call(events, d, owner)
+    child = calls.child(d, owner) if calls is not None else None
     if child is None:
         return None, _named(d.evidence, name)
     return _named(child.base.inputs, tensor), _named(d.evidence, name) or _named(child.raw.given, tensor)
@@ -78,17 +93,6 @@ def tensor_records(
 
 def _named(records: tuple[TensorRecord, ...], name: str) -> TensorRecord | None:
     return next((t for t in records if t.name == name), None)
-
-
-def child_call(events: Sequence[EventDiff], d: EventDiff, label: str) -> EventDiff | None:
-    """The sublayer call ``label`` (``path`` or ``path#call``) made inside ``d``'s call."""
-    path, _, call = label.partition("#")
-    want = int(call) if call.isdigit() else 0
-    for o in events:
-        e = o.base
-        if e.path == path and e.call == want and e.step == d.base.step and e.phase is Phase.FORWARD:
-            return o
-    return None
 
 
 def scalar_value(records: tuple[TensorRecord, ...]) -> float | None:

@@ -631,6 +631,7 @@ def test_keyboard_alone_reaches_the_chart_the_tree_a_frame_and_their_answers(pag
         page.keyboard.press("Tab")
         tabs += 1
         assert tabs <= 8, f"{tabs} Tabs and the tree is not reached ({_focused(page)})"
+    print(f"\n{tabs} Tabs from the page to the tree")
     # Escape leaves the tree; "t" comes back to it.
     page.keyboard.press("Escape")
     assert "nbd-tree" not in _focused(page)
@@ -704,7 +705,9 @@ def test_play_reaches_a_far_own_error_quickly_and_icons_are_drawn(page, tmp_path
     view.locator("button[title^='first event']").click()
     view.locator(".nbd-play").click()
     page.wait_for_function("() => document.querySelector('[data-nbd-playing=\"0\"]')", timeout=30_000)
-    assert int(_dataset(page, "nbdPlayMs")) < 350  # the first own error is dozens of events away
+    play_ms = int(_dataset(page, "nbdPlayMs"))
+    print(f"\nplay: {play_ms} ms per event to the next own error")
+    assert play_ms < 350  # the first own error is dozens of events away
     assert view.locator(".nbd-row.nbd-selected.nbd-blamed, .nbd-row.nbd-selected.nbd-local").count() == 1
 
 

@@ -21,6 +21,17 @@ def _run(script):
     return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd="/")
 
 
+def _diverges_until_fixed(script, bug, fix):
+    """The script exits 1 ("DIVERGES") as written, and 0 ("agrees") once ``bug`` reads ``fix``."""
+    text = open(script).read()
+    run = _run(script)
+    assert run.returncode == 1 and "DIVERGES" in run.stdout, run.stdout + run.stderr
+    with open(script, "w") as f:
+        f.write(text.replace(bug, fix))
+    run = _run(script)
+    assert run.returncode == 0 and "agrees" in run.stdout, run.stdout + run.stderr
+
+
 @pytest.mark.parametrize("base_fw, raw_fw", [("torch", "paddle"), ("paddle", "torch")])
 def test_the_script_exits_1_on_the_bug_and_0_after_the_fix(tmp_path, base_fw, raw_fw):
     bug_side = "raw" if raw_fw == "paddle" else "base"
@@ -29,12 +40,7 @@ def test_the_script_exits_1_on_the_bug_and_0_after_the_fix(tmp_path, base_fw, ra
     script = nbdiff.auto_diff(base, raw, inputs("mlp")).repro(str(tmp_path / "repro"))
     text = open(script).read()
     assert "epsilon=0.001" in text and "import nbdiff" not in text
-    run = _run(script)
-    assert run.returncode == 1 and "DIVERGES" in run.stdout, run.stdout + run.stderr
-    with open(script, "w") as f:  # the fix, made where the port went wrong
-        f.write(text.replace("epsilon=0.001", "epsilon=1e-05"))
-    run = _run(script)
-    assert run.returncode == 0 and "agrees" in run.stdout, run.stdout + run.stderr
+    _diverges_until_fixed(script, "epsilon=0.001", "epsilon=1e-05")  # the fix, where the port went wrong
 
 
 def test_no_repro_without_the_layers(tmp_path):
@@ -56,12 +62,7 @@ def test_a_backward_only_bug_is_reproduced_by_its_input_gradient(tmp_path):
     script = result.repro(str(tmp_path / "repro"), d)
     text = open(script).read()
     assert "BACKWARD = True" in text and "PaddleTanh(bug=True)" in text
-    run = _run(script)
-    assert run.returncode == 1 and "DIVERGES" in run.stdout, run.stdout + run.stderr
-    with open(script, "w") as f:
-        f.write(text.replace("PaddleTanh(bug=True)", "PaddleTanh(bug=False)"))
-    run = _run(script)
-    assert run.returncode == 0 and "agrees" in run.stdout, run.stdout + run.stderr
+    _diverges_until_fixed(script, "PaddleTanh(bug=True)", "PaddleTanh(bug=False)")
 
 
 def test_repro_of_agreeing_models_says_there_is_nothing_to_reproduce(tmp_path):
@@ -148,12 +149,7 @@ def test_a_layer_class_defined_in_a_notebook_cell_is_written_into_the_script(tmp
     assert "class Scale(nn.Module):" in text and "class PaddleScale(paddle.nn.Layer):" in text
     assert "class TorchNet" not in text and "from torch import nn" in text
     assert "Scale(features=4, factor=1.0)" in text and "PaddleScale(features=4, factor=1.01)" in text
-    run = _run(script)
-    assert run.returncode == 1 and "DIVERGES" in run.stdout, run.stdout + run.stderr
-    with open(script, "w") as f:
-        f.write(text.replace("factor=1.01", "factor=1.0"))
-    run = _run(script)
-    assert run.returncode == 0 and "agrees" in run.stdout, run.stdout + run.stderr
+    _diverges_until_fixed(script, "factor=1.01", "factor=1.0")
 
 
 def test_a_refused_repro_leaves_no_folder_behind(tmp_path):

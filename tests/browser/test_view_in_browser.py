@@ -6,6 +6,7 @@ filters, a 10,000-row tree, and no request leaving the machine. Timings are prin
 """
 
 import time
+from pathlib import Path
 
 import pytest
 
@@ -153,12 +154,7 @@ def test_a_code_blame_opens_on_its_evidence_and_its_lines(page, jupyter_server, 
 
 
 def test_a_step_rows_panel_summarises_the_step_and_jumps_to_its_worst_rows(page, tmp_path):
-    import nbdiff
-    from tests.fault_suite.models import BUILDERS, inputs
-
-    result = nbdiff.auto_diff(BUILDERS["mlp"]("torch"), BUILDERS["mlp"]("paddle", "eps"), inputs("mlp"))
-    path = tmp_path / "report.html"
-    result.to_html(str(path))
+    path = _eps_report(tmp_path)
     page.goto(path.as_uri())
     view = page.locator(VIEW)
     view.locator(".nbd-row.nbd-blamed").wait_for()
@@ -170,6 +166,15 @@ def test_a_step_rows_panel_summarises_the_step_and_jumps_to_its_worst_rows(page,
     view.locator(".nbd-title", has_text="step 0 backward").wait_for()
     assert "norm" in view.locator(".nbd-row.nbd-selected").inner_text()
     assert not [m for m in page.console_messages if m.startswith(("error", "pageerror"))]
+
+
+def _eps_report(tmp_path):
+    """The HTML report of the fault suite's MLP whose port has a wrong LayerNorm eps."""
+    import nbdiff
+    from tests.fault_suite.models import BUILDERS, inputs
+
+    result = nbdiff.auto_diff(BUILDERS["mlp"]("torch"), BUILDERS["mlp"]("paddle", "eps"), inputs("mlp"))
+    return Path(result.to_html(str(tmp_path / "report.html")))
 
 
 def _show_all(view):
@@ -319,12 +324,7 @@ def test_ten_thousand_rows(page, jupyter_server):
 
 
 def test_html_report_works_without_a_kernel(page, tmp_path):
-    import nbdiff
-    from tests.fault_suite.models import BUILDERS, inputs
-
-    result = nbdiff.auto_diff(BUILDERS["mlp"]("torch"), BUILDERS["mlp"]("paddle", "eps"), inputs("mlp"))
-    path = tmp_path / "report.html"
-    result.to_html(str(path))
+    path = _eps_report(tmp_path)
     page.goto(path.as_uri())
     page.locator(f"{VIEW} .nbd-row.nbd-blamed", has_text="norm").wait_for()
     page.locator(f"{VIEW} .nbd-plots svg.nbd-hist").first.wait_for()
@@ -371,12 +371,7 @@ def test_an_update_row_shows_both_optimizers_settings(page, tmp_path):
 
 
 def test_replay_plays_to_the_next_own_error_and_steps_by_phase(page, tmp_path):
-    import nbdiff
-    from tests.fault_suite.models import BUILDERS, inputs
-
-    result = nbdiff.auto_diff(BUILDERS["mlp"]("torch"), BUILDERS["mlp"]("paddle", "eps"), inputs("mlp"))
-    path = tmp_path / "report.html"
-    result.to_html(str(path))
+    path = _eps_report(tmp_path)
     page.goto(path.as_uri())
     view = page.locator(VIEW)
     page.locator(f"{VIEW} .nbd-row.nbd-blamed").wait_for()
@@ -715,12 +710,7 @@ def test_play_reaches_a_far_own_error_quickly_and_icons_are_drawn(page, tmp_path
 def test_a_narrow_view_keeps_names_whole_columns_aligned_and_the_panel_unclipped(page, tmp_path, width):
     """At 1024 px with JupyterLab's file browser open (about 700 px for the output), names were cut
     (`norm L…`), the panel's right columns clipped, and the raw column moved row to row."""
-    import nbdiff
-    from tests.fault_suite.models import BUILDERS, inputs
-
-    result = nbdiff.auto_diff(BUILDERS["mlp"]("torch"), BUILDERS["mlp"]("paddle", "eps"), inputs("mlp"))
-    path = tmp_path / "report.html"
-    result.to_html(str(path))
+    path = _eps_report(tmp_path)
     page.set_viewport_size({"width": width, "height": 900})
     page.goto(path.as_uri())
     view = page.locator(VIEW)

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from nbdiff.frameworks import Framework
+from nbdiff.trace.built_with import built_with
 
 __all__ = ["Constructor", "NotRebuildable", "constructor_of"]
 
@@ -82,8 +83,12 @@ def constructor_of(fw: Framework, layer: Any) -> Constructor:
         params = list(inspect.signature(cls.__init__).parameters.values())[1:]
     except (TypeError, ValueError):
         raise NotRebuildable(f"the constructor of {cls.__qualname__} has no signature") from None
+    remembered = built_with(layer)  # the arguments it was built with, where nbdiff saw it built
     for p in params:
         if p.name in _SKIP or p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
+            continue
+        if p.name in remembered:
+            kwargs[p.name] = remembered[p.name]
             continue
         if p.name in ("bias", "bias_attr"):
             if getattr(layer, "bias", None) is None:
@@ -104,6 +109,7 @@ def constructor_of(fw: Framework, layer: Any) -> Constructor:
         elif p.default is inspect.Parameter.empty:
             raise NotRebuildable(
                 f"cannot rebuild {cls.__qualname__}: its argument {p.name!r} is not kept on the layer. "
-                "Store it as an attribute of the same name"
+                "Store it as an attribute of the same name, or build the layer after %load_ext nbdiff "
+                "(which remembers the arguments layers are built with)"
             )
     return Constructor(cls.__module__, cls.__qualname__, kwargs)

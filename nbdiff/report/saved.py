@@ -228,7 +228,7 @@ def load_result(path: str | os.PathLike[str]) -> DiffResult:
                 )
             e = _event(j, int(j["step"]), payload, where)
             given = tuple(_tensor(t, payload, where, e.step) for t in j.get("given", ()))
-            return replace(e, rank=int(j.get("rank") or 0), given=given)
+            return replace(e, rank=int(j.get("rank") or 0), given=given) if j.get("rank") or given else e
 
         events = tuple(
             EventDiff(

@@ -8,12 +8,13 @@ undo runs with SIGINT held; a Ctrl-C that came meanwhile is raised once it is do
 from __future__ import annotations
 
 import signal
+import sys
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-__all__ = ["interrupts_deferred", "is_interrupt"]
+__all__ = ["interrupts_deferred", "is_interrupt", "lost_interrupts_kept", "raise_lost_interrupt"]
 
 
 def is_interrupt(exc: BaseException) -> bool:
@@ -41,3 +42,43 @@ def interrupts_deferred() -> Iterator[None]:
         signal.signal(signal.SIGINT, previous)
         if caught:
             raise KeyboardInterrupt
+
+
+_lost = False
+_kept = 0  # recorders keeping lost interrupts: the hook stays while any does
+_previous_hook: Any = None
+
+
+def _unraisable(u: Any) -> None:
+    global _lost
+    if u.exc_type is not None and issubclass(u.exc_type, KeyboardInterrupt):
+        _lost = True  # raised again at the next recorded call
+    _previous_hook(u)
+
+
+def lost_interrupts_kept(on: bool) -> None:
+    """While on (counted: each recorder turns it on and off once), a Ctrl-C that Python drops is kept.
+
+    A Ctrl-C that lands in a weak reference's callback or a ``__del__`` (torch's, paddle's, a user's)
+    is printed as "Exception ignored" and lost, and the user's loop runs on; ``sys.unraisablehook``
+    still sees it. :func:`raise_lost_interrupt` raises it at the next layer call.
+    """
+    global _kept, _previous_hook, _lost
+    if on:
+        _kept += 1
+        if _kept == 1:
+            _previous_hook, sys.unraisablehook = sys.unraisablehook, _unraisable
+    elif _kept > 0:
+        _kept -= 1
+        if _kept == 0:
+            if sys.unraisablehook is _unraisable:  # else someone hooked after us: leave theirs
+                sys.unraisablehook = _previous_hook
+            _lost = False
+
+
+def raise_lost_interrupt() -> None:
+    """Raise the Ctrl-C that Python dropped since the last call, if it did."""
+    global _lost
+    if _lost:
+        _lost = False
+        raise KeyboardInterrupt

@@ -21,7 +21,7 @@ from nbdiff.trace.apis import SKIPPED_OPS, canonical_op
 from nbdiff.trace.build import build_events
 from nbdiff.trace.calls import Call, Feed, input_name
 from nbdiff.trace.events import Event, TensorRecord, changed
-from nbdiff.trace.interrupts import interrupts_deferred
+from nbdiff.trace.interrupts import interrupts_deferred, lost_interrupts_kept, raise_lost_interrupt
 from nbdiff.trace.nest import describe_non_tensors, flatten, unflatten
 from nbdiff.trace.spool import Spool
 from nbdiff.trace.stack import Frame, tool_roots, user_stack
@@ -91,6 +91,7 @@ class Recorder:
         """Also record the API calls made inside framework-provided layers (their implementation):
         ``api_level="all"``. By default a framework layer is one event, not its internals too."""
         self._busy = False  # inside our own hooks: their tensor ops are not the user's API calls
+        self._keeping = False  # this recorder keeps lost interrupts (lost_interrupts_kept)
         self._api_ctx: Any = None
         self.param_grads: dict[int, np.ndarray] = {}
         """``id`` of a parameter -> the copy of its gradient the step's events hold (read once)."""
@@ -99,6 +100,8 @@ class Recorder:
 
     # -- context -------------------------------------------------------------
     def __enter__(self) -> Recorder:
+        lost_interrupts_kept(True)
+        self._keeping = True
         try:
             for path, layer in self.fw.named_layers(self.model):
                 if self.keep is not None and not self.keep(path, layer):
@@ -122,6 +125,9 @@ class Recorder:
             if self._api_ctx is not None:
                 ctx, self._api_ctx = self._api_ctx, None
                 ctx.__exit__(None, None, None)
+            if self._keeping:
+                self._keeping = False
+                lost_interrupts_kept(False)
             for h in self._handles:
                 h.remove()
             self._handles.clear()
@@ -153,6 +159,7 @@ class Recorder:
         def pre(layer: Any, args: tuple, kwargs: dict) -> Any:
             if self.paused or self._elsewhere():
                 return None
+            raise_lost_interrupt()
             self._busy = True
             try:
                 return body(layer, args, kwargs)

@@ -10,7 +10,7 @@ gradients from the layers. A recorded step (:class:`nbdiff.engine.recorded.Recor
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 from nbdiff.align.layer_map import LayerMap
@@ -92,10 +92,12 @@ class StepComparer:
         """A backward event's own error, its paired sublayer calls ``kids`` (their backward events) known."""
         raise NotImplementedError
 
-    def with_evidence(self, diffs: list[EventDiff]) -> list[EventDiff]:
+    def with_evidence(
+        self, diffs: list[EventDiff], found: list[Divergence]
+    ) -> tuple[list[EventDiff], list[Divergence]]:
         """``diffs`` with the values behind their measured local errors (``EventDiff.evidence``), where
-        a measurement kept any."""
-        return diffs
+        a measurement kept any, and the findings pointing at those pairs."""
+        return diffs, found
 
     def how_local(self, f: Divergence) -> Divergence:
         """The finding saying how its local error was found (``Divergence.local_by``, ``unmeasured``)."""
@@ -170,9 +172,7 @@ class StepComparer:
             agree = all(d.passed for d in fwd if _final_forward(d) and d.base.kind is Kind.LAYER)
             local = lambda d: self.local_forward(d, kids.get(d.base.order, []), agree)  # noqa: E731
             found, fwd = blame_all(fwd, local, _final_forward, noise, every)
-            fwd = self.with_evidence(fwd)
-            now = {id(d.raw): d for d in fwd}
-            found = [replace(f, event=now.get(id(f.event.raw), f.event)) if f.event else f for f in found]
+            fwd, found = self.with_evidence(fwd, found)
             found = self._unless_drift(found, drift, out.notes)
             said = self.amplified_rounding()
             amplified = Explanation(said) if said else None

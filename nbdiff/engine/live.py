@@ -23,7 +23,7 @@ from nbdiff.engine.stepping import StepRecord
 from nbdiff.engine.ties import tie_differences
 from nbdiff.engine.updates import GradientSpread, Snapshot, snapshot, snapshot_updates
 from nbdiff.frameworks import Framework
-from nbdiff.judge.blame import EventDiff
+from nbdiff.judge.blame import Divergence, EventDiff
 from nbdiff.judge.metrics import TensorDiff
 from nbdiff.trace.events import Event, TensorRecord
 from nbdiff.trace.spool import Spool
@@ -132,9 +132,17 @@ class LiveComparer(StepComparer):
             self._evidence[id(d.raw)] = self.replayer.evidence
         return local
 
-    def with_evidence(self, diffs: list[EventDiff]) -> list[EventDiff]:
-        found, self._evidence = self._evidence, {}
-        return [replace(d, evidence=found[id(d.raw)]) if id(d.raw) in found else d for d in diffs]
+    def with_evidence(
+        self, diffs: list[EventDiff], found: list[Divergence]
+    ) -> tuple[list[EventDiff], list[Divergence]]:
+        kept, self._evidence = self._evidence, {}
+        if not kept:  # nothing failed inside a layer's own code: nothing to attach
+            return diffs, found
+        diffs = [replace(d, evidence=kept[id(d.raw)]) if id(d.raw) in kept else d for d in diffs]
+        now = {id(d.raw): d for d in diffs if id(d.raw) in kept}
+        return diffs, [
+            replace(f, event=now[id(f.event.raw)]) if f.event and id(f.event.raw) in now else f for f in found
+        ]
 
     def local_backward(
         self, brec: StepRecord, rrec: StepRecord, d: EventDiff, kids: list[tuple[Event, Event]]

@@ -321,8 +321,9 @@ def step_summary(tree: TreeData, step: int, worst: int = 3) -> dict[str, Any]:
     """One step at a glance: per phase, its own errors and its worst rows (ids, to jump to), and the
     loss on both sides."""
     phases = []
+    in_step = [n for n in tree.nodes if n["step"] == step and n["event"] >= 0]
     for phase in _PHASES:
-        rows = [n for n in tree.nodes if n["step"] == step and n["phase"] == phase.value and n["event"] >= 0]
+        rows = [n for n in in_step if n["phase"] == phase.value]
         if not rows:
             continue
         own = [n for n in rows if n["status"] in ("blamed", "local")]

@@ -155,9 +155,7 @@ def test_a_code_blame_opens_on_its_evidence_and_its_lines(page, jupyter_server, 
 
 def test_a_step_rows_panel_summarises_the_step_and_jumps_to_its_worst_rows(page, tmp_path):
     path = _eps_report(tmp_path)
-    page.goto(path.as_uri())
-    view = page.locator(VIEW)
-    view.locator(".nbd-row.nbd-blamed").wait_for()
+    view = _opened(page, path)
     _select_row(view, "step 0 · backward")
     view.locator(".nbd-step-summary").wait_for()
     assert "loss: base" in view.locator(".nbd-step-summary").inner_text()
@@ -175,6 +173,14 @@ def _eps_report(tmp_path):
 
     result = nbdiff.auto_diff(BUILDERS["mlp"]("torch"), BUILDERS["mlp"]("paddle", "eps"), inputs("mlp"))
     return Path(result.to_html(str(tmp_path / "report.html")))
+
+
+def _opened(page, path):
+    """The view of an HTML report, once it has drawn its blamed row."""
+    page.goto(path.as_uri())
+    view = page.locator(VIEW)
+    view.locator(".nbd-row.nbd-blamed").wait_for()
+    return view
 
 
 def _show_all(view):
@@ -616,9 +622,7 @@ def _focused(page):
 
 def test_keyboard_alone_reaches_the_chart_the_tree_a_frame_and_their_answers(page, tmp_path):
     result, path = _trained_report(tmp_path)
-    page.goto(path.as_uri())
-    view = page.locator(VIEW)
-    view.locator(".nbd-row.nbd-blamed").wait_for()
+    view = _opened(page, path)
     # Few Tab stops: a chart point, the filter, the search, the toolbar (one stop), the slider, the tree.
     page.locator("body").click(position={"x": 1, "y": 1})
     tabs = 0
@@ -656,9 +660,7 @@ def test_keyboard_alone_reaches_the_chart_the_tree_a_frame_and_their_answers(pag
 
 def test_folding_search_and_empty_filters_say_what_they_did(page, tmp_path):
     result, path = _trained_report(tmp_path)
-    page.goto(path.as_uri())
-    view = page.locator(VIEW)
-    view.locator(".nbd-row.nbd-blamed").wait_for()
+    view = _opened(page, path)
     count = lambda: view.locator(".nbd-rows .nbd-row").count()  # noqa: E731
     # Under the default "own error" filter, a fold folds (it did nothing).
     assert view.locator(".nbd-filter").input_value() == "own"
@@ -692,9 +694,7 @@ def test_folding_search_and_empty_filters_say_what_they_did(page, tmp_path):
 
 def test_play_reaches_a_far_own_error_quickly_and_icons_are_drawn(page, tmp_path):
     _, path = _trained_report(tmp_path)
-    page.goto(path.as_uri())
-    view = page.locator(VIEW)
-    view.locator(".nbd-row.nbd-blamed").wait_for()
+    view = _opened(page, path)
     # ⓘ and ⏵ are SVG, drawn whatever the fonts.
     assert view.locator(".nbd-play svg").count() == 1 and view.locator(".nbd-legend svg").count() == 1
     view.locator("button[title^='first event']").click()

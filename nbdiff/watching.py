@@ -31,6 +31,7 @@ from nbdiff.frameworks import framework_of
 from nbdiff.judge.blame import require_compared
 from nbdiff.judge.tolerance import Tolerance, resolve_tolerance
 from nbdiff.result import DiffResult
+from nbdiff.trace.interrupts import is_interrupt
 from nbdiff.trace.modes import kept_rng
 from nbdiff.trace.recorder import Feed
 from nbdiff.trace.session import ModelSession
@@ -131,7 +132,7 @@ class watch:
         """Finish after the user's code ended with ``error`` (``None``: it completed). A Ctrl-C: the
         steps both models completed are compared (``result``), and the interrupt stays the news (a
         comparison that cannot be made then leaves ``result`` None); any other error: nothing is."""
-        stopped = isinstance(error, KeyboardInterrupt)
+        stopped = error is not None and is_interrupt(error)  # paddle raises a Ctrl-C in its backward as OSError
         try:
             return self.finish(compare=error is None or stopped, interrupted=stopped)
         except NbdiffError:

@@ -18,6 +18,7 @@ from IPython.core.magic import Magics, line_cell_magic, magics_class
 
 from nbdiff.engine.kept import KEEP_STEPS
 from nbdiff.errors import NbdiffError, OptionError
+from nbdiff.trace.interrupts import is_interrupt
 from nbdiff.trace.spool import MEMORY_MIB
 
 __all__ = ["ModelDiffMagics", "USAGE", "parse_flags", "CellFailed", "CellInterrupted"]
@@ -145,7 +146,7 @@ class ModelDiffMagics(Magics):
             else:
                 error = None if run.success else (run.error_in_exec or run.error_before_exec or RuntimeError())
                 w.end_after(error)
-        stopped = isinstance(error, KeyboardInterrupt)
+        stopped = error is not None and is_interrupt(error)  # paddle raises a Ctrl-C in its backward as OSError
         if not run.success:
             done = "nbdiff removed its hooks and restored modes; nothing was compared."
             if stopped:

@@ -21,10 +21,9 @@ import numpy as np
 from nbdiff.align.arguments import layer_arguments, recorded_arguments
 from nbdiff.align.fused import layout_facts
 from nbdiff.engine.options import check_recordable
-from nbdiff.engine.recomputed import BATCH_NORMS
 from nbdiff.errors import OptionError
 from nbdiff.frameworks import Framework, framework_of
-from nbdiff.trace.capture import Capture
+from nbdiff.trace.capture import BATCH_NORMS, Capture
 from nbdiff.trace.constructors import NotRebuildable, constructor_of
 from nbdiff.trace.events import Event, Kind, Phase, TensorRecord, changed
 from nbdiff.trace.interrupts import interrupts_deferred

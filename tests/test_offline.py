@@ -323,28 +323,85 @@ def _tight_batchnorm(fw: str, eps: float = 1e-5):
     return model.train()
 
 
-@pytest.mark.parametrize("base_fw,raw_fw", [("torch", "paddle"), ("paddle", "torch")])
-@pytest.mark.parametrize("eps", [1e-5, 1e-3], ids=["equivalent", "eps"])
-def test_a_batchnorm_amplifying_rounding_is_recomputed_from_the_dump(tmp_path, base_fw, raw_fw, eps):
-    # Offline, the BatchNorm's inputs agree within tolerance and its outputs did not: it was blamed
-    # on an equivalent pair. Recomputed (base's layer on raw's inputs), it is rounding; a real eps
-    # difference still shows.
+def _recorded_pair(tmp_path, base, raw, x, dump_type="tensor"):
+    """``nbdiff.compare`` of one step of each model on ``x``, recorded as ``dump_type``."""
     from nbdiff.engine.stepping import loss_of
     from nbdiff.frameworks import framework_of
 
-    base, raw = _tight_batchnorm(base_fw), _tight_batchnorm(raw_fw, eps)
-    x = np.random.RandomState(1).randn(2, 8).astype("float32")
     nbdiff.assign_weight(base, raw)
     paths = []
     for side, model in (("base", base), ("raw", raw)):
         fw = framework_of(model, side)
-        with nbdiff.record(model, tmp_path / side) as rec:
+        with nbdiff.record(model, tmp_path / side, dump_type=dump_type) as rec:
             loss_of(fw, None, model(fw.from_numpy(x)), side).backward()
         paths.append(rec.path)
-    result = nbdiff.compare(*paths)
+    return nbdiff.compare(*paths)
+
+
+@pytest.mark.parametrize("dump_type", ["tensor", "statistics"])
+@pytest.mark.parametrize("base_fw,raw_fw", [("torch", "paddle"), ("paddle", "torch")])
+@pytest.mark.parametrize("eps", [1e-5, 1e-3], ids=["equivalent", "eps"])
+def test_a_batchnorm_amplifying_rounding_is_recomputed_from_the_dump(tmp_path, base_fw, raw_fw, eps, dump_type):
+    # Offline, the BatchNorm's inputs agree within tolerance and its outputs did not: it was blamed
+    # on an equivalent pair. Recomputed (base's layer on raw's inputs), it is rounding; a real eps
+    # difference still shows. A statistics dump keeps the values of such a BatchNorm (two per
+    # channel): without them, the equivalent pair was blamed there.
+    base, raw = _tight_batchnorm(base_fw), _tight_batchnorm(raw_fw, eps)
+    x = np.random.RandomState(1).randn(2, 8).astype("float32")
+    result = _recorded_pair(tmp_path, base, raw, x, dump_type)
     if eps == 1e-5:
         assert result, result.report()
     else:
         d = result.first_divergence
         assert (d.phase.value, d.base_path, d.where) == ("forward", "1", "layer") and "eps" in d.why()
         assert d.local_by == "recomputed" and "recomputed from the dump" in result.report()
+
+
+def _shuffle_unit(fw: str, shuffles: bool):
+    """Two branches concatenated, then (``shuffles``) their channels interleaved, as ShuffleNet does,
+    before a head: a port that forgets the shuffle hands the head the same values in another order."""
+    if fw == "torch":
+        import torch
+
+        torch.manual_seed(3)
+        nn, cat = torch.nn, torch.cat
+        base_class = nn.Module
+    else:
+        import paddle
+
+        paddle.seed(3)
+        nn, cat = paddle.nn, paddle.concat
+        base_class = nn.Layer
+
+    class Unit(base_class):
+        def __init__(self):
+            super().__init__()
+            self.left, self.right, self.head = nn.Linear(8, 8), nn.Linear(8, 8), nn.Linear(16, 4)
+
+        def forward(self, x):
+            y = cat([self.left(x), self.right(x)], -1)
+            if shuffles:
+                y = (
+                    y.reshape([-1, 2, 8]).transpose([0, 2, 1])
+                    if fw == "paddle"
+                    else y.reshape(-1, 2, 8).transpose(1, 2)
+                )
+                y = y.reshape([-1, 16])
+            return self.head(y)
+
+    return Unit()
+
+
+@pytest.mark.parametrize("dump_type", ["tensor", "statistics"])
+@pytest.mark.parametrize("base_fw,raw_fw", [("torch", "paddle"), ("paddle", "torch")])
+def test_channels_left_unshuffled_are_blamed_on_the_code_that_shuffles(tmp_path, base_fw, raw_fw, dump_type):
+    # Shuffling changes no statistic: a statistics dump blamed the head, whose input "agreed", for its
+    # output. The values sampled at the same places of both sides' tensors show its input differing.
+    x = np.random.RandomState(2).randn(4, 8).astype("float32")
+    same = _recorded_pair(tmp_path / "same", _shuffle_unit(base_fw, True), _shuffle_unit(raw_fw, True), x, dump_type)
+    assert same, same.report()
+    result = _recorded_pair(tmp_path / "bug", _shuffle_unit(base_fw, True), _shuffle_unit(raw_fw, False), x, dump_type)
+    d = result.first_divergence
+    assert d is not None and (d.phase.value, d.base_path, d.where) == ("forward", "", "between"), result.report()
+    if dump_type == "statistics":
+        assert "sampled values" in result.report()

@@ -74,6 +74,11 @@ def _edit_path(folder, path, value):
         (["steps", 0, "events", 0, "phase"], "sideways", "the step.events[0].phase is 'sideways'"),
         (["steps", 0, "events", 1, "depth"], 10**9, "depth is 1000000000; no model nests calls deeper than 10000"),
         (["steps", 0, "events", 1, "stack"], [["f.py", "x", "g"]], "the step.events[1].stack[0] must be an integer"),
+        (["steps", 0, "events", 1, "outputs", 0, "sample"], [1.0], "outputs[0].sample must be an object"),
+        (["steps", 0, "events", 1, "outputs", 0, "sample"], {"dtype": "object", "base64": ""}, "sample is {'dtype'"),
+        (["steps", 0, "events", 1, "outputs", 0, "sample"], {"dtype": "float32", "base64": "%%"}, "does not decode"),
+        # 5 values claimed for a tensor of 4: a sample is never larger than its tensor
+        (["steps", 0, "events", 1, "outputs", 0, "sample"], {"dtype": "float32", "base64": "A" * 28}, "has 1 to 4"),
     ],
 )
 def test_malformed_fields_name_the_key(tmp_path, path, value, says):

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from nbdiff.trace import stats as stats_module
-from nbdiff.trace.stats import tensor_stats
+from nbdiff.trace.stats import sample_json, sample_of_json, sample_positions, tensor_sample, tensor_stats
 
 
 def test_a_constant_has_no_spread():
@@ -60,7 +60,7 @@ def test_a_tensor_of_one_sign_has_its_sum_as_absolute_sum(values):
 _OTHER_THREADS_CPU = """
 import resource, time
 import numpy as np
-from nbdiff.trace.stats import tensor_stats
+from nbdiff.trace.stats import sample_json, sample_of_json, sample_positions, tensor_sample, tensor_stats
 
 a = np.random.default_rng(0).standard_normal(1 << 22).astype(np.float32)
 tensor_stats(a)
@@ -98,3 +98,27 @@ def test_statistics_of_a_concatenation_follow_from_its_parts():
     got = concatenated_stats([(tensor_stats(p), p.size) for p in parts])
     np.testing.assert_allclose(got.values(), whole.values(), rtol=1e-5)
     assert (got.nan, got.inf) == (whole.nan, whole.inf) == (1, 0)
+
+
+def test_a_sample_is_drawn_at_the_same_places_for_the_same_size_in_any_layout():
+    a = np.random.RandomState(0).randn(6, 50, 7).astype("float32")
+    at = sample_positions(a.size)
+    assert at.size == 64 and np.all(np.diff(at) > 0) and at[-1] < a.size
+    assert np.array_equal(at, sample_positions(a.size))  # the other side's, recorded elsewhere
+    # indexed in place, not copied: a transposed (non-contiguous) tensor gives its own values in order
+    t = a.transpose(2, 0, 1)
+    assert np.array_equal(tensor_sample(t), np.ascontiguousarray(t).ravel()[at])
+    assert np.array_equal(sample_positions(10), np.arange(10))  # a small tensor whole
+    assert tensor_sample(np.arange(5)) is None and tensor_sample(np.zeros(0, "float32")) is None
+
+
+@pytest.mark.parametrize("dtype", ["float16", "float32", "float64"])
+def test_a_sample_survives_json_exactly(dtype):
+    import json
+
+    x = (np.random.RandomState(1).randn(64) * 1e3).astype(dtype)
+    x[3] = np.nan
+    back = sample_of_json(json.loads(json.dumps(sample_json(x))), 1000)
+    assert back.dtype == x.dtype and np.array_equal(back, x, equal_nan=True)
+    with pytest.raises(ValueError, match="has 1 to 10"):
+        sample_of_json(sample_json(x), 10)

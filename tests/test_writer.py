@@ -10,6 +10,7 @@ pytest.importorskip("paddle")
 
 from nbdiff.errors import DumpError  # noqa: E402
 from nbdiff.trace.events import TensorRecord  # noqa: E402
+from nbdiff.trace.stats import sample_positions  # noqa: E402
 from nbdiff.trace.store import read_dump  # noqa: E402
 from nbdiff.trace.writer import write_rank  # noqa: E402
 from tests.dumps import small_events  # noqa: E402
@@ -135,3 +136,31 @@ def test_a_manifest_that_cannot_be_written_names_the_file(tmp_path, monkeypatch)
     with pytest.raises(DumpError, match=r"rank0/manifest.json: cannot be written \(No space left on device\)"):
         writer.DumpWriter(tmp_path / "rank0", {"framework": "torch", "model": "M", "rank": 0}, {}, "stack")
     assert not (tmp_path / "rank0" / ".nbdiff-writing").exists()  # the folder is free again
+
+
+def test_a_statistics_dump_samples_activations_and_keeps_a_batchnorm_over_few_values_whole(tmp_path):
+    # Samples: activations and their gradients only (a parameter's are compared in raw's layout,
+    # which a sample's positions do not follow); and the values of a BatchNorm over 2 per channel.
+    import numpy as np
+
+    from nbdiff.trace.events import Event, Kind, Phase
+
+    def tensor(name, shape):
+        return TensorRecord(name, shape, "float32", np.random.RandomState(0).randn(*shape).astype("float32"))
+
+    few, many = tensor("in[0]", (2, 3)), tensor("in[0]", (8, 3, 100))
+    events = [
+        Event(0, Phase.FORWARD, Kind.LAYER, 0, "bn", "BatchNorm1d", 0, 1, None, True, (few,), (tensor("out", (2, 3)),)),
+        Event(0, Phase.FORWARD, Kind.LAYER, 1, "bn2", "BatchNorm1d", 0, 1, None, True, (many,), (many,)),
+        Event(0, Phase.BACKWARD, Kind.LAYER, 0, "fc", "Linear", 0, 1, None, True, (many,), (many,),
+              params=(tensor("grad.weight", (3, 3)),)),
+        Event(0, Phase.OPTIMIZER, Kind.PARAM, 0, "fc.weight", "Linear", 0, 1, None, True, (), (tensor("out", (3, 3)),)),
+    ]  # fmt: skip
+    folder = write_rank(tmp_path / "rank0", dict(framework="torch", model="Net", rank=0), {}, [events], "statistics")
+    bn, bn2, back, update = read_dump(folder).steps[0]
+    assert bn.inputs[0].value is not None and np.array_equal(bn.inputs[0].value, few.value)
+    assert bn2.inputs[0].value is None and np.array_equal(
+        bn2.inputs[0].sample, many.value.ravel()[sample_positions(2400)]
+    )
+    assert back.outputs[0].sample is not None and back.params[0].sample is None and back.params[0].stats is not None
+    assert update.outputs[0].sample is None and update.outputs[0].stats is not None

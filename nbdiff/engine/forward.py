@@ -47,10 +47,27 @@ def tensor_diffs(
             tolerance = tol(b.dtype, r.dtype)
             out.append(compare_tensors(r.name, r.value, b.value, tolerance, mode, scale_hint, True, hint_covers))
         elif r.stats is not None and b.stats is not None:  # statistics-only dumps
-            out.append(
-                compare_statistics(r.name, r.stats, b.stats, tol(b.dtype, r.dtype), mode, b.shape, r.shape, scale_hint)
-            )
+            tolerance = tol(b.dtype, r.dtype)
+            found = compare_statistics(r.name, r.stats, b.stats, tolerance, mode, b.shape, r.shape, scale_hint)
+            out.append(_with_sample(found, r, b, tolerance, mode, scale_hint))
     return out
+
+
+def _with_sample(
+    found: TensorDiff, r: TensorRecord, b: TensorRecord, tol: Tolerance, mode: str, scale_hint: float
+) -> TensorDiff:
+    """A statistics comparison, or its sampled values' where they differ more: drawn at the same
+    positions of tensors of the same shape, they show what moves no statistic (shuffled channels)
+    or moves each less than its tolerance (a small epsilon)."""
+    if r.sample is None or b.sample is None or r.sample.shape != b.sample.shape or r.shape != b.shape:
+        return found
+    if mode != "strict" or not np.isfinite(found.ratio):
+        return found
+    scale = max(abs(b.stats.min), abs(b.stats.max), scale_hint) if b.stats is not None else scale_hint
+    sampled = compare_tensors(r.name, r.sample, b.sample, tol, mode, scale, hint_covers=True)
+    if sampled.ratio <= found.ratio:
+        return found
+    return replace(sampled, note=f"compared by statistics and {r.sample.size} sampled values")
 
 
 def forward_diffs(

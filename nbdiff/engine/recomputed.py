@@ -20,12 +20,7 @@ import numpy as np
 
 from nbdiff.trace.events import Event
 
-__all__ = ["BATCH_NORMS", "BatchNormCall", "batch_norm_of", "rounding_move"]
-
-BATCH_NORMS = frozenset(
-    {"BatchNorm", "BatchNorm1d", "BatchNorm2d", "BatchNorm3d", "BatchNorm1D", "BatchNorm2D", "BatchNorm3D",
-     "SyncBatchNorm"}
-)  # fmt: skip
+__all__ = ["BatchNormCall", "batch_norm_of", "rounding_move"]
 
 _FIT = 1e-3  # how closely the fitted line must give base's own output back, relative to its range
 

@@ -25,12 +25,13 @@ from nbdiff.engine.drift import Explanation, drift_note, followed
 from nbdiff.engine.forward import TolFn, api_local, received_differ, tensor_diffs
 from nbdiff.engine.layouts import converted, converted_records
 from nbdiff.engine.rebuilt import RebuiltSide, plan_snapshot, rebuilt_local, rebuilt_local_backward
-from nbdiff.engine.recomputed import BATCH_NORMS, BatchNormCall, batch_norm_of, rounding_move
+from nbdiff.engine.recomputed import BatchNormCall, batch_norm_of, rounding_move
 from nbdiff.engine.replay import compare_param_grads
 from nbdiff.engine.stepping import StepRecord
 from nbdiff.engine.updates import GradientSpread, Snapshot, Updates
 from nbdiff.judge.blame import Divergence, EventDiff
 from nbdiff.judge.metrics import TensorDiff
+from nbdiff.trace.capture import BATCH_NORMS
 from nbdiff.trace.events import Event, Phase, TensorRecord, changed
 from nbdiff.trace.layer_paths import relative
 from nbdiff.trace.store import RankDump

@@ -12,11 +12,13 @@ A 7B model's every tensor of every step does not fit on a disk. ``record`` narro
   found); every other call keeps its statistics.
 
 The model's inputs and loss are always kept: pairing and the "different inputs" check need them.
+So are the values of a BatchNorm over few values per channel (:func:`amplifies`), in any dump.
 """
 
 from __future__ import annotations
 
 import fnmatch
+import math
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -24,9 +26,27 @@ from typing import Any
 from nbdiff.errors import OptionError
 from nbdiff.trace.events import Event, Kind
 
-__all__ = ["Capture"]
+__all__ = ["Capture", "BATCH_NORMS", "FEW_PER_CHANNEL", "amplifies"]
 
 _ALWAYS = (Kind.INPUT, Kind.LOSS)
+
+BATCH_NORMS = frozenset(
+    {"BatchNorm", "BatchNorm1d", "BatchNorm2d", "BatchNorm3d", "BatchNorm1D", "BatchNorm2D", "BatchNorm3D",
+     "SyncBatchNorm"}
+)  # fmt: skip
+FEW_PER_CHANNEL = 64
+"""Values per channel up to which a train-mode BatchNorm's division by their spread amplifies
+rounding past any tolerance (two per channel at the end of a ResNet run on a batch of two)."""
+
+
+def amplifies(e: Event) -> bool:
+    """A BatchNorm call (or its gradient) over at most :data:`FEW_PER_CHANNEL` values per channel:
+    every dump keeps its values, which are few, so that compare can recompute it
+    (:mod:`nbdiff.engine.recomputed`) and tell its amplified rounding from a port difference."""
+    if e.kind is not Kind.LAYER or e.type_name not in BATCH_NORMS or not e.inputs:
+        return False
+    shape = e.inputs[0].shape
+    return len(shape) >= 2 and shape[1] > 0 and math.prod(shape) // shape[1] <= FEW_PER_CHANNEL
 
 
 @dataclass(frozen=True)
@@ -81,7 +101,7 @@ class Capture:
 
     def keeps_values(self, e: Event) -> bool:
         """Whether a ``tensor`` dump writes the event's values (else its statistics only)."""
-        return self.tensors is None or e.kind in _ALWAYS or _matches(_layer_of(e), self.tensors)
+        return self.tensors is None or e.kind in _ALWAYS or amplifies(e) or _matches(_layer_of(e), self.tensors)
 
 
 def _layer_of(e: Event) -> str:

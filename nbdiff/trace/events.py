@@ -61,6 +61,9 @@ class TensorRecord:
     layout: str = ""
     """How a tensor-parallel run spread it over its ranks, where the framework said so
     (``shard(d)``, ``replicate``, ``partial``); ``value`` and ``shape`` are this rank's own."""
+    sample: np.ndarray | None = field(default=None, repr=False, compare=False)
+    """A statistics dump's values at :func:`~nbdiff.trace.stats.sample_positions` of its size
+    (activations and their gradients; ``None`` elsewhere and where the values were kept)."""
 
     @property
     def data(self) -> np.ndarray:

@@ -8,12 +8,14 @@ non-negative integers.
 
 from __future__ import annotations
 
+import math
 import re
 from pathlib import Path
 from typing import Any
 
 from nbdiff.errors import DumpError
 from nbdiff.trace.events import Kind, Phase
+from nbdiff.trace.stats import sample_of_json
 
 __all__ = ["validate_manifest", "validate_step", "payload_path", "FRAMEWORKS", "MAX_DEPTH"]
 
@@ -186,6 +188,11 @@ def _tensor(c: _Check, t: Any, key: str) -> None:
                 raise c.fail(f"{key}.stats.{s}", f"must be a number, not {v!r:.60}")
         for s in ("nan", "inf"):
             c.int(stats.get(s), f"{key}.stats.{s}")
+    if t.get("sample") is not None:
+        try:
+            sample_of_json(c.type(t["sample"], dict, f"{key}.sample", "an object"), math.prod(t["shape"]))
+        except ValueError as exc:
+            raise c.fail(f"{key}.sample", str(exc)) from None
 
 
 def _layout(c: _Check, value: Any, key: str) -> None:

@@ -2,16 +2,34 @@
 
 from __future__ import annotations
 
+import base64
+import binascii
+import functools
 import math
 import threading
 from dataclasses import dataclass, fields
 
 import numpy as np
 
-__all__ = ["Stats", "tensor_stats", "concatenated_stats", "STAT_FIELDS"]
+__all__ = [
+    "Stats",
+    "tensor_stats",
+    "concatenated_stats",
+    "STAT_FIELDS",
+    "SAMPLE_SIZE",
+    "sample_positions",
+    "tensor_sample",
+    "sample_json",
+    "sample_of_json",
+    "SAMPLE_DTYPES",
+]
 
 STAT_FIELDS = ("min", "max", "mean", "std", "abs_mean")
 """The values a statistics comparison looks at, in this order."""
+SAMPLE_SIZE = 64
+"""Values a statistics dump keeps of each activation and its gradient, at positions drawn from its
+size alone (the same on both sides): statistics do not change when channels are shuffled, and a
+small epsilon moves them less than their tolerance, while each value it moves shows it."""
 _CHUNK = 1 << 20  # elements per chunk: at most 8 MiB of scratch per thread, whatever the tensor's size
 _ROW = 4096  # running sums per chunk in the tensor's own float type, added up in float64
 _CANCELS = 0.8
@@ -150,3 +168,53 @@ def concatenated_stats(parts: list[tuple[Stats, int]]) -> Stats:
         math.sqrt(max(square - mean**2, 0.0)), sum(s.abs_mean * n for s, n in finite) / total,
         sum(s.nan for s, _ in parts), sum(s.inf for s, _ in parts),
     )  # fmt: skip
+
+
+@functools.lru_cache(maxsize=4096)
+def sample_positions(n: int, k: int = SAMPLE_SIZE) -> np.ndarray:
+    """``k`` flat positions in ``range(n)``, sorted, from a generator seeded with ``n`` (all of them
+    when ``n <= k``): both sides sample a tensor of the same size at the same places."""
+    if n <= k:
+        return np.arange(n)
+    picked = np.sort(np.random.default_rng(n).choice(n, k, replace=False, shuffle=False))
+    picked.setflags(write=False)
+    return picked
+
+
+def tensor_sample(a: np.ndarray, k: int = SAMPLE_SIZE) -> np.ndarray | None:
+    """The values of ``a`` at :func:`sample_positions` (no copy of ``a``: indexed in place), or
+    ``None`` for empty or non-floating tensors."""
+    x = np.asarray(a)
+    if x.size == 0 or x.dtype.kind != "f":
+        return None
+    at = sample_positions(x.size, k)
+    return x[np.unravel_index(at, x.shape)] if x.ndim else x.reshape(1)
+
+
+SAMPLE_DTYPES = ("float16", "float32", "float64")
+_SAMPLE_MAX = 4096  # what a dump may claim: its positions are drawn for as many as it holds
+
+
+def sample_json(sample: np.ndarray) -> dict[str, str]:
+    """A sample as JSON: its little-endian bytes in base64, exact and about a third of its values
+    written as decimals (and made in a microsecond rather than forty)."""
+    dtype = sample.dtype.name if sample.dtype.name in SAMPLE_DTYPES else "float32"
+    data = np.ascontiguousarray(sample, dtype=np.dtype(dtype).newbyteorder("<"))
+    return {"dtype": dtype, "base64": base64.b64encode(data.tobytes()).decode("ascii")}
+
+
+def sample_of_json(value: dict[str, str], n: int) -> np.ndarray:
+    """The sample back (``n``: the tensor's size, which bounds it); ``ValueError`` where it is not one."""
+    dtype = value.get("dtype")
+    if dtype not in SAMPLE_DTYPES or not isinstance(value.get("base64"), str):
+        raise ValueError(f"a sample is {{'dtype': one of {SAMPLE_DTYPES}, 'base64': its bytes}}")
+    try:
+        data = base64.b64decode(value["base64"], validate=True)
+    except binascii.Error as exc:
+        raise ValueError(f"a sample's base64 does not decode ({exc})") from None
+    size = np.dtype(dtype).itemsize
+    if len(data) % size or not 0 < len(data) // size <= min(n, _SAMPLE_MAX):
+        raise ValueError(
+            f"a sample of a tensor of {n} values has 1 to {min(n, _SAMPLE_MAX)} of them, not {len(data) / size:g}"
+        )
+    return np.frombuffer(data, dtype=np.dtype(dtype).newbyteorder("<")).astype(dtype)

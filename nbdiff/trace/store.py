@@ -5,8 +5,8 @@
     dump_dir/
       rank0/
         manifest.json        format, framework, model, rank, options, layers; "complete" once closed
-        step0.json           step 0's events + statistics + stacks
-        step0.safetensors    tensor payloads of step 0 (dump_type="tensor" only)
+        step0.json           step 0's events + statistics (+ sampled values) + stacks
+        step0.safetensors    tensor payloads of step 0 (a statistics dump: few-valued BatchNorms' only)
         step1.json
         step1.safetensors
 
@@ -23,6 +23,7 @@ file and what is wrong with it.
 from __future__ import annotations
 
 import json
+import math
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -36,7 +37,7 @@ from nbdiff.trace.events import Event, Kind, Phase, TensorRecord
 from nbdiff.trace.reading import load_json, read_payload, read_text
 from nbdiff.trace.schema import payload_path, validate_manifest, validate_step
 from nbdiff.trace.stack import Frame
-from nbdiff.trace.stats import Stats
+from nbdiff.trace.stats import Stats, sample_of_json
 
 __all__ = ["FORMAT", "VERSION", "MANIFEST", "DUMP_TYPES", "RankDump", "read_dump", "rank_dirs", "manifest_of"]
 
@@ -224,7 +225,10 @@ def _tensor(t: dict[str, Any], payload: dict[str, np.ndarray], where: Path, step
         m = [_read_float(st[f]) for f in ("min", "max", "mean", "std", "abs_mean")]
         stats = Stats(m[0], m[1], m[2], m[3], m[4], int(st["nan"]), int(st["inf"]))
     shape = tuple(int(n) for n in t["shape"])
-    return TensorRecord(str(t["name"]), shape, str(t["dtype"]), value, stats, str(t.get("layout", "")))
+    sample = None
+    if t.get("sample") is not None:
+        sample = sample_of_json(t["sample"], math.prod(shape))  # checked by validate_step
+    return TensorRecord(str(t["name"]), shape, str(t["dtype"]), value, stats, str(t.get("layout", "")), sample)
 
 
 def _event(e: dict[str, Any], step: int, payload: dict[str, np.ndarray], where: Path) -> Event:

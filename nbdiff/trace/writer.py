@@ -18,19 +18,24 @@ from typing import Any
 import numpy as np
 
 from nbdiff.errors import DumpError
-from nbdiff.trace.events import Event, TensorRecord
+from nbdiff.trace.capture import amplifies
+from nbdiff.trace.events import Event, Kind, Phase, TensorRecord
 from nbdiff.trace.payload import PayloadFile, header_room
-from nbdiff.trace.stats import Stats, tensor_stats
+from nbdiff.trace.stats import Stats, sample_json, tensor_sample, tensor_stats
 from nbdiff.trace.store import DUMP_TYPES, FORMAT, MANIFEST, VERSION
 
 __all__ = ["DumpWriter", "write_rank"]
+
+_SAMPLED_PHASES = (Phase.FORWARD, Phase.BACKWARD)
 
 
 def _json_float(x: float) -> float | str:
     return x if math.isfinite(x) else repr(x)  # "nan", "inf", "-inf": JSON has no such numbers
 
 
-def _tensor_json(t: TensorRecord, key: str | None, seen: dict[int, Stats | None], keep_stats: bool) -> dict[str, Any]:
+def _tensor_json(
+    t: TensorRecord, key: str | None, seen: dict[int, Stats | None], keep_stats: bool, sampled: bool = False
+) -> dict[str, Any]:
     # A tensor recorded as one layer's output and the next one's input shares its values: the
     # statistics are computed once (``seen``: id of the values -> statistics, for one step).
     if not keep_stats:
@@ -45,6 +50,10 @@ def _tensor_json(t: TensorRecord, key: str | None, seen: dict[int, Stats | None]
     out = {"name": t.name, "shape": list(t.shape), "dtype": t.dtype, "stats": stats, "key": key}
     if t.layout:
         out["layout"] = t.layout
+    if sampled and st is not None and key is None and t.value is not None:
+        sample = tensor_sample(t.value)
+        if sample is not None:
+            out["sample"] = sample_json(sample)
     return out
 
 
@@ -59,6 +68,10 @@ def _event_json(
     seen = {} if seen is None else seen
     keys = {} if keys is None else keys  # id of the values -> payload key: shared values are stored once
 
+    # Activations and their gradients keep a sample where their values are not kept; a parameter's
+    # (its gradient, its update) are compared in raw's layout, which a sample's positions do not follow.
+    sampled = keep_stats and e.phase in _SAMPLED_PHASES and e.kind is not Kind.PARAM
+
     def tensors(group: str, items: tuple[TensorRecord, ...]) -> list[dict[str, Any]]:
         out = []
         for t in items:
@@ -68,7 +81,7 @@ def _event_json(
                 if key is None:
                     key = keys[id(t.value)] = f"{e.phase.value}.{e.order}.{group}.{t.name}"
                     payload[key] = np.require(t.value, requirements="C")  # ascontiguousarray makes 0-d arrays 1-d
-            out.append(_tensor_json(t, key, seen, keep_stats))
+            out.append(_tensor_json(t, key, seen, keep_stats, sampled and group != "param"))
         return out
 
     return {
@@ -280,7 +293,11 @@ class DumpWriter:
         keys: dict[int, str] = {}
         keep_values, keep_stats = self.dump_type == "tensor", self.dump_type != "stack"
         kept = self.keeps_values or (lambda e: True)
-        ev_json = [_event_json(e, payload, keep_values and kept(e), keep_stats, seen, keys) for e in events]
+        # A statistics dump keeps the few values a BatchNorm amplifies the rounding of, for compare to recompute.
+        ev_json = [
+            _event_json(e, payload, (keep_values and kept(e)) or (keep_stats and amplifies(e)), keep_stats, seen, keys)
+            for e in events
+        ]
         file = f"step{k}.safetensors" if payload else None
         ahead, self._payload = self._payload, None
         if ahead is not None and ahead.path.name != file:

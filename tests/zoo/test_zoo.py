@@ -45,7 +45,8 @@ def test_zoo_case(case, single_step):
 
 # Known gaps of record + compare, each with its reason (strict: a gap that closes fails, so it is
 # taken off this list). A tensor dump lets compare recompute a BatchNorm (base's, on raw's inputs) and
-# tell its amplified rounding from a port difference; a statistics dump holds no values to do so.
+# tell its amplified rounding from a port difference; a statistics dump keeps the values of such a
+# BatchNorm, and a sample of every activation's.
 _OFFLINE_GAPS = {
     "tensor": {
         "shufflenet custom layer grad": "a backward-only bug behind train-mode BatchNorms: the gradients arriving "
@@ -53,10 +54,8 @@ _OFFLINE_GAPS = {
         "state), so compare cannot rebuild it to run it again",
     },
     "statistics": {
-        "resnet batch 2 at 32 px": "a train-mode BatchNorm over 2 values amplifies rounding, and statistics hold "
-        "no values to recompute it from",
-        "shufflenet concat": "statistics do not change when channels are shuffled: first seen at the next conv",
-        "qwen3 custom norm eps": "a per-head RMSNorm epsilon moves the statistics less than their tolerance",
+        "qwen3 custom norm eps": "the epsilon added outside the square root moves 1.4% of q_norm's values past "
+        "tolerance (1.1x it at most), and none of the 64 sampled values; its statistics move less than theirs",
     },
 }
 OFFLINE = [c for c in CASES if "train" not in c.tags]

@@ -225,3 +225,74 @@ def test_a_backward_only_bug_offline_is_measured_on_its_rebuilt_layer(
     d = nbdiff.compare(a, b).first_divergence
     assert (d.phase.value, d.base_path, d.local_by) == ("backward", "1", "received")
     assert "my_layers is not imported here" in d.unmeasured
+
+
+def _made_inside(fw, grad_scale=1.0, out_scale=1.0):
+    """A ReLU whose class is made inside a function, with a hand-written backward (``grad_scale``,
+    ``out_scale``: bugs where not 1): compare cannot import it to rebuild it."""
+    if fw == "torch":
+        import torch
+
+        class Rectify(torch.autograd.Function):
+            @staticmethod
+            def forward(ctx, x):
+                ctx.save_for_backward(x)
+                return x.clamp(min=0) * out_scale
+
+            @staticmethod
+            def backward(ctx, g):
+                (x,) = ctx.saved_tensors
+                return g * (x > 0).to(g.dtype) * out_scale * grad_scale
+
+        layer_base = torch.nn.Module
+    else:
+        import paddle
+
+        class Rectify(paddle.autograd.PyLayer):
+            @staticmethod
+            def forward(ctx, x):
+                ctx.save_for_backward(x)
+                return paddle.clip(x, min=0) * out_scale
+
+            @staticmethod
+            def backward(ctx, g):
+                (x,) = ctx.saved_tensor()
+                return g * (x > 0).astype(g.dtype) * out_scale * grad_scale
+
+        layer_base = paddle.nn.Layer
+
+    class Rectifier(layer_base):
+        def forward(self, x):
+            return Rectify.apply(x)
+
+    return Rectifier()
+
+
+def _relu_model(fw, acts):
+    import paddle
+    import torch
+
+    (torch.manual_seed if fw == "torch" else paddle.seed)(0)
+    nn = torch.nn if fw == "torch" else paddle.nn
+    return nn.Sequential(nn.Linear(16, 32), acts[0], nn.Linear(32, 32), acts[1], nn.Linear(32, 4))
+
+
+@pytest.mark.parametrize("base_fw,raw_fw", BOTH)
+def test_a_layer_that_cannot_be_rebuilt_is_judged_against_base_run_on_its_data(tmp_path, base_fw, raw_fw):
+    # Raw's activations are classes made inside a function. Behind a second bug (the last one's
+    # output scaled), the gradients arriving at the first already differed: judged from what it
+    # received, its wrong gradient was "inherited" and never found. Base's ReLU, rebuilt and run on
+    # raw's inputs and arriving gradients, gives what raw's should have (torch's in place: a rebuilt
+    # layer ran on a leaf tensor, which that refuses, and was "not measured").
+    import paddle
+    import torch
+
+    relu = (lambda: torch.nn.ReLU(inplace=True)) if base_fw == "torch" else paddle.nn.ReLU
+    base = _relu_model(base_fw, [relu(), relu()])
+    raw = _relu_model(raw_fw, [_made_inside(raw_fw, grad_scale=1.5), _made_inside(raw_fw, out_scale=1.02)])
+    nbdiff.assign_weight(base, raw, inputs=X)
+    a, b = (train(model, tmp_path / name, steps=1).parent for name, model in (("a", base), ("b", raw)))
+    result = nbdiff.compare(a, b)
+    found = {(f.phase.value, f.base_path): f.local_by for f in result.findings}
+    assert found.get(("forward", "3")) == "recomputed" and found.get(("backward", "1")) == "recomputed", result.report()
+    assert "base's layer recomputed from the dump and run on the raw side's inputs" in result.report()

@@ -6,8 +6,10 @@ every update after it, and each call's inputs and outputs. That is enough to bui
 again, give it the weights it had at step ``k`` (the first weights plus the updates up to
 ``k``), and run it on the other side's inputs, which is what a replay does live.
 
-Only raw's layer is rebuilt (base's recorded call is the reference), and it is trusted only
-once it gives back raw's own recorded outputs from raw's own recorded inputs: a layer that
+Raw's layer is rebuilt (base's recorded call is the reference); where it cannot be (a class
+made inside a function) and the layer has no weights, base's is, and runs on raw's recorded
+data, as a BatchNorm is recomputed. A rebuilt layer is trusted only once it gives back its own
+side's recorded outputs from that side's own recorded inputs: a layer that
 keeps state between calls, takes arguments the dump does not hold, or was rebuilt from another
 class of the same name, fails that check and stays "not measured". Classes are looked up among
 the modules already imported; only torch's and paddle's own modules are imported for it, and
@@ -215,6 +217,7 @@ def _arguments(
         x = fw.from_numpy(t.value, requires_grad=t.name in differentiated)
         if t.name in differentiated:
             grads.append((t.name, x))
+            x = fw.identity(x, copy=True)  # a layer working in place (ReLU(inplace=True)) may not write a leaf
         if name.startswith("[") and name.endswith("]") and name[1:-1].isdigit():
             args[int(name[1:-1])] = x
         elif name.startswith(".") and name[1:].isidentifier() and not keyword.iskeyword(name[1:]):

@@ -15,12 +15,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from nbdiff.trace.events import Event
 
-__all__ = ["BatchNormCall", "batch_norm_of", "rounding_move"]
+__all__ = ["BatchNormCall", "batch_norm_of", "recorded_batch_norm", "read_off", "rounding_move"]
 
 _FIT = 1e-3  # how closely the fitted line must give base's own output back, relative to its range
 
@@ -79,6 +80,21 @@ def batch_norm_of(
         if np.abs(scale * x_hat + shift - ys).max() <= _FIT * span:
             return BatchNormCall(scale, shift, eps, mode, axis)
     return None
+
+
+def recorded_batch_norm(forward: Event, args: dict[str, Any], train: bool | None) -> BatchNormCall | None:
+    """:func:`batch_norm_of` with the layer's recorded constructor arguments (``eps``, ``data_format``)."""
+    eps = args.get("eps", 1e-5)
+    channels_last = str(args.get("data_format", "")).upper().endswith("C")
+    return batch_norm_of(forward, float(eps) if isinstance(eps, (int, float)) else 1e-5, channels_last, train)
+
+
+def read_off(call: BatchNormCall, forward: Event) -> float:
+    """How closely base's BatchNorm is known when read off its recorded call: its output moves this
+    much (relative) from rounding its inputs, and the fitted scale carries that."""
+    x, y = forward.inputs[0].value, forward.outputs[0].value
+    top = float(np.abs(y).max(initial=0.0)) if y is not None else 0.0
+    return rounding_move(call.forward, x) / top if x is not None and top > 0 else 0.0
 
 
 def _by_channel(v: np.ndarray, axis: int, dtype: type = np.float64) -> np.ndarray:

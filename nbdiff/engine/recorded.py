@@ -25,7 +25,7 @@ from nbdiff.engine.drift import Explanation, drift_note, followed
 from nbdiff.engine.forward import TolFn, api_local, received_differ, tensor_diffs
 from nbdiff.engine.layouts import converted, converted_records
 from nbdiff.engine.rebuilt import RebuiltSide, plan_snapshot, rebuilt_local, rebuilt_local_backward
-from nbdiff.engine.recomputed import BatchNormCall, batch_norm_of, rounding_move
+from nbdiff.engine.recomputed import BatchNormCall, read_off, recorded_batch_norm, rounding_move
 from nbdiff.engine.replay import compare_param_grads
 from nbdiff.engine.stepping import StepRecord
 from nbdiff.engine.updates import GradientSpread, Snapshot, Updates
@@ -52,20 +52,8 @@ def layer_args(dump: RankDump) -> dict[str, dict[str, Any]]:
     return {path: recorded_arguments(args) for path, args in dump.meta.get("layer_args", {}).items()}
 
 
-def _read_off(call: BatchNormCall, forward: Event) -> float:
-    """How closely base's BatchNorm is known when read off its recorded call: its output moves this
-    much (relative) from rounding its inputs, and the fitted scale carries that."""
-    x, y = forward.inputs[0].value, forward.outputs[0].value
-    top = float(np.abs(y).max(initial=0.0)) if y is not None else 0.0
-    return rounding_move(call.forward, x) / top if x is not None and top > 0 else 0.0
-
-
 def _value(records: tuple[TensorRecord, ...]) -> np.ndarray | None:
     return records[0].value if records else None
-
-
-def _channels_last(args: dict[str, Any]) -> bool:
-    return str(args.get("data_format", "")).upper().endswith("C")
 
 
 def recorded_step(events: list[Event], rank: int) -> StepRecord:
@@ -217,11 +205,32 @@ class RecordedComparer(StepComparer):
         return self._own_code(own, kids, "outputs", "inputs")
 
     def _rebuilt(self, d: EventDiff) -> tuple[TensorDiff, ...] | None:
-        """Raw's layer rebuilt from its dump and run on base's inputs (:mod:`nbdiff.engine.rebuilt`)."""
+        """Raw's layer rebuilt from its dump and run on base's inputs (:mod:`nbdiff.engine.rebuilt`);
+        where it cannot be and the layer has no weights, base's run on raw's inputs."""
         local = rebuilt_local(
             d.base, (self.sides[1], d.raw), self.position, self._compare, self._training(d.raw), self._followed(d.base)
         )
+        if isinstance(local, str) and _weightless(d):
+            mirrored = rebuilt_local(
+                d.raw, (self.sides[0], d.base), self.position, self._compare_mirrored, self._training(d.base, self.a)
+            )
+            return self._recomputed_as(d, mirrored, local)
         return self._measured(d, local)
+
+    def _recomputed_as(
+        self, d: EventDiff, mirrored: tuple[TensorDiff, ...] | str, why_not: str
+    ) -> tuple[TensorDiff, ...] | None:
+        """Base's layer rebuilt and run on raw's recorded inputs (and arriving gradients): raw's own
+        layer (a class made inside a function, or one the dump cannot build) is judged against the
+        reference class on raw's data, as a BatchNorm is recomputed."""
+        if isinstance(mirrored, str):
+            return self._measured(d, why_not)
+        self._recomputed_events.add(id(d.base))
+        return mirrored
+
+    def _compare_mirrored(self, got: list[TensorRecord], like: tuple[TensorRecord, ...]) -> list[TensorDiff]:
+        """Raw's recorded results against what base's rebuilt layer gave on raw's data (the reference)."""
+        return tensor_diffs(list(like), tuple(got), self.tol, self.mode)
 
     def _rebuilt_backward(self, d: EventDiff, bf: Event, rf: Event) -> tuple[TensorDiff, ...] | None:
         """Raw's layer rebuilt, run on base's inputs and the gradients arriving at base's outputs."""
@@ -234,6 +243,12 @@ class RecordedComparer(StepComparer):
         local = rebuilt_local_backward(
             *sides, self.position, self._compare, params, self._training(rf), self._followed(bf)
         )
+        if isinstance(local, str) and _weightless(d) and not d.base.params and not d.raw.params:
+            mirrored = rebuilt_local_backward(
+                (rf, d.raw), (self.sides[0], bf, d.base), self.position, self._compare_mirrored,
+                lambda base, raw: [], self._training(bf, self.a),
+            )  # fmt: skip
+            return self._recomputed_as(d, mirrored, local)
         return self._measured(d, local)
 
     def read_step(self, k: int, rank: int) -> tuple[StepRecord, StepRecord]:
@@ -268,10 +283,10 @@ class RecordedComparer(StepComparer):
     def _compare(self, got: list[TensorRecord], like: tuple[TensorRecord, ...]) -> list[TensorDiff]:
         return tensor_diffs(got, like, self.tol, self.mode)
 
-    def _training(self, raw: Event) -> bool:
-        """The mode raw's layer is rebuilt in: a BatchNorm's as the dump recorded it, else eval (the
-        dump keeps no mode; dropout was off while recording)."""
-        return bool(self.b.meta.get("batch_norm_training", {}).get(raw.path, False))
+    def _training(self, event: Event, dump: RankDump | None = None) -> bool:
+        """The mode a layer is rebuilt in (raw's; base's from ``dump``): a BatchNorm's as the dump
+        recorded it, else eval (the dump keeps no mode; dropout was off while recording)."""
+        return bool((dump or self.b).meta.get("batch_norm_training", {}).get(event.path, False))
 
     def _measured(self, d: EventDiff, local: tuple[TensorDiff, ...] | str) -> tuple[TensorDiff, ...] | None:
         if isinstance(local, str):
@@ -287,7 +302,7 @@ class RecordedComparer(StepComparer):
         x = _value(d.raw.inputs)
         if call is None or x is None or x.shape != d.base.inputs[0].shape:
             return None
-        return self._judged(d, d.raw.outputs, d.base.outputs[0], call.forward, x, _read_off(call, d.base))
+        return self._judged(d, d.raw.outputs, d.base.outputs[0], call.forward, x, read_off(call, d.base))
 
     def _recomputed_backward(self, d: EventDiff, bf: Event, rf: Event) -> tuple[TensorDiff, ...] | None:
         """Base's BatchNorm backward on raw's forward inputs and the gradient arriving at raw's output."""
@@ -295,15 +310,11 @@ class RecordedComparer(StepComparer):
         if call is None or x is None or g is None or not d.base.inputs or x.shape != bf.inputs[0].shape:
             return None
         fn = lambda v, dtype=np.float64: call.backward(v, g, dtype)  # noqa: E731
-        return self._judged(d, d.raw.inputs, d.base.inputs[0], fn, x, _read_off(call, bf))
+        return self._judged(d, d.raw.inputs, d.base.inputs[0], fn, x, read_off(call, bf))
 
     def _batch_norm(self, forward: Event) -> BatchNormCall | None:
-        args = self.arguments[0].get(forward.path, {})
-        eps = args.get("eps", 1e-5)
         train = self.a.meta.get("batch_norm_training", {}).get(forward.path)
-        return batch_norm_of(
-            forward, float(eps) if isinstance(eps, (int, float)) else 1e-5, _channels_last(args), train
-        )
+        return recorded_batch_norm(forward, self.arguments[0].get(forward.path, {}), train)
 
     def _judged(
         self,
@@ -429,3 +440,8 @@ def _param_grads(events: list[Event], groups: tuple[FusedGroup, ...], side: str)
         if g.side == side and all(m in out for m in g.members):
             out[g.path] = {f"{member_name(m)}.{n}": v for m in g.members for n, v in out[m].items()}
     return out
+
+
+def _weightless(d: EventDiff) -> bool:
+    """Neither side's layer has parameters of its own: base's runs on raw's data as it is."""
+    return not d.base.weights and not d.raw.weights

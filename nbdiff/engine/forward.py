@@ -21,9 +21,10 @@ from nbdiff.judge.metrics import TensorDiff, compare_statistics, compare_tensors
 from nbdiff.judge.tolerance import Tolerance, loosest
 from nbdiff.trace.events import Event, Kind, TensorRecord
 
-__all__ = ["TolFn", "tensor_diffs", "forward_diffs", "api_local", "at_least_as_loose"]
+__all__ = ["TolFn", "tensor_diffs", "by_statistics", "forward_diffs", "api_local", "at_least_as_loose"]
 
 TolFn = Callable[[str, str], Tolerance]
+_BY_STATISTICS = "compared by statistics"  # compare_statistics' notes say it too
 
 
 def tensor_diffs(
@@ -67,7 +68,12 @@ def _with_sample(
     sampled = compare_tensors(r.name, r.sample, b.sample, tol, mode, scale, hint_covers=True)
     if sampled.ratio <= found.ratio:
         return found
-    return replace(sampled, note=f"compared by statistics and {r.sample.size} sampled values")
+    return replace(sampled, note=f"{_BY_STATISTICS} and {r.sample.size} sampled values")
+
+
+def by_statistics(t: TensorDiff) -> bool:
+    """Whether the comparison's verdict came from a statistics dump (its statistics or sampled values)."""
+    return _BY_STATISTICS in t.note
 
 
 def forward_diffs(

@@ -38,7 +38,7 @@ from nbdiff.trace.nest import flatten
 from nbdiff.trace.store import RankDump
 from nbdiff.weights.plan import LayerWeights
 
-__all__ = ["RebuiltSide", "plan_snapshot", "rebuilt_local", "rebuilt_local_backward"]
+__all__ = ["RebuiltSide", "plan_snapshot", "rebuilt_local", "rebuilt_local_backward", "mirrored", "weightless"]
 
 _FRAMEWORKS = ("torch", "paddle")
 """Packages a rebuild may import: the frameworks themselves, which a dump of theirs needs anyway."""
@@ -348,6 +348,16 @@ def rebuilt_local_backward(
     in_grads, params = measured
     base_params = {t.name: t.value for t in bbwd.params if t.value is not None}
     return tuple(compare(in_grads, bbwd.inputs) + compare_params(base_params, params))
+
+
+def weightless(base: Event, raw: Event) -> bool:
+    """Neither side's layer has parameters (nor parameter gradients): base's runs on raw's data as it is."""
+    return not (base.weights or raw.weights or base.params or raw.params)
+
+
+def mirrored(compare: Compare) -> Compare:
+    """``compare`` for base's layer run on raw's data: raw's recorded results against its (the reference)."""
+    return lambda got, like: compare(list(like), tuple(got))
 
 
 def plan_snapshot(weights: Weights, plans: dict[str, LayerWeights], side: str) -> Snapshot:

@@ -172,11 +172,21 @@ def concatenated_stats(parts: list[tuple[Stats, int]]) -> Stats:
 
 @functools.lru_cache(maxsize=4096)
 def sample_positions(n: int, k: int = SAMPLE_SIZE) -> np.ndarray:
-    """``k`` flat positions in ``range(n)``, sorted, from a generator seeded with ``n`` (all of them
-    when ``n <= k``): both sides sample a tensor of the same size at the same places."""
+    """``k`` flat positions in ``range(n)``, increasing (all of them when ``n <= k``): one in each of
+    ``k`` equal stretches, at an offset a hash of the stretch's index picks (no lattice). Integer
+    arithmetic only, so the two sides, recorded with other numpy versions, sample the same places."""
     if n <= k:
-        return np.arange(n)
-    picked = np.sort(np.random.default_rng(n).choice(n, k, replace=False, shuffle=False))
+        picked = np.arange(n)
+        picked.setflags(write=False)  # cached: shared by every caller
+        return picked
+    i = np.arange(k, dtype=np.int64)
+    starts = i * n // k  # sizes up to 2**56 elements: far past any tensor
+    widths = (i + 1) * n // k - starts  # each >= 1, since n > k
+    h = (i.astype(np.uint64) + np.uint64(1)) * np.uint64(0x9E3779B97F4A7C15)  # splitmix64's mix, wrapping
+    h ^= h >> np.uint64(30)
+    h *= np.uint64(0xBF58476D1CE4E5B9)
+    h ^= h >> np.uint64(31)
+    picked = starts + (h % widths.astype(np.uint64)).astype(np.int64)
     picked.setflags(write=False)
     return picked
 

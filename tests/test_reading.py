@@ -143,3 +143,18 @@ def test_an_unreadable_dump_file_says_so_and_names_it(tmp_path, monkeypatch, cap
     assert main(["compare", str(folder.parent), str(_dump(tmp_path / "e").resolve())]) == 2
     err = capsys.readouterr().err
     assert f"{folder / name}: cannot be read (Permission denied; check its permissions)" in err
+
+
+@pytest.mark.parametrize(
+    "text, name",
+    [
+        ('{"path": "fc\\u001b[31m"}', "fc\\x1b[31m"),  # an escape sequence written as JSON writes it
+        ('{"path": "fc\x7f"}', "fc\\x7f"),  # DEL, which JSON allows raw in a string
+        ('{"path": "fc\u2028x"}', "fc\\u2028x"),  # a line separator, raw
+        ('{"path": "layers.0"}', "layers.0"),  # plain ASCII: read as it is
+    ],
+)
+def test_every_string_read_from_json_is_printable(text, name):
+    from nbdiff.trace.reading import load_json
+
+    assert load_json(text) == {"path": name}

@@ -65,7 +65,7 @@ def _with_sample(
     if mode != "strict" or not np.isfinite(found.ratio):
         return found
     scale = max(abs(b.stats.min), abs(b.stats.max), scale_hint) if b.stats is not None else scale_hint
-    sampled = compare_tensors(r.name, r.sample, b.sample, tol, mode, scale, hint_covers=True)
+    sampled = compare_tensors(r.name, r.sample, b.sample, tol, mode, scale, lazy=True, hint_covers=True)
     if sampled.ratio <= found.ratio:
         return found
     return replace(sampled, note=f"{_BY_STATISTICS} and {r.sample.size} sampled values")

@@ -15,7 +15,7 @@ from typing import Any
 
 from nbdiff.errors import DumpError
 from nbdiff.trace.events import Kind, Phase
-from nbdiff.trace.stats import sample_of_json
+from nbdiff.trace.stats import check_sample_json
 
 __all__ = ["validate_manifest", "validate_step", "payload_path", "FRAMEWORKS", "MAX_DEPTH"]
 
@@ -190,7 +190,7 @@ def _tensor(c: _Check, t: Any, key: str) -> None:
             c.int(stats.get(s), f"{key}.stats.{s}")
     if t.get("sample") is not None:
         try:
-            sample_of_json(c.type(t["sample"], dict, f"{key}.sample", "an object"), math.prod(t["shape"]))
+            check_sample_json(c.type(t["sample"], dict, f"{key}.sample", "an object"), math.prod(t["shape"]))
         except ValueError as exc:
             raise c.fail(f"{key}.sample", str(exc)) from None
 

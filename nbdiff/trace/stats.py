@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import base64
-import binascii
 import functools
 import math
+import re
 import threading
 from dataclasses import dataclass, fields
 
@@ -203,6 +203,7 @@ def tensor_sample(a: np.ndarray, k: int = SAMPLE_SIZE) -> np.ndarray | None:
 
 SAMPLE_DTYPES = ("float16", "float32", "float64")
 _SAMPLE_MAX = 4096  # what a dump may claim: its positions are drawn for as many as it holds
+_BASE64 = re.compile(r"[A-Za-z0-9+/]*={0,2}")
 
 
 def sample_json(sample: np.ndarray) -> dict[str, str]:
@@ -213,18 +214,24 @@ def sample_json(sample: np.ndarray) -> dict[str, str]:
     return {"dtype": dtype, "base64": base64.b64encode(data.tobytes()).decode("ascii")}
 
 
-def sample_of_json(value: dict[str, str], n: int) -> np.ndarray:
-    """The sample back (``n``: the tensor's size, which bounds it); ``ValueError`` where it is not one."""
-    dtype = value.get("dtype")
-    if dtype not in SAMPLE_DTYPES or not isinstance(value.get("base64"), str):
+def check_sample_json(value: dict[str, str], n: int) -> int:
+    """How many values a sample read from a dump holds (``n``: its tensor's size, which bounds it);
+    ``ValueError`` where it is not a sample. Checked without decoding it."""
+    dtype, text = value.get("dtype"), value.get("base64")
+    if dtype not in SAMPLE_DTYPES or not isinstance(text, str):
         raise ValueError(f"a sample is {{'dtype': one of {SAMPLE_DTYPES}, 'base64': its bytes}}")
-    try:
-        data = base64.b64decode(value["base64"], validate=True)
-    except binascii.Error as exc:
-        raise ValueError(f"a sample's base64 does not decode ({exc})") from None
-    size = np.dtype(dtype).itemsize
-    if len(data) % size or not 0 < len(data) // size <= min(n, _SAMPLE_MAX):
+    if len(text) % 4 or not _BASE64.fullmatch(text):
+        raise ValueError("a sample's base64 does not decode")
+    size, data = np.dtype(dtype).itemsize, len(text) // 4 * 3 - text.count("=", -2)
+    if data % size or not 0 < data // size <= min(n, _SAMPLE_MAX):
         raise ValueError(
-            f"a sample of a tensor of {n} values has 1 to {min(n, _SAMPLE_MAX)} of them, not {len(data) / size:g}"
+            f"a sample of a tensor of {n} values has 1 to {min(n, _SAMPLE_MAX)} of them, not {data / size:g}"
         )
-    return np.frombuffer(data, dtype=np.dtype(dtype).newbyteorder("<")).astype(dtype)
+    return data // size
+
+
+def sample_of_json(value: dict[str, str], n: int) -> np.ndarray:
+    """The sample back (see :func:`check_sample_json`)."""
+    check_sample_json(value, n)
+    data = base64.b64decode(value["base64"], validate=True)
+    return np.frombuffer(data, dtype=np.dtype(value["dtype"]).newbyteorder("<")).astype(value["dtype"])

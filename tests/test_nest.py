@@ -38,3 +38,13 @@ def test_flattening_leaves_no_reference_cycle_holding_the_tensors():
     finally:
         if was:
             gc.enable()
+
+
+def test_the_one_tensor_call_template_is_what_flatten_makes_of_one_positional_tensor():
+    # The recorder takes this template without flattening (most layer calls): it must stay the same.
+    from nbdiff.trace.nest import ONE_TENSOR_CALL
+
+    x = np.ones(3)
+    leaves, template = flatten(((x,), {}), lambda v: isinstance(v, np.ndarray))
+    assert leaves == [("[0][0]", x)] and template == ONE_TENSOR_CALL
+    assert unflatten(ONE_TENSOR_CALL, ["y"]) == (("y",), {}) and describe_non_tensors(ONE_TENSOR_CALL) == ()

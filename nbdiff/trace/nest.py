@@ -10,7 +10,7 @@ import dataclasses
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["Leaf", "flatten", "unflatten", "describe_non_tensors"]
+__all__ = ["Leaf", "flatten", "unflatten", "describe_non_tensors", "ONE_TENSOR_CALL"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -51,6 +51,9 @@ def _flatten(x: Any, key: str, is_tensor: Callable[[Any], bool], leaves: list[tu
 
 _TYPE = "__nbdiff_type__"
 _PROTO = "__nbdiff_dataclass__"
+ONE_TENSOR_CALL = ((Leaf(0),), {_TYPE: dict})
+"""The template :func:`flatten` makes of a call's ``(args, kwargs)`` with one positional tensor
+(most layer calls): its leaf is named ``[0][0]``. Shared: never written."""
 
 
 def unflatten(template: Any, values: list[Any]) -> Any:

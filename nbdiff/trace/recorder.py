@@ -22,7 +22,7 @@ from nbdiff.trace.build import build_events
 from nbdiff.trace.calls import Call, Feed, input_name
 from nbdiff.trace.events import Event, TensorRecord, changed
 from nbdiff.trace.interrupts import interrupts_deferred, lost_interrupts_kept, raise_lost_interrupt
-from nbdiff.trace.nest import describe_non_tensors, flatten, unflatten
+from nbdiff.trace.nest import ONE_TENSOR_CALL, describe_non_tensors, flatten, unflatten
 from nbdiff.trace.spool import Spool
 from nbdiff.trace.stack import Frame, tool_roots, user_stack
 
@@ -183,9 +183,12 @@ class Recorder:
             )
             self.calls.append(rec)
             self._active.append(rec)
-            leaves, template = flatten((args, kwargs), fw.is_tensor)
+            if not kwargs and len(args) == 1 and fw.is_tensor(args[0]):  # most calls: one tensor, as flatten gives it
+                leaves, template = [("[0][0]", args[0])], ONE_TENSOR_CALL
+            else:
+                leaves, template = flatten((args, kwargs), fw.is_tensor)
+                rec.args = describe_non_tensors(template)
             rec.template = template
-            rec.args = describe_non_tensors(template)
             inplace = getattr(layer, "inplace", False) is True
             changed = False
             fed = self.feed.inputs.get((path, call_index)) if self.feed else None
@@ -209,7 +212,7 @@ class Recorder:
                     changed = True
                 new_values.append(t)
             if changed:
-                return unflatten(template, new_values)
+                return ((new_values[0],), {}) if template is ONE_TENSOR_CALL else unflatten(template, new_values)
             return None
 
         return pre
@@ -229,7 +232,7 @@ class Recorder:
         def body(output: Any) -> Any:
             rec = self._active.pop()
             rec.done = True
-            leaves, _ = flatten(output, fw.is_tensor, "out")
+            leaves = [("out", output)] if fw.is_tensor(output) else flatten(output, fw.is_tensor, "out")[0]
             grads = self.feed.grads.get((rec.path, rec.call)) if self.feed else None
             for name, t in leaves:
                 rec.outputs.append(self._keep(name, t))

@@ -7,7 +7,7 @@ nbdiff's fixed cost per layer call, which an accelerator user sees whole. Each p
 a wrapper around it (``time.perf_counter`` at its entry and exit, about 0.3 µs), summed over
 ``R`` runs of ``auto_diff`` after one warm-up, and divided by the layer calls recorded (both
 models' forward calls, root included). Prints the minimum and median over rounds of each part
-in µs per layer call, against the bare forward+backward of both models per layer call and
+in µs per layer call ("rest": auto_diff less the parts and the fastest bare run), against the bare forward+backward of both models per layer call and
 the floor of any such tool (every layer hooked, each output and gradient copied once, one
 comparison pass: ``bench_overhead.py``'s).
 
@@ -113,7 +113,9 @@ def main() -> None:
         nbdiff.auto_diff(t, p, x)
         runs["auto_diff"].append(time.perf_counter() - t0)
         rounds.append(dict(SPENT))
-        rounds[-1]["rest"] = runs["auto_diff"][-1] - sum(SPENT.values()) - runs["bare"][-1]
+    fastest = min(runs["bare"])  # a round's own bare run is too noisy to subtract
+    for r, total in zip(rounds, runs["auto_diff"]):
+        r["rest"] = total - sum(r.values()) - fastest
     us = 1e6 / calls
     print(f"{n} Linear+Tanh pairs, {calls} layer calls per step, {args.rounds} rounds; µs per layer call")
     print("| part | min | median |\n|---|---:|---:|")

@@ -61,3 +61,41 @@ def test_a_rebound_equal_value_is_no_change():
     with kept_user_state(framework_of(model, "m"), model) as state:
         model(torch.ones(1, 2))
     assert not state.changed
+
+
+class _Config:
+    def __init__(self):
+        self.hidden, self.layers_seen, self.root = 4, [], None
+
+
+class _SharedConfig(torch.nn.Module):
+    """Every layer holds the one config object (transformers' way), which refers back to itself."""
+
+    def __init__(self):
+        super().__init__()
+        self.config = _Config()
+        self.config.root = self.config
+        self.blocks = torch.nn.ModuleList(torch.nn.Linear(2, 2) for _ in range(3))
+        for block in self.blocks:
+            block.config = self.config
+
+    def forward(self, x):
+        self.config.layers_seen.append(len(self.config.layers_seen))
+        self.config.hidden = 8
+        for block in self.blocks:
+            x = block(x)
+        return x
+
+
+def test_an_object_many_layers_hold_or_one_referring_to_itself_is_put_back_once():
+    # A config that refers to itself made the snapshot recurse without end (RecursionError).
+    model = _SharedConfig()
+    config, seen = model.config, model.config.layers_seen
+    with kept_user_state(framework_of(model, "m"), model) as state:
+        model(torch.ones(1, 2))
+    assert state.changed
+    assert all(b.config is config for b in model.blocks) and model.config is config and config.root is config
+    assert config.hidden == 4 and config.layers_seen is seen and seen == []
+    with kept_user_state(framework_of(model, "m"), model) as state:
+        model.blocks[0](torch.ones(1, 2))  # nothing of the config touched
+    assert not state.changed

@@ -30,15 +30,18 @@ class UserState:
         """Set on :meth:`restore`: the block changed some of it (now put back)."""
         self._fw, self._internals = fw, fw.layer_internals()
         self._kept: list[tuple[Any, dict[str, Any], dict[str, tuple[Any, Any]]]] = []
+        seen: dict[int, tuple[Any, Any]] = {}  # every layer of a transformers model holds the one config
         for _, layer in fw.named_layers(model):
             own = {k: v for k, v in vars(layer).items() if self._users(k, v)}
-            self._kept.append((layer, own, {k: _snapshot(v) for k, v in own.items()}))
+            self._kept.append((layer, own, {k: _snapshot(v, seen) for k, v in own.items()}))
 
     def _users(self, name: str, value: Any) -> bool:
         return name not in self._internals and not (self._fw.is_layer(value) or callable(value))
 
     def restore(self) -> None:
         tensor = self._fw.is_tensor
+        seen: dict[int, tuple[Any, Any]] = {}
+        put_back: set[int] = set()
         for layer, own, snapshots in self._kept:
             attrs = vars(layer)
             for name in [k for k, v in attrs.items() if k not in own and self._users(k, v)]:
@@ -49,15 +52,21 @@ class UserState:
                 key, data = snapshots[name]
                 now = attrs.get(name, _MISSING)
                 # Rebound to an equal value (a new list of the same ints), or to another tensor, is no change.
-                if not (tensor(value) and tensor(now)) and (_snapshot(now)[0] != key or _snapshot(value)[0] != key):
+                if not (tensor(value) and tensor(now)) and (
+                    _snapshot(now, seen)[0] != key or _snapshot(value, seen)[0] != key
+                ):
                     self.changed = True
                 attrs[name] = value
-                _put_back(value, data)
+                if id(value) not in put_back:  # an object held by many layers is put back once
+                    put_back.add(id(value))
+                    _put_back(value, data)
 
 
-def _snapshot(v: Any) -> tuple[Any, Any]:
+def _snapshot(v: Any, seen: dict[int, tuple[Any, Any]]) -> tuple[Any, Any]:
     """``(key, data)``: a key that changes when ``v`` changes in place (items compared by identity,
-    never by value: tensors compare elementwise), and what puts it back."""
+    never by value: tensors compare elementwise), and what puts it back. ``seen``: the objects'
+    snapshots taken so far (by ``id``; they are alive while it is): one held by many layers is
+    taken once (a config object of a hundred fields, referenced by every layer of a model)."""
     if isinstance(v, _SCALARS):
         return ("scalar", "nan" if isinstance(v, float) and math.isnan(v) else v), None
     if isinstance(v, list):
@@ -67,8 +76,14 @@ def _snapshot(v: Any) -> tuple[Any, Any]:
     if isinstance(v, set):
         return ("set", frozenset(id(x) for x in v)), set(v)
     if hasattr(v, "__dict__") and not isinstance(v, type):  # a cache object: its lists and counters
-        inner = {k: _snapshot(x) for k, x in vars(v).items()}
-        return ("object", tuple((k, id(x), inner[k][0]) for k, x in vars(v).items())), (dict(vars(v)), inner)
+        hit = seen.get(id(v))
+        if hit is not None:
+            return hit
+        seen[id(v)] = (("cycle", id(v)), None)  # an object that refers back to itself, while it is taken
+        inner = {k: _snapshot(x, seen) for k, x in vars(v).items()}
+        snap = ("object", tuple((k, id(x), inner[k][0]) for k, x in vars(v).items())), (dict(vars(v)), inner)
+        seen[id(v)] = snap
+        return snap
     return ("opaque", id(v)), None
 
 

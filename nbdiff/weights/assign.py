@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 
 from nbdiff.align.fused import FusedGroup
+from nbdiff.align.fused_structure import fused_by_structure
 from nbdiff.align.layer_map import LayerMap
 from nbdiff.align.pairing import Pairing
 from nbdiff.align.probe import pair_once
@@ -148,13 +149,23 @@ def _weight_units(fw: Framework, model: Any) -> list[tuple[str, Any]]:
     return units
 
 
-def _pairs_by_structure(bfw: Framework, base: Any, rfw: Framework, raw: Any) -> list[tuple[str, str]]:
+def _pairs_by_structure(
+    bfw: Framework, base: Any, rfw: Framework, raw: Any
+) -> tuple[list[tuple[str, str]], tuple[FusedGroup, ...]]:
     b, r = _weight_units(bfw, base), _weight_units(rfw, raw)
+    fused: tuple[FusedGroup, ...] = ()
+    if len(b) != len(r):  # a fused qkv_proj on one side: paired from the weights, not by a probe forward
+        blayers, rlayers = dict(bfw.named_layers(base)), dict(rfw.named_layers(raw))
+        b, r, groups = fused_by_structure(bfw, b, rfw, r, blayers, rlayers)
+        fused = tuple(groups)
+    grouped = {g.path for g in fused}
     problem = None
     if len(b) != len(r):
         problem = f"base has {len(b)} layers with weights, raw has {len(r)}"
     else:
         for (bp, bl), (rp, rl) in zip(b, r):
+            if bp in grouped or rp in grouped:
+                continue
             custom = not bfw.is_library_layer(bl) and not rfw.is_library_layer(rl)
             if not custom and not equivalent_types(type(bl).__name__, type(rl).__name__):
                 problem = f"base `{bp}` is a {type(bl).__name__} but raw `{rp}` is a {type(rl).__name__}"
@@ -164,7 +175,7 @@ def _pairs_by_structure(bfw: Framework, base: Any, rfw: Framework, raw: Any) -> 
             f"Cannot pair the layers by structure: {problem}. Pass `inputs=` so nbdiff pairs them by "
             "execution order instead (definition order does not matter then), or give a LayerMap."
         )
-    return [(bp, rp) for (bp, _), (rp, _) in zip(b, r)]
+    return [(bp, rp) for (bp, _), (rp, _) in zip(b, r)], fused
 
 
 def plan_weights(
@@ -178,7 +189,7 @@ def plan_weights(
         pairs, fused = execution_pairs(pairing), pairing.fused
     with tensors_read_once():
         if inputs is None:
-            pairs = _pairs_by_structure(bfw, base, rfw, raw)
+            pairs, fused = _pairs_by_structure(bfw, base, rfw, raw)
         return bfw, rfw, plan_pairs(bfw, base, rfw, raw, pairs, fused)
 
 

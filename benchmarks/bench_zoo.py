@@ -25,48 +25,52 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 warnings.filterwarnings("ignore")
 
 
-def main() -> None:
+def measure(name: str, rounds: int) -> str:
+    """One zoo pair's line: bare against auto_diff, interleaved round by round."""
     import nbdiff
     from nbdiff.engine.stepping import loss_of
     from nbdiff.frameworks import framework_of
     from nbdiff.trace.inputs import split_inputs
     from tests.zoo.pairs import CASES
 
+    case = next(c for c in CASES if c.name == name)
+    base, raw, inputs, options = case.build()
+    nbdiff.assign_weight(base, raw, inputs=inputs)
+    sides = (framework_of(base, "base"), framework_of(raw, "raw"))
+    calls = split_inputs(inputs, *sides)
+
+    def bare() -> None:
+        for side, fw, model, (a, kw) in zip(("base", "raw"), sides, (base, raw), calls):
+            loss_of(fw, None, model(*a, **kw), side).backward()
+            fw.zero_grad(model, None)
+
+    def checked() -> None:
+        nbdiff.auto_diff(base, raw, inputs, **options)
+
+    bare()
+    checked()
+    times: dict[str, list[float]] = {"bare": [], "auto_diff": []}
+    for _ in range(rounds):
+        for label, fn in (("bare", bare), ("auto_diff", checked)):
+            t0 = time.perf_counter()
+            fn()
+            times[label].append(time.perf_counter() - t0)
+    low = {k: min(v) for k, v in times.items()}
+    mid = {k: statistics.median(v) for k, v in times.items()}
+    return (
+        f"{name:8s} bare {low['bare'] * 1e3:6.1f} ms | auto_diff {low['auto_diff'] / low['bare']:.2f}x "
+        f"({mid['auto_diff'] / mid['bare']:.2f}x)"
+    )
+
+
+def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("names", nargs="*", default=["llama", "qwen2"])
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--threads", type=int, help="CPU threads for both frameworks (1: steadier on a shared machine)")
     args = ap.parse_args()
     for name in args.names:
-        case = next(c for c in CASES if c.name == name)
-        base, raw, inputs, options = case.build()
-        nbdiff.assign_weight(base, raw, inputs=inputs)
-        sides = (framework_of(base, "base"), framework_of(raw, "raw"))
-        calls = split_inputs(inputs, *sides)
-
-        def bare() -> None:
-            for side, fw, model, (a, kw) in zip(("base", "raw"), sides, (base, raw), calls):
-                loss_of(fw, None, model(*a, **kw), side).backward()
-                fw.zero_grad(model, None)
-
-        def checked() -> None:
-            nbdiff.auto_diff(base, raw, inputs, **options)
-
-        bare()
-        checked()
-        times: dict[str, list[float]] = {"bare": [], "auto_diff": []}
-        for _ in range(args.rounds):
-            for label, fn in (("bare", bare), ("auto_diff", checked)):
-                t0 = time.perf_counter()
-                fn()
-                times[label].append(time.perf_counter() - t0)
-        low = {k: min(v) for k, v in times.items()}
-        mid = {k: statistics.median(v) for k, v in times.items()}
-        print(
-            f"{name:8s} bare {low['bare'] * 1e3:6.1f} ms | auto_diff {low['auto_diff'] / low['bare']:.2f}x "
-            f"({mid['auto_diff'] / mid['bare']:.2f}x)",
-            flush=True,
-        )
+        print(measure(name, args.rounds), flush=True)
 
 
 if __name__ == "__main__":

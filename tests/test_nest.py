@@ -5,7 +5,7 @@ from collections import OrderedDict
 
 import numpy as np
 
-from nbdiff.trace.nest import describe_non_tensors, flatten, unflatten
+from nbdiff.trace.nest import describe_non_tensors, flatten, flatten_call, unflatten
 
 
 def _is_tensor(x):
@@ -48,3 +48,6 @@ def test_the_one_tensor_call_template_is_what_flatten_makes_of_one_positional_te
     leaves, template = flatten(((x,), {}), lambda v: isinstance(v, np.ndarray))
     assert leaves == [("[0][0]", x)] and template == ONE_TENSOR_CALL
     assert unflatten(ONE_TENSOR_CALL, ["y"]) == (("y",), {}) and describe_non_tensors(ONE_TENSOR_CALL) == ()
+    is_array = lambda v: isinstance(v, np.ndarray)  # noqa: E731
+    assert flatten_call((x,), {}, is_array) == ([("[0][0]", x)], ONE_TENSOR_CALL)
+    assert flatten_call((x, 2), {"m": x}, is_array) == flatten(((x, 2), {"m": x}), is_array)

@@ -223,8 +223,8 @@ def test_each_steps_gradients_are_read_once_however_many_updates_they_explain(tm
                 opt.zero_grad()
         paths.append(rec.path)
     reads = []
-    real = recorded._param_grads
-    monkeypatch.setattr(recorded, "_param_grads", lambda *a: reads.append(1) or real(*a))
+    real = recorded.step_param_grads
+    monkeypatch.setattr(recorded, "step_param_grads", lambda *a: reads.append(1) or real(*a))
     result = nbdiff.compare(*paths)
     assert result, result.report()
     explained = {d.base.step for d in result.events if d.base.phase.value == "optimizer" for t in d.tensors if t.note}

@@ -37,6 +37,7 @@ __all__ = [
     "register_fused_pattern",
     "find_fused_groups",
     "group_path",
+    "parent_path",
     "fuse_events",
     "concat_layout",
     "per_kv_head_layout",
@@ -211,7 +212,7 @@ class FusedLayers:
 
 def group_path(members: tuple[str, ...]) -> str:
     """``a.b.q_proj+k_proj+v_proj``: the siblings' parent once, then their names."""
-    parent = _parent_path(members[0])
+    parent = parent_path(members[0])
     return (f"{parent}." if parent else "") + "+".join(member_name(m) for m in members)
 
 
@@ -220,7 +221,8 @@ def member_name(path: str) -> str:
     return path.rsplit(".", 1)[-1]
 
 
-def _parent_path(path: str) -> str:
+def parent_path(path: str) -> str:
+    """The path of a layer's parent (``""``: the root's)."""
     return path.rsplit(".", 1)[0] if "." in path else ""
 
 
@@ -272,7 +274,7 @@ def _groups_for(
             if found is None:
                 continue
             sizes = tuple(_features(e)[1] for e in found)  # type: ignore[index]
-            layout = pattern.layout(sizes, layers.get(_parent_path(r.path)))
+            layout = pattern.layout(sizes, layers.get(parent_path(r.path)))
             if layout is None:
                 continue
             used.update(e.order for e in found)
@@ -306,14 +308,14 @@ def _next_members(
     for e in base:
         if e.order in used or member_name(e.path) not in members:
             continue
-        siblings = by_parent.setdefault(_parent_path(e.path), {})
+        siblings = by_parent.setdefault(parent_path(e.path), {})
         siblings.setdefault(member_name(e.path), e)
         if len(siblings) == len(members):
             found = [siblings[m] for m in members]
             feats = [_features(x) for x in found]
             if all(f is not None and f[0] == fused[0] for f in feats) and sum(f[1] for f in feats) == fused[1]:  # type: ignore[index]
                 return found
-            del by_parent[_parent_path(e.path)]
+            del by_parent[parent_path(e.path)]
     return None
 
 

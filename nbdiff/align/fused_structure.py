@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from nbdiff.align.fused import FUSED_PATTERNS, FusedGroup, group_path, member_name
+from nbdiff.align.fused import FUSED_PATTERNS, FusedGroup, group_path, member_name, parent_path
 from nbdiff.frameworks import Framework
 
 __all__ = ["fused_by_structure"]
@@ -55,14 +55,14 @@ def _group(
         run = units[k : k + n]
         if member_name(path) not in pattern.fused or len(run) < n:
             continue
-        if {member_name(p) for p, _ in run} != set(pattern.members) or len({_parent(p) for p, _ in run}) != 1:
+        if {member_name(p) for p, _ in run} != set(pattern.members) or len({parent_path(p) for p, _ in run}) != 1:
             continue
         run = sorted(run, key=lambda u: pattern.members.index(member_name(u[0])))
         sizes = [out_features(members_fw, m) for _, m in run]
         whole = out_features(fused_fw, layer)
         if whole is None or any(s is None for s in sizes) or sum(sizes) != whole:  # type: ignore[misc]
             continue
-        layout = pattern.layout(tuple(sizes), fused_layers.get(_parent(path)))  # type: ignore[arg-type]
+        layout = pattern.layout(tuple(sizes), fused_layers.get(parent_path(path)))  # type: ignore[arg-type]
         if layout is None:
             continue
         paths = tuple(p for p, _ in run)
@@ -84,7 +84,3 @@ def out_features(fw: Framework, layer: Any) -> int | None:
     if bias is not None and fw.shape_of(bias) != (features,):
         return None
     return features
-
-
-def _parent(path: str) -> str:
-    return path.rsplit(".", 1)[0] if "." in path else ""

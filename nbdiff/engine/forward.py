@@ -17,14 +17,13 @@ from nbdiff.align.received import received_pairs
 from nbdiff.engine.replay import magnitude
 from nbdiff.engine.stepping import StepRecord
 from nbdiff.judge.blame import EventDiff, post_order
-from nbdiff.judge.metrics import TensorDiff, compare_statistics, compare_tensors
+from nbdiff.judge.metrics import BY_STATISTICS, TensorDiff, compare_statistics, compare_tensors
 from nbdiff.judge.tolerance import Tolerance, loosest
 from nbdiff.trace.events import Event, Kind, TensorRecord
 
 __all__ = ["TolFn", "tensor_diffs", "by_statistics", "forward_diffs", "api_local", "at_least_as_loose"]
 
 TolFn = Callable[[str, str], Tolerance]
-_BY_STATISTICS = "compared by statistics"  # compare_statistics' notes say it too
 
 
 def tensor_diffs(
@@ -68,12 +67,12 @@ def _with_sample(
     sampled = compare_tensors(r.name, r.sample, b.sample, tol, mode, scale, lazy=True, hint_covers=True)
     if sampled.ratio <= found.ratio:
         return found
-    return replace(sampled, note=f"{_BY_STATISTICS} and {r.sample.size} sampled values")
+    return replace(sampled, note=f"{BY_STATISTICS} and {r.sample.size} sampled values")
 
 
 def by_statistics(t: TensorDiff) -> bool:
     """Whether the comparison's verdict came from a statistics dump (its statistics or sampled values)."""
-    return _BY_STATISTICS in t.note
+    return BY_STATISTICS in t.note
 
 
 def forward_diffs(

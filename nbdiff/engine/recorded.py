@@ -22,6 +22,7 @@ from nbdiff.engine.backward import GradsOf
 from nbdiff.engine.comparer import Plans, StepComparer
 from nbdiff.engine.conditioning import MARGIN
 from nbdiff.engine.drift import Explanation, drift_note, followed
+from nbdiff.engine.dump_steps import step_param_grads, subtree_params, updates_by_path
 from nbdiff.engine.forward import TolFn, api_local, by_statistics, received_differ, tensor_diffs
 from nbdiff.engine.layouts import converted, converted_records
 from nbdiff.engine.rebuilt import (
@@ -39,8 +40,7 @@ from nbdiff.engine.updates import GradientSpread, Snapshot, Updates
 from nbdiff.judge.blame import Divergence, EventDiff
 from nbdiff.judge.metrics import TensorDiff
 from nbdiff.trace.capture import BATCH_NORMS
-from nbdiff.trace.events import Event, Phase, TensorRecord, changed
-from nbdiff.trace.layer_paths import relative
+from nbdiff.trace.events import Event, Phase, TensorRecord
 from nbdiff.trace.store import RankDump
 from nbdiff.weights.fused import fused_plan, unfused_plan
 from nbdiff.weights.plan import LayerWeights, plan_by_classes
@@ -151,7 +151,7 @@ class RecordedComparer(StepComparer):
             plan = plans.get(b.path)
             bparams, rparams = b.params, r.params
             if plan is not None and plan.recursive:  # the rule's tensors include its sublayers'
-                bparams, rparams = _subtree_params(brec.backward, b.path), _subtree_params(rrec.backward, r.path)
+                bparams, rparams = subtree_params(brec.backward, b.path), subtree_params(rrec.backward, r.path)
             if not bparams or not rparams:
                 return (), {}
             return rparams, {t.name: t for t in converted_records(plan, bparams)}
@@ -389,7 +389,7 @@ class RecordedComparer(StepComparer):
     def updates(self, pairing: Pairing, brec: StepRecord, rrec: StepRecord) -> dict[str, Updates]:
         """The step's optimizer events by plan (a fused group's members' as one): the dump keeps
         updates, not the weights."""
-        ba, ra = _by_path(brec.optimizer, pairing, "base"), _by_path(rrec.optimizer, pairing, "raw")
+        ba, ra = updates_by_path(brec.optimizer, pairing, "base"), updates_by_path(rrec.optimizer, pairing, "raw")
         out = {}
         for key, plan in self.plans.items():
             be, re_ = ba.get(key), ra.get(plan.raw_path)
@@ -405,7 +405,10 @@ class RecordedComparer(StepComparer):
         plans, a, b = self.plans, self.a, self.b
 
         def step_grads(s: int) -> dict[str, tuple[dict[str, np.ndarray], dict[str, np.ndarray]]]:
-            ga, gb = _param_grads(a.steps[s], self._groups, "base"), _param_grads(b.steps[s], self._groups, "raw")
+            ga, gb = (
+                step_param_grads(a.steps[s], self._groups, "base"),
+                step_param_grads(b.steps[s], self._groups, "raw"),
+            )
             out = {}
             for key, plan in plans.items():
                 if key in ga:
@@ -414,44 +417,3 @@ class RecordedComparer(StepComparer):
             return out
 
         return self.spread.catch_up(k, step_grads)
-
-
-def _by_path(events: list[Event], pairing: Pairing, side: str) -> dict[str, Event]:
-    """Optimizer events by layer path; each fused group of ``side`` as one event under its path, its
-    members' updates named ``member.name`` (as a fused plan converts them)."""
-    out = {e.path: e for e in events}
-    for g in pairing.fused:
-        members = [out.get(m) for m in g.members]
-        if g.side == side and all(members):
-            outputs = tuple(changed(t, name=f"{member_name(m.path)}.{t.name}") for m in members if m for t in m.outputs)
-            out[g.path] = replace(members[0], path=g.path, outputs=outputs)  # type: ignore[arg-type]
-    return out
-
-
-def _subtree_params(events: list[Event], path: str) -> tuple[TensorRecord, ...]:
-    """Parameter gradients of the layer at ``path`` and of its sublayers, under names relative to
-    it (``q_proj.weight``), the first of each: what a recursive weight rule converts."""
-    out: dict[str, TensorRecord] = {}
-    for e in events:
-        rel = relative(e.path, path)
-        if rel is not None:
-            for t in e.params:
-                name = f"{rel}.{t.name}" if rel else t.name
-                out.setdefault(name, t if t.name == name else changed(t, name=name))
-    return tuple(out.values())
-
-
-def _param_grads(events: list[Event], groups: tuple[FusedGroup, ...], side: str) -> dict[str, dict[str, np.ndarray]]:
-    """One step's parameter gradients, by layer path then parameter name (summed over the layer's
-    calls); a fused group of ``side`` also under its path, as ``member.name``."""
-    out: dict[str, dict[str, np.ndarray]] = {}
-    for e in events:
-        if e.phase is Phase.BACKWARD:
-            for t in e.params:
-                if t.value is not None:
-                    held = out.setdefault(e.path, {})
-                    held[t.name] = held[t.name] + t.value if t.name in held else t.value
-    for g in groups:
-        if g.side == side and all(m in out for m in g.members):
-            out[g.path] = {f"{member_name(m)}.{n}": v for m in g.members for n, v in out[m].items()}
-    return out

@@ -21,7 +21,7 @@ from nbdiff.judge.tolerance import Tolerance, summed_terms
 from nbdiff.trace.calls import input_name
 from nbdiff.trace.events import Event, TensorRecord
 from nbdiff.trace.modes import kept_state
-from nbdiff.trace.nest import flatten, unflatten
+from nbdiff.trace.nest import flatten, flatten_call, unflatten
 from nbdiff.trace.user_state import kept_user_state
 from nbdiff.weights.plan import LayerWeights, layer_tensors
 
@@ -251,7 +251,7 @@ class Replayer:
             # What the sublayer is handed, copied before it runs: an in-place layer (ReLU(inplace=True))
             # writes its output over its input.
             if queue.get(id(layer)):
-                given, _ = flatten((args, kwargs), fw.is_tensor)
+                given, _ = flatten_call(args, kwargs, fw.is_tensor)
                 given_now.setdefault(id(layer), []).append(
                     [
                         TensorRecord(input_name(key), fw.shape_of(t), fw.dtype_name(t), fw.to_numpy(t).copy())

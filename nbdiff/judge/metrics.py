@@ -26,6 +26,7 @@ __all__ = [
     "inf_count",
     "compare_tensors",
     "compare_statistics",
+    "BY_STATISTICS",
 ]
 
 COMPARE_MODES = ("strict", "mean", "abs_mean")
@@ -353,6 +354,10 @@ def _ratio(
     raise ValueError(f"compare_mode {mode!r} is not one of {COMPARE_MODES}")
 
 
+BY_STATISTICS = "compared by statistics"
+"""What the note of a comparison made from a statistics dump says (its statistics, or its samples)."""
+
+
 def compare_statistics(
     name: str,
     raw: Stats,
@@ -379,7 +384,7 @@ def compare_statistics(
     atol = (tol.atol * scale if tol.scaled else tol.atol) + tol.floor
     allowed = np.maximum(atol + tol.rtol * np.abs(b), _TINY)
     ratio = float(np.max(d / allowed)) if d.size else 0.0
-    note = "compared by statistics"
+    note = BY_STATISTICS
     nb, nr = math.prod(base_shape), math.prod(raw_shape)
     if base.nan * nr != raw.nan * nb or base.inf * nr != raw.inf * nb:  # per element: counts scale with size
         ratio, note = np.inf, "NaN/Inf counts differ"
@@ -395,8 +400,8 @@ def compare_statistics(
             )
         elif _broadcast(tuple(raw_shape), tuple(base_shape)) is None and nb != nr:
             ratio, note = np.inf, f"shape {tuple(raw_shape)} vs base {tuple(base_shape)}"
-        elif note == "compared by statistics":
-            note = f"shape {tuple(raw_shape)} vs base {tuple(base_shape)}, compared by statistics"
+        elif note == BY_STATISTICS:
+            note = f"shape {tuple(raw_shape)} vs base {tuple(base_shape)}, {BY_STATISTICS}"
     worst = float(d.max()) if d.size else 0.0
     rel = float(np.max(d / np.maximum(np.abs(b), _TINY))) if d.size else 0.0
     return TensorDiff(

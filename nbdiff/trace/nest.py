@@ -10,7 +10,7 @@ import dataclasses
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["Leaf", "flatten", "unflatten", "describe_non_tensors", "ONE_TENSOR_CALL"]
+__all__ = ["Leaf", "flatten", "flatten_call", "unflatten", "describe_non_tensors", "ONE_TENSOR_CALL"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -24,6 +24,14 @@ def flatten(obj: Any, is_tensor: Callable[[Any], bool], prefix: str = "") -> tup
     """Return ``(leaves, template)``: named tensors in order, and the structure with placeholders."""
     leaves: list[tuple[str, Any]] = []
     return leaves, _flatten(obj, prefix, is_tensor, leaves)
+
+
+def flatten_call(args: tuple, kwargs: dict, is_tensor: Callable[[Any], bool]) -> tuple[list[tuple[str, Any]], Any]:
+    """:func:`flatten` of a call's ``(args, kwargs)``, without the walk for one positional tensor
+    (most layer calls: this runs in the hook before every one)."""
+    if not kwargs and len(args) == 1 and is_tensor(args[0]):
+        return [("[0][0]", args[0])], ONE_TENSOR_CALL
+    return flatten((args, kwargs), is_tensor)
 
 
 # The walks are module functions, not recursive closures: a closure that calls itself is a
@@ -52,12 +60,14 @@ def _flatten(x: Any, key: str, is_tensor: Callable[[Any], bool], leaves: list[tu
 _TYPE = "__nbdiff_type__"
 _PROTO = "__nbdiff_dataclass__"
 ONE_TENSOR_CALL = ((Leaf(0),), {_TYPE: dict})
-"""The template :func:`flatten` makes of a call's ``(args, kwargs)`` with one positional tensor
-(most layer calls): its leaf is named ``[0][0]``. Shared: never written."""
+"""The template :func:`flatten` makes of a call's ``(args, kwargs)`` with one positional tensor,
+whose leaf is named ``[0][0]``: :func:`flatten_call` hands it out shared (never written)."""
 
 
 def unflatten(template: Any, values: list[Any]) -> Any:
     """Rebuild a structure from :func:`flatten`'s template with new tensor ``values``."""
+    if template is ONE_TENSOR_CALL:
+        return (values[0],), {}
     return _build(template, values)
 
 

@@ -22,7 +22,7 @@ from nbdiff.trace.build import build_events
 from nbdiff.trace.calls import Call, Feed, input_name
 from nbdiff.trace.events import Event, TensorRecord, changed
 from nbdiff.trace.interrupts import interrupts_deferred, lost_interrupts_kept, raise_lost_interrupt
-from nbdiff.trace.nest import ONE_TENSOR_CALL, describe_non_tensors, flatten, unflatten
+from nbdiff.trace.nest import ONE_TENSOR_CALL, describe_non_tensors, flatten, flatten_call, unflatten
 from nbdiff.trace.spool import Spool
 from nbdiff.trace.stack import Frame, tool_roots, user_stack
 
@@ -183,12 +183,10 @@ class Recorder:
             )
             self.calls.append(rec)
             self._active.append(rec)
-            if not kwargs and len(args) == 1 and fw.is_tensor(args[0]):  # most calls: one tensor, as flatten gives it
-                leaves, template = [("[0][0]", args[0])], ONE_TENSOR_CALL
-            else:
-                leaves, template = flatten((args, kwargs), fw.is_tensor)
-                rec.args = describe_non_tensors(template)
+            leaves, template = flatten_call(args, kwargs, fw.is_tensor)
             rec.template = template
+            if template is not ONE_TENSOR_CALL:  # one tensor: no other argument to describe
+                rec.args = describe_non_tensors(template)
             inplace = getattr(layer, "inplace", False) is True
             changed = False
             fed = self.feed.inputs.get((path, call_index)) if self.feed else None
@@ -212,7 +210,7 @@ class Recorder:
                     changed = True
                 new_values.append(t)
             if changed:
-                return ((new_values[0],), {}) if template is ONE_TENSOR_CALL else unflatten(template, new_values)
+                return unflatten(template, new_values)
             return None
 
         return pre
@@ -232,7 +230,7 @@ class Recorder:
         def body(output: Any) -> Any:
             rec = self._active.pop()
             rec.done = True
-            leaves = [("out", output)] if fw.is_tensor(output) else flatten(output, fw.is_tensor, "out")[0]
+            leaves, _ = flatten(output, fw.is_tensor, "out")
             grads = self.feed.grads.get((rec.path, rec.call)) if self.feed else None
             for name, t in leaves:
                 rec.outputs.append(self._keep(name, t))
@@ -258,7 +256,7 @@ class Recorder:
             return  # in-place updates and bookkeeping are not computations to compare
         self._busy = True
         try:
-            ins, _ = flatten((args, kwargs), fw.is_tensor)
+            ins, _ = flatten_call(args, kwargs, fw.is_tensor)
             outs, _ = flatten(out, fw.is_tensor, "out")
             if not ins or not any(fw.is_floating(t) for _, t in outs):
                 return

@@ -21,6 +21,8 @@ __all__ = [
     "tensor_sample",
     "sample_json",
     "sample_of_json",
+    "check_sample_json",
+    "decoded_sample",
     "SAMPLE_DTYPES",
 ]
 
@@ -233,5 +235,10 @@ def check_sample_json(value: dict[str, str], n: int) -> int:
 def sample_of_json(value: dict[str, str], n: int) -> np.ndarray:
     """The sample back (see :func:`check_sample_json`)."""
     check_sample_json(value, n)
+    return decoded_sample(value)
+
+
+def decoded_sample(value: dict[str, str]) -> np.ndarray:
+    """A sample :func:`check_sample_json` has passed, decoded (a dump's step is checked as it is read)."""
     data = base64.b64decode(value["base64"], validate=True)
     return np.frombuffer(data, dtype=np.dtype(value["dtype"]).newbyteorder("<")).astype(value["dtype"])

@@ -23,7 +23,6 @@ file and what is wrong with it.
 from __future__ import annotations
 
 import json
-import math
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -37,7 +36,7 @@ from nbdiff.trace.events import Event, Kind, Phase, TensorRecord
 from nbdiff.trace.reading import load_json, read_payload, read_text
 from nbdiff.trace.schema import payload_path, validate_manifest, validate_step
 from nbdiff.trace.stack import Frame
-from nbdiff.trace.stats import Stats, sample_of_json
+from nbdiff.trace.stats import Stats, decoded_sample
 
 __all__ = ["FORMAT", "VERSION", "MANIFEST", "DUMP_TYPES", "RankDump", "read_dump", "rank_dirs", "manifest_of"]
 
@@ -227,7 +226,7 @@ def _tensor(t: dict[str, Any], payload: dict[str, np.ndarray], where: Path, step
     shape = tuple(int(n) for n in t["shape"])
     sample = None
     if t.get("sample") is not None:
-        sample = sample_of_json(t["sample"], math.prod(shape))  # checked by validate_step
+        sample = decoded_sample(t["sample"])  # checked by validate_step
     return TensorRecord(str(t["name"]), shape, str(t["dtype"]), value, stats, str(t.get("layout", "")), sample)
 
 

@@ -34,10 +34,15 @@ def _json_float(x: float) -> float | str:
 
 
 def _tensor_json(
-    t: TensorRecord, key: str | None, seen: dict[int, Stats | None], keep_stats: bool, sampled: bool = False
+    t: TensorRecord,
+    key: str | None,
+    seen: dict[int, Stats | None],
+    keep_stats: bool,
+    samples: dict[int, dict[str, str] | None] | None = None,
 ) -> dict[str, Any]:
     # A tensor recorded as one layer's output and the next one's input shares its values: the
-    # statistics are computed once (``seen``: id of the values -> statistics, for one step).
+    # statistics are computed once (``seen``: id of the values -> statistics, for one step), and
+    # the sample too (``samples``, given where the tensor is sampled).
     if not keep_stats:
         st = None
     elif t.stats is not None or t.value is None:
@@ -50,10 +55,12 @@ def _tensor_json(
     out = {"name": t.name, "shape": list(t.shape), "dtype": t.dtype, "stats": stats, "key": key}
     if t.layout:
         out["layout"] = t.layout
-    if sampled and st is not None and key is None and t.value is not None:
-        sample = tensor_sample(t.value)
-        if sample is not None:
-            out["sample"] = sample_json(sample)
+    if samples is not None and st is not None and key is None and t.value is not None:
+        if id(t.value) not in samples:
+            sample = tensor_sample(t.value)
+            samples[id(t.value)] = None if sample is None else sample_json(sample)
+        if samples[id(t.value)] is not None:
+            out["sample"] = samples[id(t.value)]
     return out
 
 
@@ -64,9 +71,11 @@ def _event_json(
     keep_stats: bool,
     seen: dict[int, Stats | None] | None = None,
     keys: dict[int, str] | None = None,
+    samples: dict[int, dict[str, str] | None] | None = None,
 ) -> dict[str, Any]:
     seen = {} if seen is None else seen
     keys = {} if keys is None else keys  # id of the values -> payload key: shared values are stored once
+    samples = {} if samples is None else samples
 
     # Activations and their gradients keep a sample where their values are not kept; a parameter's
     # (its gradient, its update) are compared in raw's layout, which a sample's positions do not follow.
@@ -81,7 +90,7 @@ def _event_json(
                 if key is None:
                     key = keys[id(t.value)] = f"{e.phase.value}.{e.order}.{group}.{t.name}"
                     payload[key] = np.require(t.value, requirements="C")  # ascontiguousarray makes 0-d arrays 1-d
-            out.append(_tensor_json(t, key, seen, keep_stats, sampled and group != "param"))
+            out.append(_tensor_json(t, key, seen, keep_stats, samples if sampled and group != "param" else None))
         return out
 
     return {
@@ -291,11 +300,14 @@ class DumpWriter:
         # The arrays in ``_ahead`` are held, so their ids are not another array's.
         seen: dict[int, Stats | None] = {i: st for i, (_, st) in self._ahead.items()}
         keys: dict[int, str] = {}
+        samples: dict[int, dict[str, str] | None] = {}
         keep_values, keep_stats = self.dump_type == "tensor", self.dump_type != "stack"
         kept = self.keeps_values or (lambda e: True)
         # A statistics dump keeps the few values a BatchNorm amplifies the rounding of, for compare to recompute.
         ev_json = [
-            _event_json(e, payload, (keep_values and kept(e)) or (keep_stats and amplifies(e)), keep_stats, seen, keys)
+            _event_json(
+                e, payload, (keep_values and kept(e)) or (keep_stats and amplifies(e)), keep_stats, seen, keys, samples
+            )
             for e in events
         ]
         file = f"step{k}.safetensors" if payload else None

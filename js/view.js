@@ -731,8 +731,15 @@ function render({ model, el }) {
       if (called.length) frames.push(h("div", { class: "nbd-stack-title" }, `${sideName} called from (innermost first)`));
       called.forEach((f, i) => frames.push(frameRow(sideName, f, i)));
     }
+    // A detail that arrives late (the kernel's answer to an earlier selection) must not take the
+    // keyboard away from the frame it is on: the same frame, redrawn, gets the focus back.
+    const focused = stack.contains(document.activeElement) ? document.activeElement.dataset : null;
     stack.replaceChildren(...frames);
     source.replaceChildren();
+    if (focused) {
+      const again = stack.querySelector(`.nbd-frame[data-side="${focused.side}"][data-index="${focused.index}"]`);
+      (again || stack.querySelector(".nbd-frame"))?.focus();
+    }
   }
 
   // A group row: the step at a glance, each worst row a link to it.

@@ -342,3 +342,58 @@ def test_no_python_runs_when_a_recorded_tensor_dies_so_a_ctrl_c_is_never_dropped
         other = torch.full((2, 4), 7.0) if fw_name == "torch" else paddle.full([2, 4], 7.0)
         rec._copies[(id(other), key[1])] = (weakref.ref(model), record)  # not `other`
         assert float(rec._keep("in[0]", other).value.max()) == 7.0
+
+
+def _deep_calls(fw_name, roots):
+    """Layers called from helpers, loops, a container and twice from different lines, five deep;
+    each records, in its forward, the user frames above its own (what its call's stack must be)."""
+    from nbdiff.trace.stack import user_stack
+
+    Base = torch.nn.Module if fw_name == "torch" else paddle.nn.Layer
+    seen: dict[str, list] = {}
+
+    class Leaf(Base):
+        def __init__(self, name):
+            super().__init__()
+            self.name = name
+
+        def forward(self, x):
+            seen.setdefault(self.name, []).append(user_stack(roots, limit=13)[1:])
+            return x * 2.0
+
+    def through_helper(layer, x):
+        return layer(x)
+
+    class Block(Base):
+        def __init__(self, name, depth):
+            super().__init__()
+            self.name = name
+            self.a = Leaf(name + ".a")
+            self.inner = Block(name + ".inner", depth - 1) if depth > 1 else Leaf(name + ".inner")
+
+        def forward(self, x):
+            seen.setdefault(self.name, []).append(user_stack(roots, limit=13)[1:])
+            x = through_helper(self.a, x)
+            for _ in range(2):
+                x = self.inner(x)
+            return self.a(x)  # the same layer again, from another line
+
+    return Block("root", 5), seen
+
+
+@pytest.mark.parametrize("fw_name", ["torch", "paddle"])
+def test_each_calls_stack_is_the_user_frames_above_it_however_deep(fw_name):
+    # A sublayer's walk stops at its running parent's frames and takes the frames found then: the
+    # stacks must be what a full walk finds, line by line, past the 12-frame limit too.
+    model, tensor = _three_way(fw_name)
+    fw = framework_of(model, "model")
+    recorder = Recorder(fw, model)
+    model, seen = _deep_calls(fw_name, recorder.hidden_roots)
+    recorder.model = model
+    with recorder:
+        model(tensor(np.ones((2, 4), "float32")))
+    by_path: dict[str, list] = {}
+    for call in recorder.calls:
+        by_path.setdefault(call.layer.name, []).append(call.stack)
+    assert by_path == seen
+    assert max(len(s) for stacks in seen.values() for s in stacks) == 12  # the limit was reached

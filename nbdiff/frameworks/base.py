@@ -12,7 +12,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-__all__ = ["Framework", "Handle", "LAYER_LIKE", "like_names"]
+__all__ = ["Framework", "Handle", "LAYER_LIKE", "like_names", "own_entries"]
 
 LAYER_LIKE: dict[str, str] = {
     # Third-party layer classes that compute what a framework class computes (qualified class
@@ -25,6 +25,20 @@ def like_names(layer: Any) -> list[str]:
     """Framework classes that ``layer``'s class stands for, by :data:`LAYER_LIKE`."""
     names = (f"{c.__module__}.{c.__qualname__}" for c in type(layer).__mro__)
     return [LAYER_LIKE[n] for n in names if n in LAYER_LIKE]
+
+
+def own_entries(entries: dict[str, Any]) -> list[tuple[str, Any]]:
+    """A layer's own parameters (or buffers) from the dict the framework keeps them in: unset
+    ones (``None``) left out, one held under two names listed once, as the framework's
+    ``named_parameters`` lists them. Read directly: a plan, a state and a step's events ask this of
+    every layer several times, and the public walk costs 1 to 3 µs a layer against 0.4."""
+    out: list[tuple[str, Any]] = []
+    seen: set[int] = set()
+    for name, t in entries.items():
+        if t is not None and id(t) not in seen:
+            seen.add(id(t))
+            out.append((name, t))
+    return out
 
 
 class Handle(Protocol):

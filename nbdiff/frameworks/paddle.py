@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import paddle
 
-from nbdiff.frameworks.base import like_names
+from nbdiff.frameworks.base import like_names, own_entries
 
 __all__ = ["PaddleFramework"]
 
@@ -96,10 +96,14 @@ class PaddleFramework:
         return list(layer.named_children())
 
     def direct_params(self, layer: Any) -> list[tuple[str, Any]]:
-        return list(layer.named_parameters(include_sublayers=False))
+        if type(layer).named_parameters is not paddle.nn.Layer.named_parameters:  # a wrapper's own naming
+            return list(layer.named_parameters(include_sublayers=False))
+        return own_entries(layer._parameters)
 
     def direct_buffers(self, layer: Any) -> list[tuple[str, Any]]:
-        return [(n, b) for n, b in layer.named_buffers(include_sublayers=False) if b is not None]
+        if type(layer).named_buffers is not paddle.nn.Layer.named_buffers:
+            return [(n, b) for n, b in layer.named_buffers(include_sublayers=False) if b is not None]
+        return own_entries(layer._buffers)
 
     def constant_buffers(self, layer: Any) -> set[str]:
         return set(getattr(layer, "_non_persistable_buffer_names_set", ()))

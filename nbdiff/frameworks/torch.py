@@ -10,11 +10,12 @@ from typing import Any
 import numpy as np
 import torch
 
-from nbdiff.frameworks.base import like_names
+from nbdiff.frameworks.base import like_names, own_entries
 
 __all__ = ["TorchFramework"]
 
 _DROPOUT_TYPES = (torch.nn.modules.dropout._DropoutNd,)
+_MODULE = torch.nn.Module
 
 
 class TorchFramework:
@@ -46,10 +47,14 @@ class TorchFramework:
         return list(layer.named_children())
 
     def direct_params(self, layer: Any) -> list[tuple[str, Any]]:
-        return list(layer.named_parameters(recurse=False))
+        if type(layer).named_parameters is not _MODULE.named_parameters:  # a wrapper's own naming
+            return list(layer.named_parameters(recurse=False))
+        return own_entries(layer._parameters)
 
     def direct_buffers(self, layer: Any) -> list[tuple[str, Any]]:
-        return [(n, b) for n, b in layer.named_buffers(recurse=False) if b is not None]
+        if type(layer).named_buffers is not _MODULE.named_buffers:
+            return [(n, b) for n, b in layer.named_buffers(recurse=False) if b is not None]
+        return own_entries(layer._buffers)
 
     def constant_buffers(self, layer: Any) -> set[str]:
         return set(getattr(layer, "_non_persistent_buffers_set", ()))

@@ -20,9 +20,11 @@ def save_state(fw: Framework, model: Any) -> SavedState:
     saved = []
     for _, layer in fw.named_layers(model):
         for _, t in fw.direct_params(layer) + fw.direct_buffers(layer):
+            if fw.is_trainable(t):  # asked first: reading every weight cost a copy's bookkeeping each
+                continue
             value = fw.to_numpy(t)
             # size 0: paddle RNN's dropout state, shape () but reads as (0,); nothing to keep.
-            if not fw.is_trainable(t) and value.size:
+            if value.size:
                 saved.append((t, value.copy()))
     return saved
 

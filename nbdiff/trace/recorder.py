@@ -24,7 +24,7 @@ from nbdiff.trace.events import Event, TensorRecord, changed
 from nbdiff.trace.interrupts import interrupts_deferred, lost_interrupts_kept, raise_lost_interrupt
 from nbdiff.trace.nest import ONE_TENSOR_CALL, describe_non_tensors, flatten, flatten_call, unflatten
 from nbdiff.trace.spool import Spool
-from nbdiff.trace.stack import Frame, tool_roots, user_stack
+from nbdiff.trace.stack import Anchor, Frame, call_stack, tool_roots, user_stack
 
 __all__ = ["Recorder", "Feed"]
 
@@ -66,6 +66,8 @@ class Recorder:
         self._handles: list[Handle] = []
         self._tensor_handles: list[Handle] = []
         self._active: list[Call] = []
+        self._anchors: list[Anchor | None] = []
+        """Beside :attr:`_active`, each running call's stack anchor (:func:`~nbdiff.trace.stack.call_stack`)."""
         self._counts: dict[str, int] = {}
         self._copies: dict[tuple[int, int], tuple[Any, TensorRecord]] = {}
         """``(id, version)`` of a live tensor -> (a weak reference to it; its copy): see :meth:`_remember`."""
@@ -132,6 +134,7 @@ class Recorder:
                 h.remove()
             self._handles.clear()
             self._active.clear()
+            self._anchors.clear()
 
     def call_counts(self) -> dict[str, int]:
         """How many calls of each layer path were recorded so far."""
@@ -172,6 +175,9 @@ class Recorder:
             parent = self._active[-1] if self._active else None
             if parent is None:
                 self._backward_stack = None  # a new step: its backward() is still to come
+            stack, anchor = (
+                call_stack(self.hidden_roots, self._anchors[-1] if parent else None) if self.stacks else ((), None)
+            )
             rec = Call(
                 order=self._new_order(),
                 path=path,
@@ -179,10 +185,11 @@ class Recorder:
                 call=call_index,
                 depth=len(self._active),
                 parent=parent.order if parent else None,
-                stack=user_stack(self.hidden_roots) if self.stacks else (),
+                stack=stack,
             )
             self.calls.append(rec)
             self._active.append(rec)
+            self._anchors.append(anchor)
             leaves, template = flatten_call(args, kwargs, fw.is_tensor)
             rec.template = template
             if template is not ONE_TENSOR_CALL:  # one tensor: no other argument to describe
@@ -229,6 +236,7 @@ class Recorder:
 
         def body(output: Any) -> Any:
             rec = self._active.pop()
+            self._anchors.pop()
             rec.done = True
             leaves, _ = flatten(output, fw.is_tensor, "out")
             grads = self.feed.grads.get((rec.path, rec.call)) if self.feed else None
@@ -265,7 +273,8 @@ class Recorder:
             self._counts[key] = call_index + 1
             rec = Call(
                 order=self._new_order(), path=key, layer=None, call=call_index, depth=len(self._active),
-                parent=parent.order, stack=user_stack(self.hidden_roots) if self.stacks else (), done=True, api=op,
+                parent=parent.order, stack=call_stack(self.hidden_roots, self._anchors[-1])[0] if self.stacks else (), done=True,
+                api=op,
             )  # fmt: skip
             rec.inputs = [self._keep(input_name(k), t) for k, t in ins]
             rec.outputs = [self._keep(k, t) for k, t in outs]

@@ -13,6 +13,8 @@ from typing import Any
 __all__ = [
     "Frame",
     "user_stack",
+    "call_stack",
+    "Anchor",
     "inside_frames",
     "tool_roots",
     "cell_number",
@@ -78,6 +80,51 @@ def user_stack(hidden_roots: tuple[str, ...], limit: int = 12) -> tuple[Frame, .
             frames.append(Frame(code.co_filename, f.f_lineno, code.co_name))
         f = f.f_back
     return tuple(frames)
+
+
+Anchor = tuple[FrameType, tuple[Frame, ...]]
+"""The framework's frame that called a layer call's hook, and the user frames above it: both stay
+as they are while that call runs (see :func:`call_stack`)."""
+
+
+def call_stack(
+    hidden_roots: tuple[str, ...], above: Anchor | None = None, limit: int = 12
+) -> tuple[tuple[Frame, ...], Anchor | None]:
+    """:func:`user_stack` of a call made inside a layer call that is still running (``above``, that
+    call's anchor), and this call's own anchor.
+
+    Called from a hook: the first frame above nbdiff's own is the framework's that called it. While
+    that layer call runs, that frame and every frame above it stay where they are, so a sublayer's
+    walk stops there and takes the frames found then. A layer called from deep in a model walked the
+    whole stack above it for every call. No anchor where that frame is the user's (no roots hidden):
+    its line moves on as the call runs.
+    """
+    verdicts = _verdicts.get(hidden_roots)
+    if verdicts is None or len(verdicts) > _VERDICTS_MAX:
+        verdicts = _verdicts[hidden_roots] = {}
+    stop = above[0] if above is not None else None
+    frames: list[Frame] = []
+    anchor_frame: FrameType | None = None
+    own = True  # still in nbdiff's frames, below the anchor
+    f: FrameType | None = sys._getframe(1)
+    while f is not None and len(frames) < limit:
+        if f is stop:
+            frames += above[1][: limit - len(frames)]  # type: ignore[index]
+            break
+        code = f.f_code
+        known = verdicts.get(id(code))
+        if known is None:
+            user = _is_user_code(code.co_filename, hidden_roots) and not _magic_call(code)
+            known = verdicts[id(code)] = (code, user)
+        if own and not code.co_filename.startswith(_NBDIFF_ROOT):
+            own = False
+            if not known[1]:
+                anchor_frame = f  # nothing found below it: nbdiff's frames are never the user's
+        if known[1]:
+            frames.append(Frame(code.co_filename, f.f_lineno, code.co_name))
+        f = f.f_back
+    stack = tuple(frames)
+    return stack, (anchor_frame, stack) if anchor_frame is not None else None
 
 
 def inside_frames(parent: tuple[Frame, ...], child: tuple[Frame, ...]) -> tuple[Frame, ...]:

@@ -1,0 +1,88 @@
+"""The framework adapters' reads of a layer's own tensors: the same as the frameworks' public walks."""
+
+from __future__ import annotations
+
+import pytest
+
+from nbdiff.frameworks.base import own_entries
+
+
+def test_own_entries_leaves_out_unset_and_lists_a_shared_tensor_once() -> None:
+    shared, other = object(), object()
+    assert own_entries({"a": shared, "b": None, "c": other, "tied": shared}) == [("a", shared), ("c", other)]
+
+
+def _torch_layers() -> list:
+    torch = pytest.importorskip("torch")
+
+    class Tied(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.w = torch.nn.Parameter(torch.ones(2))
+            self.v = self.w  # one parameter, two names
+            self.register_buffer("unset", None)
+            self.register_buffer("kept", torch.zeros(2))
+            self.register_buffer("constant", torch.ones(1), persistent=False)
+            self.inner = torch.nn.Linear(2, 2)  # a sublayer's tensors are its own
+
+    class Renamed(torch.nn.Linear):
+        def named_parameters(self, prefix: str = "", recurse: bool = True, remove_duplicate: bool = True):
+            for n, p in super().named_parameters(prefix, recurse, remove_duplicate):
+                yield "renamed_" + n, p
+
+        def named_buffers(self, prefix: str = "", recurse: bool = True, remove_duplicate: bool = True):
+            yield "renamed_buffer", self.weight
+
+    return [torch.nn.Linear(2, 3, bias=False), torch.nn.BatchNorm1d(3), Tied(), Renamed(2, 2), torch.nn.Tanh()]
+
+
+def _paddle_layers() -> list:
+    paddle = pytest.importorskip("paddle")
+
+    class Tied(paddle.nn.Layer):
+        def __init__(self) -> None:
+            super().__init__()
+            self.w = self.create_parameter([2])
+            self.v = self.w
+            self.register_buffer("kept", paddle.zeros([2]))
+            self.register_buffer("constant", paddle.ones([1]), persistable=False)
+            self.inner = paddle.nn.Linear(2, 2)
+
+    class Renamed(paddle.nn.Linear):
+        def named_parameters(self, prefix: str = "", include_sublayers: bool = True, remove_duplicate: bool = True):
+            for n, p in super().named_parameters(prefix, include_sublayers, remove_duplicate):
+                yield "renamed_" + n, p
+
+        def named_buffers(self, prefix: str = "", include_sublayers: bool = True, remove_duplicate: bool = True):
+            yield "renamed_buffer", self.weight
+
+    return [paddle.nn.Linear(2, 3, bias_attr=False), paddle.nn.BatchNorm1D(3), Tied(), Renamed(2, 2), paddle.nn.Tanh()]
+
+
+@pytest.mark.parametrize("name", ["torch", "paddle"])
+def test_a_layers_own_tensors_are_what_its_public_walk_lists(name: str) -> None:
+    if name == "torch":
+        layers = _torch_layers()
+        from nbdiff.frameworks.torch import TorchFramework as Adapter
+
+        def public(layer):
+            return list(layer.named_parameters(recurse=False)), list(layer.named_buffers(recurse=False))
+    else:
+        layers = _paddle_layers()
+        from nbdiff.frameworks.paddle import PaddleFramework as Adapter
+
+        def public(layer):
+            return (
+                list(layer.named_parameters(include_sublayers=False)),
+                [(n, b) for n, b in layer.named_buffers(include_sublayers=False) if b is not None],
+            )
+
+    fw = Adapter()
+    for layer in layers:
+        params, buffers = public(layer)
+        got_params, got_buffers = fw.direct_params(layer), fw.direct_buffers(layer)
+        assert [(n, id(t)) for n, t in got_params] == [(n, id(t)) for n, t in params], type(layer).__name__
+        assert [(n, id(t)) for n, t in got_buffers] == [(n, id(t)) for n, t in buffers], type(layer).__name__
+    renamed = layers[3]
+    assert {n for n, _ in fw.direct_params(renamed)} == {"renamed_weight", "renamed_bias"}
+    assert [n for n, _ in fw.direct_buffers(renamed)] == ["renamed_buffer"]

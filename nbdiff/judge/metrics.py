@@ -110,28 +110,36 @@ class TensorDiff:
     """For a tensor known to pass, what computes ``ratio``, ``max_rel``, ``mean_abs`` and
     ``cosine`` on first access: most tensors pass, and few are ever looked at closely."""
 
-    def __getattribute__(self, name: str) -> Any:
-        if name in _DEFERRED:
-            detail = object.__getattribute__(self, "detail")
-            if detail is not None:
-                return detail.get(name)
-        return object.__getattribute__(self, name)
+    def __post_init__(self) -> None:
+        if self.detail is not None:
+            # Deferred: the fields are left unset, and __getattr__ (asked only for an attribute
+            # not set) computes them on first access. A __getattribute__ ran Python code on
+            # every read of every field, 30,000 a step of a 1,000-layer model.
+            for name in _DEFERRED:
+                object.__delattr__(self, name)
+
+    def __getattr__(self, name: str) -> Any:
+        detail = self.__dict__.get("detail")
+        if name in _DEFERRED and detail is not None:
+            for field_name in _DEFERRED:
+                object.__setattr__(self, field_name, detail.get(field_name))
+            return self.__dict__[name]
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
     @property
     def passed(self) -> bool:
-        return object.__getattribute__(self, "detail") is not None or self.ratio <= 1.0
+        return self.detail is not None or self.ratio <= 1.0
 
     def rebind_arrays(self, read: Callable[[np.ndarray], np.ndarray]) -> None:
         """Replace the arrays a passing comparison keeps for its deferred metrics by ``read(array)``,
         the same values held elsewhere (a result's tensors moved to a file)."""
-        detail = object.__getattribute__(self, "detail")
-        if detail is not None:
-            detail.rebind(read)
+        if self.detail is not None:
+            self.detail.rebind(read)
 
     def renamed(self, name: str) -> TensorDiff:
         """This comparison under another name, its deferred metrics still deferred
         (``dataclasses.replace`` reads every field, and so computed them)."""
-        values = {f.name: object.__getattribute__(self, f.name) for f in fields(self)}
+        values = {f.name: self.__dict__.get(f.name, 0.0) for f in fields(self)}
         return TensorDiff(**{**values, "name": name})
 
 
@@ -167,6 +175,9 @@ class _Detail:
         return self._values[name]
 
 
+_FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
+_FRESH_MAX = 1 << 16
+"""Elements up to which a comparison's work arrays are made fresh (below a page fault's cost)."""
 _SCRATCH: dict[np.dtype, np.ndarray] = {}
 _SCRATCH_MAX = 1 << 22
 """Elements; larger tensors get fresh arrays so the cache never holds more than ~100 MB."""
@@ -229,29 +240,40 @@ def compare_tensors(
                 name, *shapes, inf, inf, inf, 0.0, 0, 0, 0, 0, inf, tol, mode, f"shape {raw.shape} vs base {base.shape}"
             )
         raw, base, note = fitted
-    a, b = _pair(raw, base)
+    a, b = (raw, base) if raw.dtype == base.dtype and raw.dtype in _FLOATS else _pair(raw, base)
     if a.dtype.kind not in "fc":
         a, b = a.astype(np.float64), b.astype(np.float64)
     if a.ndim == 0:  # scalars: keep array semantics for the in-place passes below
         a, b = a.reshape(1), b.reshape(1)
     if a.size == 0:
         return TensorDiff(name, *shapes, 0.0, 0.0, 0.0, 1.0, 0, 0, 0, 0, 0.0, tol, mode, note)
-    d, absb, buf = _scratch(a.shape, a.dtype)
-    np.subtract(a, b, out=d)
-    # Largest |a - b| and |b| from their largest and smallest values: reads, no |.| written
-    # (this runs on every recorded tensor, and most pass at once).
-    worst = max(float(d.max()), -float(d.min()))
+    if a.size <= _FRESH_MAX:  # small: a fresh array costs less than slicing the scratch pool
+        d = np.subtract(a, b)
+        absb = buf = None
+    else:
+        d, absb, buf = _scratch(a.shape, a.dtype)
+        np.subtract(a, b, out=d)
+    # |a - b| written in place and its largest value read: this runs on every recorded tensor,
+    # and most pass at once.
+    np.abs(d, out=d)
+    worst = float(d.max())
     if worst == 0.0 and mode == "strict":
         # Bit-identical (common within one framework): nothing else to measure.
         return TensorDiff(name, shapes[0], shapes[1], 0.0, 0.0, 0.0, 1.0, 0, 0, 0, 0, 0.0, tol, mode, note)
     counts = (0, 0, 0, 0)
-    finite = bool(np.isfinite(worst))
+    finite = math.isfinite(worst)
     if not finite:
         counts = (nan_count(b), nan_count(a), inf_count(b), inf_count(a))
         a, b, d, said = _finite_parts(a, b, d)
         note = note or said
         worst = float(d.max())
-    scale = scale_hint if hint_covers else max(float(b.max()), -float(b.min()), scale_hint)
+    if hint_covers:
+        scale = scale_hint
+    elif absb is None:  # small: |b| made once, read here and (if it does not pass at once) below
+        absb = np.abs(b)
+        scale = max(float(absb.max()), scale_hint)
+    else:  # large: two reads, nothing written (most pass at once)
+        scale = max(float(b.max()), -float(b.min()), scale_hint)
     atol = (tol.atol * max(scale, _TINY) if tol.scaled else tol.atol) + tol.floor
     if lazy and mode == "strict" and worst <= atol and finite:
         # Every |a - b| <= atol <= atol + rtol|b|: it passes, whatever the rest says.
@@ -259,9 +281,13 @@ def compare_tensors(
             name, shapes[0], shapes[1], worst, 0.0, 0.0, 1.0, 0, 0, 0, 0, 0.0, tol, mode, note,
             _Detail(a, b, atol, tol.rtol),
         )  # fmt: skip
-    if finite:
-        np.abs(d, out=d)
-    np.abs(b, out=absb)
+    if buf is None:  # small
+        buf = np.empty_like(d)
+        if absb is None:
+            absb = np.abs(b)
+    else:
+        assert absb is not None
+        np.abs(b, out=absb)
     ratio = _ratio(mode, a, b, d, absb, buf, worst, atol, tol.rtol)
     if worst > 0:
         # 0/0 (equal zeros) is NaN and skipped by fmax; x/0 is inf: an error where base is exactly 0.

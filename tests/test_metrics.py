@@ -144,3 +144,27 @@ def test_an_infinity_and_a_mask_value_of_its_sign_are_the_same_mask():
     for wrong in (np.float32(1e9), np.float32(-5.0)):  # the other sign, or not a mask value
         t = compare_tensors("scores", np.where(np.isinf(base), wrong, base), base, tol)
         assert t.ratio == np.inf and t.note == "NaN/Inf differ"
+
+
+@pytest.mark.parametrize("size", [64 * 32, (1 << 16) + 8])  # fresh work arrays, and the reused scratch pool
+def test_small_and_large_tensors_are_measured_alike(size):
+    from nbdiff.judge.tolerance import resolve_tolerance
+
+    tol = resolve_tolerance(None, None, "float32")
+    rng = np.random.RandomState(0)
+    b = rng.randn(size).astype("float32")
+    close = b + np.float32(1e-7) * rng.randn(size).astype("float32")
+    off = b.copy()
+    off[size // 3] += 0.5
+    nan = close.copy()
+    nan[5] = np.nan
+    for a, passes in ((close, True), (off, False), (nan, False), (b.copy(), True)):
+        got = compare_tensors("x", a, b, tol, lazy=True)
+        d64 = np.abs(a.astype(np.float64) - b)
+        assert got.passed is passes
+        assert got.max_abs == pytest.approx(float(d64.max()), rel=1e-6, nan_ok=True) or a is nan and got.max_abs == np.inf
+        if passes:
+            assert got.mean_abs == pytest.approx(float(d64.mean()), rel=1e-5, abs=1e-12)
+        else:
+            assert got.ratio > 1.0
+    assert compare_tensors("x", nan, b, tol).nan_raw == 1

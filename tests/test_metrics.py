@@ -162,7 +162,9 @@ def test_small_and_large_tensors_are_measured_alike(size):
         got = compare_tensors("x", a, b, tol, lazy=True)
         d64 = np.abs(a.astype(np.float64) - b)
         assert got.passed is passes
-        assert got.max_abs == pytest.approx(float(d64.max()), rel=1e-6, nan_ok=True) or a is nan and got.max_abs == np.inf
+        assert (
+            got.max_abs == pytest.approx(float(d64.max()), rel=1e-6, nan_ok=True) or a is nan and got.max_abs == np.inf
+        )
         if passes:
             assert got.mean_abs == pytest.approx(float(d64.mean()), rel=1e-5, abs=1e-12)
         else:

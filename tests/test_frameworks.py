@@ -125,3 +125,31 @@ def test_a_host_copy_keeps_the_values_the_tensor_had(name: str) -> None:
         assert got.shape == expected.shape and np.array_equal(np.asarray(got, dtype="float32"), expected)
         write(t)  # the framework writes the tensor again: the copy keeps what it was
         assert np.array_equal(np.asarray(got, dtype="float32"), expected)
+
+
+def test_a_plain_attribute_is_read_without_the_layers_getattr() -> None:
+    from nbdiff.frameworks.base import plain_attr
+
+    asked: list[str] = []
+
+    class Layer:
+        inplace = True  # a class attribute
+
+        def __init__(self) -> None:
+            self.act = "gelu"
+
+        @property
+        def computed(self) -> int:
+            return 3
+
+        def __getattr__(self, name: str):  # a framework's: looks through its dicts, then raises
+            asked.append(name)
+            raise AttributeError(name)
+
+    layer = Layer()
+    assert plain_attr(layer, "act") == "gelu"
+    assert plain_attr(layer, "inplace", False) is True
+    assert plain_attr(layer, "computed") == 3
+    assert plain_attr(layer, "missing", "default") == "default"
+    assert plain_attr(None, "missing") is None
+    assert asked == []

@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from nbdiff.align.typemap import activation_kind, type_affinity
+from nbdiff.frameworks.base import plain_attr
 from nbdiff.trace.events import Event, TensorRecord
 from nbdiff.trace.stats import concatenated_stats
 
@@ -258,7 +259,7 @@ def _groups_for(
         rf = _features(r)
         if rf is None:
             continue
-        act = getattr(layers.get(r.path), "_act", None)
+        act = plain_attr(layers.get(r.path), "_act")
         if isinstance(act, str) and act:
             found_seq = _layer_then_activation(members_side, r, act, used)
             if found_seq is not None:

@@ -12,7 +12,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-__all__ = ["Framework", "Handle", "LAYER_LIKE", "like_names", "own_entries"]
+__all__ = ["Framework", "Handle", "LAYER_LIKE", "like_names", "own_entries", "plain_attr"]
 
 LAYER_LIKE: dict[str, str] = {
     # Third-party layer classes that compute what a framework class computes (qualified class
@@ -25,6 +25,18 @@ def like_names(layer: Any) -> list[str]:
     """Framework classes that ``layer``'s class stands for, by :data:`LAYER_LIKE`."""
     names = (f"{c.__module__}.{c.__qualname__}" for c in type(layer).__mro__)
     return [LAYER_LIKE[n] for n in names if n in LAYER_LIKE]
+
+
+def plain_attr(layer: Any, name: str, default: Any = None) -> Any:
+    """A plain attribute of a layer (not a parameter, buffer or sublayer), read without the layer
+    class's ``__getattr__``: torch's and paddle's look through those dicts and then raise, 1.6 to
+    1.8 µs for a name the layer does not have (against 0.1), asked of every layer call."""
+    found = getattr(layer, "__dict__", {})
+    if name in found:
+        return found[name]
+    if hasattr(type(layer), name):  # a class attribute or a property: found without __getattr__
+        return getattr(layer, name, default)
+    return default
 
 
 def own_entries(entries: dict[str, Any]) -> list[tuple[str, Any]]:

@@ -98,6 +98,14 @@ def test_magnitude_ignores_nan_and_measures_an_array_seen_again_once():
     assert magnitude([a, b], cache) == 3.0 and set(cache) == {id(a), id(b)}
     a[1] = 0.0  # the cache is for arrays nothing writes: what it measured stands
     assert magnitude([a], cache) == 3.0 and magnitude([a]) == 1.0
+    for size in (8, (1 << 16) + 8):  # |a| made once, and max and -min for large ones
+        big = np.zeros(size, "float32")
+        big[3], big[5] = -7.0, 2.0
+        assert magnitude([big]) == 7.0
+        big[6], big[7] = np.nan, -np.inf
+        assert magnitude([big]) == np.inf
+        big[7] = 1.0
+        assert magnitude([big]) == 7.0
 
 
 def test_a_parents_local_error_reads_what_an_inplace_sublayer_was_handed_before_it_ran():

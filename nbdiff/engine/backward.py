@@ -4,12 +4,12 @@ parameter gradients come from is the caller's (:data:`GradsOf`)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 from nbdiff.align.fused import fuse_events
 from nbdiff.align.pairing import Pair, Pairing
 from nbdiff.engine.forward import TolFn, at_least_as_loose, tensor_diffs
-from nbdiff.engine.replay import largest_shape, magnitude, param_grad_hint
+from nbdiff.engine.replay import array_magnitude, largest_shape, param_grad_hint
 from nbdiff.engine.stepping import StepRecord
 from nbdiff.judge.blame import EventDiff
 from nbdiff.trace.events import Event, TensorRecord
@@ -22,12 +22,19 @@ GradsOf = Callable[[Pair, Event, Event], tuple[tuple[TensorRecord, ...], dict[st
 Cache = dict[int, tuple[object, float]]
 
 
-def record_magnitude(records: list[TensorRecord] | tuple[TensorRecord, ...], cache: Cache) -> float:
+def record_magnitude(records: Iterable[TensorRecord], cache: Cache) -> float:
     """Largest absolute value over the records: from their values, or (statistics dumps) min and max."""
-    values = [t.value for t in records if t.value is not None]
-    stats = [t.stats for t in records if t.value is None and t.stats is not None]
-    from_stats = max((max(abs(s.min), abs(s.max)) for s in stats), default=0.0)
-    return max(magnitude(values, cache), from_stats)  # type: ignore[arg-type]
+    out = 0.0
+    for t in records:
+        if t.value is not None:
+            m = array_magnitude(t.value, cache)  # type: ignore[arg-type]
+        elif t.stats is not None:
+            m = max(abs(t.stats.min), abs(t.stats.max))
+        else:
+            continue
+        if m > out:
+            out = m
+    return out
 
 
 def backward_diffs(
@@ -56,7 +63,7 @@ def backward_diffs(
         # cancels to ~0 (everything in front of a final LayerNorm under a mean loss) rounds
         # relative to them, not to itself.
         arriving = max(arriving, record_magnitude(b.outputs, cache))
-        hint = max(arriving, record_magnitude([*b.inputs, *base_params.values()], cache))
+        hint = max(arriving, record_magnitude(b.inputs, cache), record_magnitude(base_params.values(), cache))
         tensors = tensor_diffs(r.inputs, b.inputs, tol, mode, hint, hint_covers=True)
         # Parameter gradients arrive as arrays (bf16 as float32): judge them at the layer's gradients' dtype.
         gtol = at_least_as_loose(tol, [t.dtype for e in (b, r) for t in (*e.inputs, *e.outputs)])

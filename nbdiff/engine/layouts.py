@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from nbdiff.trace.events import TensorRecord
+from nbdiff.trace.events import TensorRecord, dtype_name
 from nbdiff.weights.plan import LayerWeights
 
 __all__ = ["converted", "converted_records", "records_of"]
@@ -24,7 +24,7 @@ def converted(plan: LayerWeights | None, arrays: dict[str, Any]) -> dict[str, An
 
 
 def records_of(arrays: dict[str, np.ndarray]) -> tuple[TensorRecord, ...]:
-    return tuple(TensorRecord(n, tuple(v.shape), str(v.dtype), v) for n, v in arrays.items())
+    return tuple(TensorRecord(n, tuple(v.shape), dtype_name(v), v) for n, v in arrays.items())
 
 
 def converted_records(plan: LayerWeights | None, records: tuple[TensorRecord, ...]) -> tuple[TensorRecord, ...]:

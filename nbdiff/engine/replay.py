@@ -19,7 +19,7 @@ from nbdiff.frameworks import Framework
 from nbdiff.judge.metrics import TensorDiff, compare_tensors
 from nbdiff.judge.tolerance import Tolerance, summed_terms
 from nbdiff.trace.calls import input_name
-from nbdiff.trace.events import Event, TensorRecord
+from nbdiff.trace.events import Event, TensorRecord, dtype_name
 from nbdiff.trace.modes import kept_state
 from nbdiff.trace.nest import flatten, flatten_call, unflatten
 from nbdiff.trace.user_state import kept_user_state
@@ -32,6 +32,7 @@ __all__ = [
     "compare_paired_grads",
     "largest_shape",
     "magnitude",
+    "array_magnitude",
     "param_grad_hint",
 ]
 
@@ -44,18 +45,31 @@ def magnitude(arrays: list[np.ndarray], cache: dict[int, tuple[np.ndarray, float
     unique) for arrays seen again, as one layer's input gradient is the next one's output gradient."""
     out = 0.0
     for a in arrays:
-        if not a.size or a.dtype.kind != "f":
-            continue
-        hit = cache.get(id(a)) if cache is not None else None
-        if hit is None:
-            # max and -min instead of max(abs(a)): two passes and no temporary array.
-            m = max(float(np.fmax.reduce(a, axis=None)), -float(np.fmin.reduce(a, axis=None)))
-            if cache is not None:
-                cache[id(a)] = (a, m)
-        else:
-            m = hit[1]
-        out = max(out, m)
+        m = array_magnitude(a, cache)
+        if m > out:
+            out = m
     return out
+
+
+_SMALL = 1 << 16
+
+
+def array_magnitude(a: np.ndarray, cache: dict[int, tuple[np.ndarray, float]] | None = None) -> float:
+    """Largest absolute value of one array (NaN ignored; 0 for an empty or non-float one); see :func:`magnitude`."""
+    hit = cache.get(id(a)) if cache is not None else None
+    if hit is not None:
+        return hit[1]
+    if not a.size or a.dtype.kind != "f":
+        return 0.0
+    if a.size <= _SMALL:  # |a| made and read once: one numpy call fewer than max and min
+        m = float(np.abs(a).max())
+    else:  # max and -min: two reads, no temporary array
+        m = max(float(a.max()), -float(a.min()))
+    if m != m:  # NaN: the largest of the rest
+        m = max(float(np.fmax.reduce(a, axis=None)), -float(np.fmin.reduce(a, axis=None)))
+    if cache is not None:
+        cache[id(a)] = (a, m)
+    return m
 
 
 def largest_shape(records: tuple[TensorRecord, ...]) -> tuple[int, ...]:
@@ -119,7 +133,7 @@ def compare_paired_grads(
     out = []
     for name, r, b in paired:
         hint = param_grad_hint(scale_hint, tuple(r.shape), grad_out_shape)
-        out.append(compare_tensors(name, r, b, tol(str(b.dtype), str(r.dtype)), mode, hint, True, hint_covers))
+        out.append(compare_tensors(name, r, b, tol(dtype_name(b), dtype_name(r)), mode, hint, True, hint_covers))
     return out
 
 

@@ -11,7 +11,7 @@ import numpy as np
 from nbdiff.trace.stack import Frame
 from nbdiff.trace.stats import Stats, tensor_stats
 
-__all__ = ["Phase", "Kind", "TensorRecord", "Event", "Trace", "changed"]
+__all__ = ["Phase", "Kind", "TensorRecord", "Event", "Trace", "changed", "dtype_name"]
 
 R = TypeVar("R")
 
@@ -156,6 +156,18 @@ class Trace:
     def select(self, step: int, phase: Phase) -> list[Event]:
         """Events of one step and phase, in order."""
         return [e for e in self.events if e.step == step and e.phase == phase]
+
+
+_DTYPE_NAMES: dict[Any, str] = {}
+
+
+def dtype_name(a: Any) -> str:
+    """``str(a.dtype)`` of a numpy array (``"float32"``), remembered per dtype: numpy's own takes 3 µs,
+    asked of every parameter gradient a comparison pairs."""
+    name = _DTYPE_NAMES.get(a.dtype)
+    if name is None:
+        name = _DTYPE_NAMES[a.dtype] = str(a.dtype)
+    return name
 
 
 def changed(record: R, **fields: Any) -> R:

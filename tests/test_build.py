@@ -39,3 +39,26 @@ def test_no_backward_events_when_the_step_ran_forward_only():
     fw, rec, loss = _recorded()
     forward, backward, _ = build_events(fw, rec.calls, 3, None, fw.grad_of, False)
     assert backward == [] and [e.kind for e in forward] == [Kind.LAYER] * 4 and {e.step for e in forward} == {3}
+
+
+def test_a_class_added_to_layer_like_is_seen_in_the_next_steps_bases(monkeypatch):
+    # A layer class's bases are read once per class: an entry the user adds later still counts.
+    from nbdiff.frameworks import base as base_module
+
+    class MyDense(torch.nn.Module):
+        def forward(self, x):
+            return x * 2.0
+
+    model = torch.nn.Sequential(MyDense())
+    fw = framework_of(model)
+
+    def bases():
+        rec = Recorder(fw, model)
+        with rec:
+            model(torch.ones(2, 2))
+        forward, _, _ = build_events(fw, rec.calls, 0, None, fw.grad_of, False)
+        return forward[1].bases
+
+    assert "Linear" not in bases()
+    monkeypatch.setitem(base_module.LAYER_LIKE, f"{MyDense.__module__}.{MyDense.__qualname__}", "Linear")
+    assert "Linear" in bases()

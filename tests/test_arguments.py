@@ -5,7 +5,7 @@ import pytest
 torch = pytest.importorskip("torch")
 paddle = pytest.importorskip("paddle")
 
-from nbdiff.align.arguments import argument_diffs  # noqa: E402
+from nbdiff.align.arguments import argument_diffs, layer_arguments  # noqa: E402
 
 CASES = [
     # (torch layer, paddle layer, differing argument or None)
@@ -53,3 +53,26 @@ def test_descriptions_read_as_the_user_wrote_them():
 def test_unreadable_or_missing_layers_give_nothing():
     assert argument_diffs("torch", None, "paddle", paddle.nn.GELU()) == []
     assert argument_diffs("torch", torch.nn.ReLU(), "paddle", paddle.nn.GELU()) == []
+
+
+def test_arguments_are_read_from_the_instance_its_class_and_its_parameters_alike():
+    # The attributes a class has are found once per class; each instance's own are read each time.
+    class Norm:
+        eps = 1e-3  # on the class
+
+        @property
+        def momentum(self):
+            return 0.3
+
+    a, b = Norm(), Norm()
+    b.eps = 1e-6  # on the instance, shadowing the class's
+    assert layer_arguments("torch", a) == {"eps": 1e-3, "momentum": 0.3}
+    assert layer_arguments("torch", b) == {"eps": 1e-6, "momentum": 0.3}
+
+    class Dense:
+        def __init__(self, bias):
+            self._parameters = {"weight": object(), "bias": object() if bias else None}
+
+    assert layer_arguments("torch", Dense(True)) == {"bias": True}
+    assert layer_arguments("torch", Dense(False)) == {"bias": False}
+    assert layer_arguments("torch", Norm()).get("bias") is None  # no weight: no bias argument

@@ -10,6 +10,7 @@ attributes that hold it on each side, and how a value maps to the canonical mean
 from __future__ import annotations
 
 import math
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -87,9 +88,9 @@ ARGUMENTS: dict[str, tuple[tuple[str, ...], tuple[str, ...], Callable[[Any], Any
 _SCALARS = (bool, int, float, str, tuple, type(None))
 
 
-def _read(layer: Any, attrs: tuple[str, ...]) -> tuple[bool, Any]:
+def _read(layer: Any, attrs: tuple[str, ...], present: frozenset[str] | None = None) -> tuple[bool, Any]:
     for a in attrs:
-        if a in getattr(layer, "__dict__", {}) or hasattr(type(layer), a):
+        if a in present if present is not None else a in getattr(layer, "__dict__", {}) or hasattr(type(layer), a):
             try:
                 v = getattr(layer, a)
             except Exception:  # a property that needs state the layer does not have
@@ -101,12 +102,41 @@ def _read(layer: Any, attrs: tuple[str, ...]) -> tuple[bool, Any]:
     return False, None
 
 
+_NAMES = frozenset(a for t_attrs, p_attrs, *_ in ARGUMENTS.values() for a in (*t_attrs, *p_attrs))
+_ON_CLASS: weakref.WeakKeyDictionary[type, frozenset[str]] = weakref.WeakKeyDictionary()
+"""A layer class's attributes among :data:`_NAMES` (class attributes and properties), found once
+per class: every layer's arguments are read for the result, 15-20 µs a layer when each name was
+looked up on the instance and its class."""
+
+
+def _present(layer: Any) -> frozenset[str]:
+    """The argument attributes ``layer`` has: in its ``__dict__`` or on its class."""
+    cls = type(layer)
+    on_class = _ON_CLASS.get(cls)
+    if on_class is None:
+        on_class = _ON_CLASS[cls] = frozenset(a for a in _NAMES if hasattr(cls, a))
+    own = getattr(layer, "__dict__", {})
+    return on_class.union(a for a in _NAMES if a in own) if own else on_class
+
+
+def _has(layer: Any, name: str) -> tuple[bool, Any]:
+    """Whether ``layer`` has ``name`` (a plain attribute, a parameter or buffer, or its class's), and
+    its value; without the layer's ``__getattr__``, which raises inside for a name it lacks."""
+    for store in (getattr(layer, "__dict__", {}), getattr(layer, "_parameters", {}), getattr(layer, "_buffers", {})):
+        if isinstance(store, dict) and name in store:
+            return True, store[name]
+    if hasattr(type(layer), name):
+        return True, getattr(layer, name, None)
+    return False, None
+
+
 def layer_arguments(framework: str, layer: Any) -> dict[str, Any]:
     """The canonical arguments ``layer`` has, in torch's meaning (paddle's momentum as ``1 - m``)."""
     out: dict[str, Any] = {}
     paddle = framework == "paddle"
+    present = _present(layer)
     for name, (t_attrs, p_attrs, to_torch, norm, implicit) in ARGUMENTS.items():
-        found, v = _read(layer, p_attrs if paddle else t_attrs)
+        found, v = _read(layer, p_attrs if paddle else t_attrs, present)
         if not found:
             if implicit is not None and not paddle and name == "dropout mode" and _is_dropout(layer):
                 out[name] = implicit
@@ -116,8 +146,9 @@ def layer_arguments(framework: str, layer: Any) -> dict[str, Any]:
         if name == "dropout p" and not _is_dropout(layer):
             continue
         out[name] = norm(to_torch(v) if paddle else v)
-    if getattr(layer, "weight", None) is not None and hasattr(layer, "bias"):
-        out["bias"] = layer.bias is not None
+    has_bias, bias = _has(layer, "bias")
+    if has_bias and _has(layer, "weight")[1] is not None:
+        out["bias"] = bias is not None
     return out
 
 

@@ -100,15 +100,21 @@ def _choose(
     """The arrays to move and the records holding each, or ``None`` when they stay."""
     if above_mib is None:
         return None
+    records = list(records)
+    # Sized first, each array once: most results stay in memory, and this reads every record.
     arrays: dict[int, np.ndarray] = {}
+    for t in records:
+        arrays[id(t.value)] = t.value
+    movable = {
+        k: a for k, a in arrays.items() if spoolable(a) and not in_file(a)
+    }  # small arrays stay: a map costs a page
+    if sum(a.nbytes for a in movable.values()) <= above_mib * 2**20:
+        return None
     holders: dict[int, list[TensorRecord]] = {}
     for t in records:
-        a = t.value
-        if in_file(a) or not spoolable(a):  # the Spool's own rule: small arrays stay, a map costs a page
-            continue
-        arrays.setdefault(id(a), a)
-        holders.setdefault(id(a), []).append(t)
-    return (arrays, holders) if sum(a.nbytes for a in arrays.values()) > above_mib * 2**20 else None
+        if id(t.value) in movable:
+            holders.setdefault(id(t.value), []).append(t)
+    return movable, holders
 
 
 def _move(

@@ -6,13 +6,14 @@ core stays framework-free and is tested with plain numpy.
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable, Hashable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-__all__ = ["Framework", "Handle", "LAYER_LIKE", "like_names", "own_entries", "plain_attr"]
+__all__ = ["Framework", "Handle", "LAYER_LIKE", "like_names", "framework_class_names", "own_entries", "plain_attr"]
 
 LAYER_LIKE: dict[str, str] = {
     # Third-party layer classes that compute what a framework class computes (qualified class
@@ -25,6 +26,24 @@ def like_names(layer: Any) -> list[str]:
     """Framework classes that ``layer``'s class stands for, by :data:`LAYER_LIKE`."""
     names = (f"{c.__module__}.{c.__qualname__}" for c in type(layer).__mro__)
     return [LAYER_LIKE[n] for n in names if n in LAYER_LIKE]
+
+
+_CLASS_NAMES: dict[tuple[str, int], weakref.WeakKeyDictionary[type, tuple[str, ...]]] = {}
+"""Per framework package (and size of :data:`LAYER_LIKE`, which users extend), each layer class's
+names: read from the class alone, once, not for every layer call (the MRO walked with each class's
+qualified name: events, dropout and pairing all ask)."""
+
+
+def framework_class_names(package: str, layer: Any) -> list[str]:
+    """Names of ``layer``'s classes from ``package`` (``"torch."``), most specific first, then the
+    framework classes it stands for (:func:`like_names`)."""
+    known = _CLASS_NAMES.setdefault((package, len(LAYER_LIKE)), weakref.WeakKeyDictionary())
+    cls = type(layer)
+    found = known.get(cls)
+    if found is None:
+        own = [c.__name__ for c in cls.__mro__ if c.__module__.startswith(package)]
+        found = known[cls] = tuple(own + like_names(layer))
+    return list(found)
 
 
 def plain_attr(layer: Any, name: str, default: Any = None) -> Any:

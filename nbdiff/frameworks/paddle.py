@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import paddle
 
-from nbdiff.frameworks.base import like_names, own_entries
+from nbdiff.frameworks.base import framework_class_names, own_entries
 
 __all__ = ["PaddleFramework"]
 
@@ -116,7 +116,7 @@ class PaddleFramework:
         return type(layer).__module__.startswith("paddle.")
 
     def class_names(self, layer: Any) -> list[str]:
-        return [c.__name__ for c in type(layer).__mro__ if c.__module__.startswith("paddle.")] + like_names(layer)
+        return framework_class_names("paddle.", layer)
 
     def to_numpy(self, tensor: Any) -> np.ndarray:
         t = tensor.detach()

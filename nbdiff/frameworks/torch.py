@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from nbdiff.frameworks.base import like_names, own_entries
+from nbdiff.frameworks.base import framework_class_names, own_entries
 
 __all__ = ["TorchFramework"]
 
@@ -66,7 +66,7 @@ class TorchFramework:
         return type(layer).__module__.startswith("torch.")
 
     def class_names(self, layer: Any) -> list[str]:
-        return [c.__name__ for c in type(layer).__mro__ if c.__module__.startswith("torch.")] + like_names(layer)
+        return framework_class_names("torch.", layer)
 
     def to_numpy(self, tensor: Any) -> np.ndarray:
         t = tensor.detach()

@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import weakref
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
 from nbdiff.frameworks import Framework
-from nbdiff.frameworks.base import LAYER_LIKE
 from nbdiff.trace.calls import Call, link_backward_parents
 from nbdiff.trace.events import Event, Kind, Phase, TensorRecord
 
@@ -108,19 +106,8 @@ def _backward_events(
 _GENERIC = {"Module", "Layer", "object"}
 
 
-_BASES: dict[tuple[str, int], weakref.WeakKeyDictionary[type, tuple[str, ...]]] = {}
-"""Per framework (and size of :data:`LAYER_LIKE`, which users extend), a layer class's base class
-names: read from its class alone (the whole MRO walked, with each class's qualified name), once
-per class, not once per layer call."""
-
-
 def _bases(fw: Framework, layer: Any) -> tuple[str, ...]:
-    known = _BASES.setdefault((fw.name, len(LAYER_LIKE)), weakref.WeakKeyDictionary())
-    cls = type(layer)
-    found = known.get(cls)
-    if found is None:
-        found = known[cls] = tuple(n for n in fw.class_names(layer) if n not in _GENERIC)
-    return found
+    return tuple(n for n in fw.class_names(layer) if n not in _GENERIC)
 
 
 def _weight_shapes(fw: Framework, layer: Any) -> tuple[tuple[int, ...], ...]:

@@ -106,7 +106,8 @@ def _dropout_rates(layer: Any) -> list[str]:
     return [
         name
         for name, value in vars(layer).items()
-        if ("dropout" in name.lower() or "drop_prob" in name.lower()) and type(value) is float and 0.0 < value < 1.0
+        # The value first: few attributes are floats, and this runs over every attribute of every layer.
+        if type(value) is float and 0.0 < value < 1.0 and ("dropout" in name.lower() or "drop_prob" in name.lower())
     ]
 
 

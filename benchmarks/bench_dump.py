@@ -8,7 +8,10 @@ process. Prints min over min (the headline) with the median ratio beside it, and
 written per step. ``--steps 1`` includes the block's fixed cost (hooks, manifest) in the step.
 Two floors run in the same rounds: every layer hooked and each output and output gradient
 copied once (``floor``), and that plus the statistics of each copy (``floor+statistics``),
-nothing written: what any recording tool pays before nbdiff's own work.
+nothing written: what any recording tool pays before nbdiff's own work. A third line,
+``framework statistics``, hooks the same tensors and has the framework reduce each to five
+numbers (min, max, sum, sum of squares, sum of |x|) with no host copy: what statistics
+computed on the framework's side would cost.
 """
 
 from __future__ import annotations
@@ -32,7 +35,7 @@ import paddle  # noqa: E402
 import torch  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from floor import copies_once  # noqa: E402
+from floor import copies_once, statistics_in_framework  # noqa: E402
 
 import nbdiff  # noqa: E402
 from nbdiff.trace.stats import tensor_stats  # noqa: E402
@@ -53,10 +56,16 @@ def step(model, x, opt, fw):
         opt.clear_grad()
 
 
-def floor(model, x, opt, fw: str, steps: int, stats: bool) -> None:
+def floor(model, x, opt, fw: str, steps: int, stats: bool | str) -> None:
     """The least any recording tool costs: every layer hooked, each output and output gradient
-    copied once (``stats``: and its statistics computed, in the hook), nothing written."""
-    with copies_once(model, tensor_stats if stats else lambda a: None):
+    copied once (``stats``: and its statistics computed, in the hook), nothing written;
+    ``stats="framework"``: no copy, the statistics reduced by the framework itself."""
+    hooked = (
+        statistics_in_framework(model)
+        if stats == "framework"
+        else copies_once(model, tensor_stats if stats else lambda a: None)
+    )
+    with hooked:
         for _ in range(steps):
             step(model, x, opt, fw)
 
@@ -76,7 +85,7 @@ def bench(fw: str, rounds: int, steps: int) -> None:
         for _ in range(steps):
             step(model, x, opt, fw)
         times["bare"].append(time.perf_counter() - t0)
-        for label, stats in (("floor", False), ("floor+statistics", True)):
+        for label, stats in (("floor", False), ("floor+statistics", True), ("framework statistics", "framework")):
             t0 = time.perf_counter()
             floor(model, x, opt, fw, steps, stats)
             times.setdefault(label, []).append(time.perf_counter() - t0)

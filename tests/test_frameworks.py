@@ -99,7 +99,7 @@ def test_a_host_copy_keeps_the_values_the_tensor_had(name: str) -> None:
 
         def tensors():
             t = torch.tensor(values, requires_grad=True) * 1.0
-            return [t, t.t(), t[:, 2:4], t.sum(), t.to(torch.bfloat16)]
+            return [t, t.t(), t[:, 2:4], t.sum(), t.to(torch.bfloat16), torch.ones(300, 300) * 1.0]
 
         def write(t):
             with torch.no_grad():
@@ -110,7 +110,8 @@ def test_a_host_copy_keeps_the_values_the_tensor_had(name: str) -> None:
 
         def tensors():
             t = paddle.to_tensor(values, stop_gradient=False) * 1.0
-            return [t, t.transpose([1, 0]), t[:, 2:4], t.sum(), t.astype("bfloat16")]
+            big = paddle.to_tensor(np.ones((300, 300), "float32"), stop_gradient=False) * 1.0  # past own-copy size
+            return [t, t.transpose([1, 0]), t[:, 2:4], t.sum(), t.astype("bfloat16"), big]
 
         def write(t):
             if t.dtype == paddle.bfloat16:

@@ -105,9 +105,8 @@ def _choose(
     arrays: dict[int, np.ndarray] = {}
     for t in records:
         arrays[id(t.value)] = t.value
-    movable = {
-        k: a for k, a in arrays.items() if spoolable(a) and not in_file(a)
-    }  # small arrays stay: a map costs a page
+    # The Spool's own rule: small arrays stay, a map costs a page.
+    movable = {k: a for k, a in arrays.items() if spoolable(a) and not in_file(a)}
     if sum(a.nbytes for a in movable.values()) <= above_mib * 2**20:
         return None
     holders: dict[int, list[TensorRecord]] = {}

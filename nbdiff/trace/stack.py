@@ -65,21 +65,7 @@ def user_stack(hidden_roots: tuple[str, ...], limit: int = 12) -> tuple[Frame, .
     frame walk, no file reads; whether a function's frames are the user's is decided
     once per code object (every layer call walks the same frames above it).
     """
-    verdicts = _verdicts.get(hidden_roots)
-    if verdicts is None or len(verdicts) > _VERDICTS_MAX:
-        verdicts = _verdicts[hidden_roots] = {}
-    frames: list[Frame] = []
-    f: FrameType | None = sys._getframe(1)
-    while f is not None and len(frames) < limit:
-        code = f.f_code
-        known = verdicts.get(id(code))  # by id: a code object's own hash reads its whole body
-        if known is None:
-            user = _is_user_code(code.co_filename, hidden_roots) and not _magic_call(code)
-            known = verdicts[id(code)] = (code, user)
-        if known[1]:
-            frames.append(Frame(code.co_filename, f.f_lineno, code.co_name))
-        f = f.f_back
-    return tuple(frames)
+    return call_stack(hidden_roots, None, limit)[0]
 
 
 Anchor = tuple[FrameType, tuple[Frame, ...]]

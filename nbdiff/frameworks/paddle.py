@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import functools
-import math
 import os
 import warnings
 import weakref
@@ -19,8 +18,6 @@ from nbdiff.frameworks.base import framework_class_names, own_entries
 __all__ = ["PaddleFramework"]
 
 _DTYPE_NAMES: dict[Any, str] = {}
-_OWN_COPY_MAX = 1 << 16
-"""Values up to which :meth:`PaddleFramework.host_copy` takes paddle's own copy."""
 _DROPOUT_NAMES = {"Dropout", "Dropout2D", "Dropout3D", "AlphaDropout", "FeatureAlphaDropout"}
 
 
@@ -129,14 +126,6 @@ class PaddleFramework:
             # Zero-copy, like torch's .numpy(): Tensor.numpy() copies and costs ~10x more.
             return np.from_dlpack(t)
         return t.numpy()
-
-    def host_copy(self, tensor: Any) -> np.ndarray:
-        if math.prod(tensor.shape) <= _OWN_COPY_MAX and tensor.is_contiguous() and tensor.dtype != paddle.bfloat16:
-            # Tensor.numpy() is the copy, made in one go: 1.8 µs for 4,096 values against 7.0 for
-            # a DLPack view then numpy's copy. Small tensors only: its buffers are paddle's, kept in
-            # paddle's pool once freed (the benchmark transformer's check peaked 40 MiB higher).
-            return tensor.numpy()
-        return np.array(self.to_numpy(tensor), copy=True)
 
     def from_numpy(self, array: np.ndarray, requires_grad: bool = False) -> Any:
         t = paddle.to_tensor(np.array(array, order="C"))

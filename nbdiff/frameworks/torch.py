@@ -76,9 +76,6 @@ class TorchFramework:
             t = t.float()
         return t.cpu().numpy()
 
-    def host_copy(self, tensor: Any) -> np.ndarray:
-        return np.array(self.to_numpy(tensor), copy=True)
-
     def from_numpy(self, array: np.ndarray, requires_grad: bool = False) -> Any:
         t = torch.from_numpy(np.array(array, copy=True, order="C"))
         if requires_grad and t.is_floating_point():

@@ -318,7 +318,9 @@ class Recorder:
         if hit is not None and (hit[0]() if isinstance(hit[0], weakref.ref) else hit[0]) is t:
             record = hit[1]
         else:
-            record = TensorRecord(name, fw.shape_of(t), fw.dtype_name(t), self._copy_of(t), None, fw.layout_of(t))
+            record = TensorRecord(
+                name, fw.shape_of(t), fw.dtype_name(t), self.hold(fw.to_numpy(t)), None, fw.layout_of(t)
+            )
             self._remember(t, key, record)
         return record if record.name == name else changed(record, name=name)
 
@@ -330,13 +332,6 @@ class Recorder:
         if self.on_copy is not None:
             self.on_copy(value)
         return value
-
-    def _copy_of(self, t: Any) -> np.ndarray:
-        """:meth:`hold` of the tensor's values: the framework's own host copy, or (once the spool
-        writes to its file) a view of them that the file takes, with no copy in memory between."""
-        if self.spool.spooling:
-            return self.hold(self.fw.to_numpy(t))
-        return self.hold(self.fw.host_copy(t), copy=False)
 
     def _remember(self, t: Any, key: tuple[int, int], record: TensorRecord) -> None:
         """Find ``record`` for ``t`` while ``t`` lives. Only a weak reference: holding the tensor
@@ -359,7 +354,7 @@ class Recorder:
         hit = self._recent_grads.get(key) if key is not None else None
         if hit is not None:
             return hit[1]
-        value = self._copy_of(grad)
+        value = self.hold(self.fw.to_numpy(grad))
         if key is not None:
             self._recent_grads[key] = (grad, value)
             if len(self._recent_grads) > _RECENT_GRADS:
@@ -446,5 +441,5 @@ class Recorder:
         if g is None:
             return None
         # A copy: clearing gradients zeroes paddle's in place. Kept by id for the comparison.
-        self.param_grads[id(param)] = value = self._copy_of(g)
+        self.param_grads[id(param)] = value = self.hold(self.fw.to_numpy(g))
         return value

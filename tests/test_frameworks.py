@@ -114,3 +114,19 @@ def test_a_plain_attribute_is_read_without_the_layers_getattr() -> None:
     assert plain_attr(layer, "missing", "default") == "default"
     assert plain_attr(None, "missing") is None
     assert asked == []
+
+
+def test_paddle_to_numpy_reads_small_large_and_strided_tensors_alike() -> None:
+    # Small contiguous tensors come through paddle's own copy, the rest through DLPack.
+    import numpy as np
+
+    paddle = pytest.importorskip("paddle")
+    from nbdiff.frameworks.paddle import PaddleFramework
+
+    fw = PaddleFramework()
+    for values in (np.arange(24, dtype="float32").reshape(4, 6), np.ones((300, 300), "float32"), np.float32(3.0)):
+        t = paddle.to_tensor(values, stop_gradient=False) * 1.0  # a graph tensor, as a hook sees it
+        for view in (t, t.transpose([1, 0]) if t.ndim == 2 else t, t.astype("bfloat16")):
+            want = np.asarray(view.astype("float32").numpy())
+            got = fw.to_numpy(view)
+            assert got.shape == want.shape and np.array_equal(np.asarray(got, dtype="float32"), want)

@@ -52,6 +52,7 @@ def magnitude(arrays: list[np.ndarray], cache: dict[int, tuple[np.ndarray, float
 
 
 _SMALL = 1 << 16
+"""Values up to which a magnitude is read from ``|a|`` made once (beyond: max and -min, nothing written)."""
 
 
 def array_magnitude(a: np.ndarray, cache: dict[int, tuple[np.ndarray, float]] | None = None) -> float:

@@ -19,6 +19,7 @@ from nbdiff.frameworks.base import framework_class_names, own_entries
 __all__ = ["PaddleFramework"]
 
 _DTYPE_NAMES: dict[Any, str] = {}
+"""paddle dtype -> its name (``float32``): :meth:`PaddleFramework.dtype_name`."""
 _COPIED_MAX = 1 << 16
 """Values up to which :meth:`PaddleFramework.to_numpy` takes paddle's own copy."""
 _DROPOUT_NAMES = {"Dropout", "Dropout2D", "Dropout3D", "AlphaDropout", "FeatureAlphaDropout"}

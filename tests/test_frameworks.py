@@ -12,6 +12,17 @@ def test_own_entries_leaves_out_unset_and_lists_a_shared_tensor_once() -> None:
     assert own_entries({"a": shared, "b": None, "c": other, "tied": shared}) == [("a", shared), ("c", other)]
 
 
+class _Renaming:
+    """A wrapper's own naming of its tensors (as FSDP's strips prefixes): the adapters must ask it."""
+
+    def named_parameters(self, *args, **kwargs):
+        for n, p in super().named_parameters(*args, **kwargs):
+            yield "renamed_" + n, p
+
+    def named_buffers(self, *args, **kwargs):
+        yield "renamed_buffer", self.weight
+
+
 def _torch_layers() -> list:
     torch = pytest.importorskip("torch")
 
@@ -25,13 +36,8 @@ def _torch_layers() -> list:
             self.register_buffer("constant", torch.ones(1), persistent=False)
             self.inner = torch.nn.Linear(2, 2)  # a sublayer's tensors are its own
 
-    class Renamed(torch.nn.Linear):
-        def named_parameters(self, prefix: str = "", recurse: bool = True, remove_duplicate: bool = True):
-            for n, p in super().named_parameters(prefix, recurse, remove_duplicate):
-                yield "renamed_" + n, p
-
-        def named_buffers(self, prefix: str = "", recurse: bool = True, remove_duplicate: bool = True):
-            yield "renamed_buffer", self.weight
+    class Renamed(_Renaming, torch.nn.Linear):
+        pass
 
     return [torch.nn.Linear(2, 3, bias=False), torch.nn.BatchNorm1d(3), Tied(), Renamed(2, 2), torch.nn.Tanh()]
 
@@ -48,13 +54,8 @@ def _paddle_layers() -> list:
             self.register_buffer("constant", paddle.ones([1]), persistable=False)
             self.inner = paddle.nn.Linear(2, 2)
 
-    class Renamed(paddle.nn.Linear):
-        def named_parameters(self, prefix: str = "", include_sublayers: bool = True, remove_duplicate: bool = True):
-            for n, p in super().named_parameters(prefix, include_sublayers, remove_duplicate):
-                yield "renamed_" + n, p
-
-        def named_buffers(self, prefix: str = "", include_sublayers: bool = True, remove_duplicate: bool = True):
-            yield "renamed_buffer", self.weight
+    class Renamed(_Renaming, paddle.nn.Linear):
+        pass
 
     return [paddle.nn.Linear(2, 3, bias_attr=False), paddle.nn.BatchNorm1D(3), Tied(), Renamed(2, 2), paddle.nn.Tanh()]
 

@@ -240,22 +240,10 @@ def compare_tensors(
                 name, *shapes, inf, inf, inf, 0.0, 0, 0, 0, 0, inf, tol, mode, f"shape {raw.shape} vs base {base.shape}"
             )
         raw, base, note = fitted
-    a, b = (raw, base) if raw.dtype == base.dtype and raw.dtype in _FLOATS else _pair(raw, base)
-    if a.dtype.kind not in "fc":
-        a, b = a.astype(np.float64), b.astype(np.float64)
-    if a.ndim == 0:  # scalars: keep array semantics for the in-place passes below
-        a, b = a.reshape(1), b.reshape(1)
+    a, b = _comparable(raw, base)
     if a.size == 0:
         return TensorDiff(name, *shapes, 0.0, 0.0, 0.0, 1.0, 0, 0, 0, 0, 0.0, tol, mode, note)
-    if a.size <= _FRESH_MAX:  # small: a fresh array costs less than slicing the scratch pool
-        d = np.subtract(a, b)
-        absb = buf = None
-    else:
-        d, absb, buf = _scratch(a.shape, a.dtype)
-        np.subtract(a, b, out=d)
-    # |a - b| written in place and its largest value read: this runs on every recorded tensor,
-    # and most pass at once.
-    np.abs(d, out=d)
+    d, absb, buf = _differences(a, b)
     worst = float(d.max())
     if worst == 0.0 and mode == "strict":
         # Bit-identical (common within one framework): nothing else to measure.
@@ -281,6 +269,39 @@ def compare_tensors(
             name, shapes[0], shapes[1], worst, 0.0, 0.0, 1.0, 0, 0, 0, 0, 0.0, tol, mode, note,
             _Detail(a, b, atol, tol.rtol),
         )  # fmt: skip
+    ratio, rel = _ratio_and_relative(mode, a, b, d, absb, buf, worst, atol, tol.rtol)
+    return TensorDiff(name, *shapes, worst, rel, float(d.mean()), cosine(a, b), *counts, ratio, tol, mode, note)
+
+
+def _comparable(raw: np.ndarray, base: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Both arrays in one float dtype, at least one-dimensional (the passes below work in place)."""
+    a, b = (raw, base) if raw.dtype == base.dtype and raw.dtype in _FLOATS else _pair(raw, base)
+    if a.dtype.kind not in "fc":
+        a, b = a.astype(np.float64), b.astype(np.float64)
+    if a.ndim == 0:
+        a, b = a.reshape(1), b.reshape(1)
+    return a, b
+
+
+def _differences(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray | None, np.ndarray | None]:
+    """``|a - b|``, and two work arrays of its shape for later passes (``None`` for a small tensor:
+    made fresh only if needed, which costs less than slicing the scratch pool)."""
+    if a.size <= _FRESH_MAX:
+        d = np.subtract(a, b)
+        absb = buf = None
+    else:
+        d, absb, buf = _scratch(a.shape, a.dtype)
+        np.subtract(a, b, out=d)
+    np.abs(d, out=d)  # written in place: this runs on every recorded tensor, and most pass at once
+    return d, absb, buf
+
+
+def _ratio_and_relative(
+    mode: str, a: np.ndarray, b: np.ndarray, d: np.ndarray, absb: np.ndarray | None, buf: np.ndarray | None,
+    worst: float, atol: float, rtol: float,
+) -> tuple[float, float]:  # fmt: skip
+    """The largest error over its tolerance, and the largest relative error, of a tensor that does not
+    pass at once (``d``: ``|a - b|``; ``absb``: ``|b|`` if already made; ``buf``: scratch, or ``None``)."""
     if buf is None:  # small
         buf = np.empty_like(d)
         if absb is None:
@@ -288,15 +309,24 @@ def compare_tensors(
     else:
         assert absb is not None
         np.abs(b, out=absb)
-    ratio = _ratio(mode, a, b, d, absb, buf, worst, atol, tol.rtol)
-    if worst > 0:
-        # 0/0 (equal zeros) is NaN and skipped by fmax; x/0 is inf: an error where base is exactly 0.
-        with np.errstate(divide="ignore", invalid="ignore"):
-            np.divide(d, absb, out=absb)
-        rel = float(np.fmax.reduce(absb, axis=None))
+    if mode == "strict":
+        ratio = 0.0
+        if worst > 0:
+            np.multiply(absb, rtol, out=buf)
+            buf += max(atol, _TINY)
+            ratio = float(np.divide(d, buf, out=buf).max())
+    elif mode in ("mean", "abs_mean"):
+        ma, mb = (a.mean(), b.mean()) if mode == "mean" else (np.abs(a).mean(), absb.mean())
+        err = abs(float(ma) - float(mb)) if np.isfinite(worst) else np.inf
+        ratio = err / max(atol + rtol * abs(float(mb)), _TINY) if err > 0 else 0.0
     else:
-        rel = 0.0
-    return TensorDiff(name, *shapes, worst, rel, float(d.mean()), cosine(a, b), *counts, ratio, tol, mode, note)
+        raise ValueError(f"compare_mode {mode!r} is not one of {COMPARE_MODES}")
+    if worst <= 0:
+        return ratio, 0.0
+    # 0/0 (equal zeros) is NaN and skipped by fmax; x/0 is inf: an error where base is exactly 0.
+    with np.errstate(divide="ignore", invalid="ignore"):
+        np.divide(d, absb, out=absb)
+    return ratio, float(np.fmax.reduce(absb, axis=None))
 
 
 def _fitted(raw: np.ndarray, base: np.ndarray) -> tuple[np.ndarray, np.ndarray, str] | None:
@@ -359,25 +389,6 @@ def _finite_parts(a: np.ndarray, b: np.ndarray, d: np.ndarray) -> tuple[np.ndarr
         mask = f"masked alike at {n} position(s): base {fb:g}, raw {fa:g} (an infinity and a mask value of its sign are the same mask)"
         note = f"{note}; {mask}" if note else mask
     return np.where(keep, a, 0.0), np.where(keep, b, 0.0), d, note
-
-
-def _ratio(
-    mode: str, a: np.ndarray, b: np.ndarray, d: np.ndarray, absb: np.ndarray, buf: np.ndarray,
-    worst: float, atol: float, rtol: float,
-) -> float:  # fmt: skip
-    """The largest error over its tolerance (``d``: ``|a - b|``; ``absb``: ``|b|``; ``buf`` is scratch)."""
-    if mode == "strict":
-        if worst <= 0:
-            return 0.0
-        np.multiply(absb, rtol, out=buf)
-        buf += max(atol, _TINY)
-        np.divide(d, buf, out=buf)
-        return float(buf.max())
-    if mode in ("mean", "abs_mean"):
-        ma, mb = (a.mean(), b.mean()) if mode == "mean" else (np.abs(a).mean(), absb.mean())
-        err = abs(float(ma) - float(mb)) if np.isfinite(worst) else np.inf
-        return err / max(atol + rtol * abs(float(mb)), _TINY) if err > 0 else 0.0
-    raise ValueError(f"compare_mode {mode!r} is not one of {COMPARE_MODES}")
 
 
 BY_STATISTICS = "compared by statistics"

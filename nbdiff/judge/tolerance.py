@@ -9,6 +9,7 @@ absolute, as users expect.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 __all__ = ["Tolerance", "DEFAULTS", "resolve_tolerance", "summed_terms", "loosest"]
@@ -52,8 +53,11 @@ def _default(dtype: str) -> tuple[float, float]:
     return DEFAULTS["float32"]
 
 
+@functools.lru_cache(maxsize=256)
 def resolve_tolerance(atol: float | None, rtol: float | None, *dtypes: str) -> Tolerance:
-    """The tolerance for tensors of ``dtypes``: the loosest dtype's default, overridden by explicit values."""
+    """The tolerance for tensors of ``dtypes``: the loosest dtype's default, overridden by explicit values.
+
+    Remembered (a :class:`Tolerance` is frozen): a check asks it for every tensor it compares."""
     defaults = [_default(d) for d in dtypes] or [DEFAULTS["float32"]]
     d_atol = max(a for a, _ in defaults)
     d_rtol = max(r for _, r in defaults)

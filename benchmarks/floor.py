@@ -52,3 +52,58 @@ def statistics_in_framework(model: Any) -> AbstractContextManager[None]:
     """Every float32 output of every layer, and its gradient, summarised by the framework itself
     (:func:`_framework_statistics`): what a statistics dump costs with no host copy."""
     return each_output(model, _framework_statistics)
+
+
+@contextmanager
+def each_call(model: Any, on_copy: Callable[[np.ndarray], Any]) -> Iterator[None]:
+    """While open, every layer call of ``model`` (torch or paddle) has its float32 inputs and outputs
+    copied to the host, each input that needs a gradient its own autograd node (a view) with a
+    gradient hook, each output a gradient hook, and each gradient copied: what recording a layer's
+    own input gradient takes at the least, with nothing else kept."""
+    is_paddle = isinstance(model, paddle.nn.Layer)
+
+    def copy(t: Any) -> None:
+        on_copy(np.array(t.detach().numpy(), copy=True))
+
+    def floating(t: Any) -> bool:
+        return hasattr(t, "shape") and t.dtype in (torch.float32, paddle.float32)
+
+    def hooked(t: Any) -> Any:
+        if (not t.stop_gradient) if is_paddle else t.requires_grad:
+            t = t.view(t.shape) if is_paddle else t.view_as(t)
+            t.register_hook(lambda g: copy(g))
+        return t
+
+    def pre(m: Any, args: tuple) -> tuple:
+        out = []
+        for a in args:
+            if floating(a):
+                copy(a)
+                a = hooked(a)
+            out.append(a)
+        return tuple(out)
+
+    def post(m: Any, i: Any, o: Any) -> None:
+        if floating(o):
+            copy(o)
+            if (not o.stop_gradient) if is_paddle else o.requires_grad:
+                o.register_hook(lambda g: copy(g))
+
+    layers = [model, *model.sublayers()] if is_paddle else list(model.modules())
+    handles = [m.register_forward_pre_hook(pre) for m in layers]
+    handles += [(m.register_forward_post_hook if is_paddle else m.register_forward_hook)(post) for m in layers]
+    try:
+        yield
+    finally:
+        for h in handles:
+            h.remove()
+
+
+def compared_with_tolerance(base: list[np.ndarray], raw: list[np.ndarray]) -> int:
+    """Pairs of equal shape compared as a tolerance needs at the least: ``max |a - b|`` against
+    ``max |b|``, three numpy passes each. Returns how many passed."""
+    passed = 0
+    for a, b in zip(base, raw):
+        if a.shape == b.shape:
+            passed += float(np.abs(a - b).max()) <= 1e-5 * max(float(np.abs(b).max()), 1e-30)
+    return passed

@@ -183,6 +183,17 @@ def _opened(page, path):
     return view
 
 
+_SELECTED_IN_VIEW = """(view) => {
+    const root = document.querySelector(view);
+    const sel = root && root.querySelector('.nbd-row.nbd-selected');
+    const scroll = root && root.querySelector('.nbd-scroll');
+    if (!sel || !scroll) return false;
+    const row = sel.getBoundingClientRect(), box = scroll.getBoundingClientRect();
+    return row.height > 0 && box.top <= row.top && row.bottom <= box.bottom + 1;
+}"""
+"""Whether the view's selected row is drawn inside its scrolled area."""
+
+
 def _show_all(view):
     """A diverging view opens on the rows with their own error: show every row, to click the others."""
     view.locator(".nbd-filter").select_option("all")
@@ -675,10 +686,9 @@ def test_folding_search_and_empty_filters_say_what_they_did(page, tmp_path):
     page.wait_for_function(f"() => document.querySelectorAll('.nbd-rows .nbd-row').length <= {groups}")
     # Expand all keeps the selected row in view.
     view.locator(".nbd-btn[title='expand all']").click()
-    sel = view.locator(".nbd-row.nbd-selected")
-    sel.wait_for()
-    box, scroll = sel.bounding_box(), view.locator(".nbd-scroll").bounding_box()
-    assert scroll["y"] <= box["y"] and box["y"] + box["height"] <= scroll["y"] + scroll["height"] + 1
+    # Waited on in the page: the rows re-render after the click, and a row found a moment before
+    # could be gone when its box was read (CI: None).
+    page.wait_for_function(_SELECTED_IN_VIEW, arg=VIEW)
     # A search scrolls to its first match: the last step's fc update is far down the tree.
     view.locator(".nbd-scroll").evaluate("el => el.scrollTop = 0")
     view.locator(".nbd-search").fill("Linear")

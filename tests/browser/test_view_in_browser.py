@@ -145,11 +145,9 @@ def test_a_code_blame_opens_on_its_evidence_and_its_lines(page, jupyter_server, 
         assert {"nbd-blamed", "nbd-inherited", "nbd-ok"} <= set(worst) and min(worst.values()) >= 4.5, worst
         _theme(page, "JupyterLab Light")
     view.locator(".nbd-frame[data-side='base']").first.click()
-    here = view.locator(".nbd-src-here", has_text="self.proj(merge(")
-    here.wait_for()
+    view.locator(".nbd-src-here", has_text="self.proj(merge(").wait_for()
     assert view.locator(".nbd-src-span", has_text="scores = ").count() == 1
-    box, pre = here.bounding_box(), view.locator("pre.nbd-src").bounding_box()
-    assert pre["y"] <= box["y"] and box["y"] + box["height"] <= pre["y"] + pre["height"], (box, pre)
+    _wait_inside(page, view, ".nbd-src-here", "pre.nbd-src", "self.proj(merge(")
     _no_widget_errors(page, jupyter_server)
 
 
@@ -183,15 +181,20 @@ def _opened(page, path):
     return view
 
 
-_SELECTED_IN_VIEW = """(view) => {
-    const root = document.querySelector(view);
-    const sel = root && root.querySelector('.nbd-row.nbd-selected');
-    const scroll = root && root.querySelector('.nbd-scroll');
-    if (!sel || !scroll) return false;
-    const row = sel.getBoundingClientRect(), box = scroll.getBoundingClientRect();
-    return row.height > 0 && box.top <= row.top && row.bottom <= box.bottom + 1;
+_INSIDE = """([root, inner, text, outer]) => {
+    const box = root.querySelector(outer);
+    const el = [...root.querySelectorAll(inner)].find((e) => e.textContent.includes(text));
+    if (!box || !el) return false;
+    const a = el.getBoundingClientRect(), b = box.getBoundingClientRect();
+    return a.height > 0 && b.top <= a.top && a.bottom <= b.bottom + 1;
 }"""
-"""Whether the view's selected row is drawn inside its scrolled area."""
+
+
+def _wait_inside(page, view, inner, outer, text=""):
+    """Wait until ``view``'s element ``inner`` (the first holding ``text``) is drawn inside its ``outer``
+    box. Waited on in the page: rows and panels re-render, and an element found a moment before could
+    be gone when its box was read (a clean clone's run read None)."""
+    page.wait_for_function(_INSIDE, arg=[view.element_handle(), inner, text, outer])
 
 
 def _show_all(view):
@@ -686,9 +689,7 @@ def test_folding_search_and_empty_filters_say_what_they_did(page, tmp_path):
     page.wait_for_function(f"() => document.querySelectorAll('.nbd-rows .nbd-row').length <= {groups}")
     # Expand all keeps the selected row in view.
     view.locator(".nbd-btn[title='expand all']").click()
-    # Waited on in the page: the rows re-render after the click, and a row found a moment before
-    # could be gone when its box was read (CI: None).
-    page.wait_for_function(_SELECTED_IN_VIEW, arg=VIEW)
+    _wait_inside(page, view, ".nbd-row.nbd-selected", ".nbd-scroll")
     # A search scrolls to its first match: the last step's fc update is far down the tree.
     view.locator(".nbd-scroll").evaluate("el => el.scrollTop = 0")
     view.locator(".nbd-search").fill("Linear")

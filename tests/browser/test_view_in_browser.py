@@ -358,8 +358,11 @@ def test_html_report_works_without_a_kernel(page, tmp_path):
     # Wide: the tree takes the full width (the panel goes below) and more height.
     narrow = page.locator(f"{VIEW} .nbd-tree").bounding_box()
     page.locator(f"{VIEW} button[title^='wide']").click()
+    page.wait_for_function(
+        "([sel, w, h]) => { const r = document.querySelector(sel).getBoundingClientRect(); return r.width > 1.5 * w && r.height > h; }",
+        arg=[f"{VIEW} .nbd-tree", narrow["width"], narrow["height"]],
+    )  # the layout after the click, waited on in the page
     wide = page.locator(f"{VIEW} .nbd-tree").bounding_box()
-    assert wide["width"] > 1.5 * narrow["width"] and wide["height"] > narrow["height"], (narrow, wide)
     assert page.locator(f"{VIEW} .nbd-side").bounding_box()["y"] > wide["y"] + wide["height"] - 1
     assert not [m for m in page.console_messages if m.startswith(("error", "pageerror"))]
     assert all(u.startswith(("file:", "data:")) for u in page.request_urls), page.request_urls

@@ -118,7 +118,7 @@ def test_a_dump_writer_writes_the_bytes_before_the_step_is_handed_over(tmp_path)
     writer.prepare(x)
     writer.prepare(y)
     file = tmp_path / "ahead" / "step0.safetensors"
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + 120  # a cap, not a wait: the loop ends once the file is there
     while not (file.exists() and file.stat().st_size >= x.nbytes + y.nbytes) and time.monotonic() < deadline:
         time.sleep(0.01)
     assert file.exists() and file.stat().st_size >= x.nbytes + y.nbytes  # while the step still runs
@@ -150,7 +150,7 @@ def test_a_step_that_keeps_no_values_leaves_no_payload_file(tmp_path):
     writer = DumpWriter(tmp_path / "rank0", {"framework": "torch", "model": "M", "rank": 0}, {}, "tensor")
     writer.prepare(np.arange(1000, dtype=np.int64))
     file = tmp_path / "rank0" / "step0.safetensors"
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + 120  # a cap, not a wait: the loop ends once the file is there
     while not file.exists() and time.monotonic() < deadline:
         time.sleep(0.01)
     writer.add_step([Event(0, Phase.FORWARD, Kind.LAYER, 0, "a", "Embedding", 0, 1, None, True, (), ())])

@@ -144,6 +144,7 @@ class record:
         # The steps are the calls made by the thread that records; others' would be merged into them.
         self._thread, self._other_threads = threading.get_ident(), 0
         self._session.recorder.thread = self._thread
+        self._session.recorder.summarize = self.options["dump_type"] == "statistics"
         if self.options["mode"] == "all" and not self.capture.narrows:
             # Work on each array as it is copied; where events are left out, most of that would be wasted.
             self._session.recorder.on_copy = self._writer.prepare

@@ -131,3 +131,62 @@ def test_paddle_to_numpy_reads_small_large_and_strided_tensors_alike() -> None:
             want = np.asarray(view.astype("float32").numpy())
             got = fw.to_numpy(view)
             assert got.shape == want.shape and np.array_equal(np.asarray(got, dtype="float32"), want)
+
+
+def _reduced_cases() -> list:
+    torch = pytest.importorskip("torch")
+    paddle = pytest.importorskip("paddle")
+    from nbdiff.frameworks.paddle import PaddleFramework
+    from nbdiff.frameworks.torch import TorchFramework
+
+    return [(TorchFramework(), torch.from_numpy), (PaddleFramework(), paddle.to_tensor)]
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_a_tensor_reduced_by_its_framework_gives_the_sums_and_sample_of_its_values(dtype) -> None:
+    import numpy as np
+
+    from nbdiff.trace.stats import sample_positions, tensor_sample
+
+    x = (np.random.default_rng(2).standard_normal((8, 3, 17, 19)) * 3 + 0.5).astype(dtype)
+    ref = x.astype(np.float64)
+    want = [ref.min(), ref.max(), ref.sum(), (ref * ref).sum(), np.abs(ref).sum()]
+    for fw, make in _reduced_cases():
+        sums, sample, spread = fw.reduced(make(x.copy()), sample_positions(x.size))
+        # Cascaded float sums: within 1e-6 of float64's (a BLAS dot product was off by 7e-6).
+        np.testing.assert_allclose(sums, want, rtol=1e-6, atol=1e-6 * np.abs(ref).sum())
+        np.testing.assert_array_equal(sample, tensor_sample(x))
+        assert spread(0.5) == pytest.approx(((ref - 0.5) ** 2).sum(), rel=1e-6)
+
+
+def test_tensors_a_framework_cannot_reduce_are_left_to_the_host_copy() -> None:
+    import numpy as np
+
+    paddle = pytest.importorskip("paddle")
+    positions = np.arange(2)
+    for fw, make in _reduced_cases():
+        assert fw.reduced(make(np.arange(4)), positions) is None  # integers
+        assert fw.reduced(make(np.zeros(0, np.float32)), positions) is None
+        assert fw.reduced(make(np.ones(4, np.float16)), positions) is None  # its sums would round
+    fw, make = _reduced_cases()[1]
+    with paddle.amp.auto_cast():  # elementwise work may run in float16 there
+        assert fw.reduced(make(np.ones(4, np.float32)), positions) is None
+
+
+def test_a_framework_reduces_where_a_host_copy_would_cost_more(monkeypatch) -> None:
+    # Measured on a CNN's statistics dump (bench_dump.py): torch's reductions pay where its threads take
+    # every core, not where one is left to the writer's thread; paddle's cost its thread more than a copy.
+    import numpy as np
+
+    from nbdiff.frameworks import base
+    from nbdiff.frameworks import torch as torch_adapter
+
+    (torch_fw, make_torch), (paddle_fw, make_paddle) = _reduced_cases()
+    monkeypatch.setattr(torch_adapter, "cores", lambda: 2)
+    t = make_torch(np.ones(4, np.float32))
+    monkeypatch.setattr(torch_adapter.torch, "get_num_threads", lambda: 2)
+    assert torch_fw.prefers_reducing(t)
+    monkeypatch.setattr(torch_adapter.torch, "get_num_threads", lambda: 1)
+    assert not torch_fw.prefers_reducing(t)
+    assert not paddle_fw.prefers_reducing(make_paddle(np.ones(4, np.float32)))
+    assert base.cores() >= 1

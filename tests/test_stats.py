@@ -8,7 +8,14 @@ import numpy as np
 import pytest
 
 from nbdiff.trace import stats as stats_module
-from nbdiff.trace.stats import sample_json, sample_of_json, sample_positions, tensor_sample, tensor_stats
+from nbdiff.trace.stats import (
+    sample_json,
+    sample_of_json,
+    sample_positions,
+    stats_from_sums,
+    tensor_sample,
+    tensor_stats,
+)
 
 
 def test_a_constant_has_no_spread():
@@ -60,7 +67,14 @@ def test_a_tensor_of_one_sign_has_its_sum_as_absolute_sum(values):
 _OTHER_THREADS_CPU = """
 import resource, time
 import numpy as np
-from nbdiff.trace.stats import sample_json, sample_of_json, sample_positions, tensor_sample, tensor_stats
+from nbdiff.trace.stats import (
+    sample_json,
+    sample_of_json,
+    sample_positions,
+    stats_from_sums,
+    tensor_sample,
+    tensor_stats,
+)
 
 a = np.random.default_rng(0).standard_normal(1 << 22).astype(np.float32)
 tensor_stats(a)
@@ -129,3 +143,34 @@ def test_sample_positions_are_part_of_the_dump_format():
     # these positions may never change (integer arithmetic, no random generator's stream).
     assert sample_positions(1000)[:4].tolist() == [12, 21, 37, 48]
     assert sample_positions(7 * 10**9)[:2].tolist() == [74149902, 148609398]
+
+
+def _sums(x: np.ndarray) -> list[float]:
+    """What a framework's reductions hand back, in float64 here."""
+    r = x.astype(np.float64)
+    return [float(r.min()), float(r.max()), float(r.sum()), float((r * r).sum()), float(np.abs(r).sum())]
+
+
+@pytest.mark.parametrize("offset", [0.0, 1e4])
+def test_statistics_from_a_frameworks_sums_are_those_of_the_values(offset):
+    # A large offset cancels E[x^2] - E[x]^2: the spread is then asked for around the mean.
+    x = (np.random.default_rng(1).standard_normal(5000) + offset).astype(np.float32)
+    asked = []
+
+    def spread(m: float) -> float:
+        asked.append(m)
+        return float(((x.astype(np.float64) - m) ** 2).sum())
+
+    got, want = stats_from_sums(*_sums(x), x.size, spread), tensor_stats(x)
+    scale = float(np.abs(x).max())
+    for f in ("min", "max", "mean", "std", "abs_mean"):
+        assert abs(getattr(got, f) - getattr(want, f)) <= 1e-6 * scale, f
+    assert bool(asked) == (offset != 0.0)
+    constant = np.full(10, 2.5, np.float32)
+    assert stats_from_sums(*_sums(constant), 10, spread) == tensor_stats(constant)
+
+
+def test_statistics_from_sums_that_are_not_finite_are_left_to_the_host():
+    x = np.array([1.0, np.nan], np.float32)
+    assert stats_from_sums(*_sums(x), 2, lambda m: 0.0) is None
+    assert stats_from_sums(1.0, 3e38, 1.0, float("inf"), 1.0, 2, lambda m: 0.0) is None

@@ -6,6 +6,8 @@ core stays framework-free and is tested with plain numpy.
 
 from __future__ import annotations
 
+import math
+import os
 import weakref
 from collections.abc import Callable, Hashable, Iterator, Sequence
 from contextlib import AbstractContextManager
@@ -13,7 +15,16 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-__all__ = ["Framework", "Handle", "LAYER_LIKE", "like_names", "framework_class_names", "own_entries", "plain_attr"]
+__all__ = [
+    "Framework",
+    "Handle",
+    "LAYER_LIKE",
+    "like_names",
+    "framework_class_names",
+    "own_entries",
+    "plain_attr",
+    "spread_around",
+]
 
 LAYER_LIKE: dict[str, str] = {
     # Third-party layer classes that compute what a framework class computes (qualified class
@@ -70,6 +81,23 @@ def own_entries(entries: dict[str, Any]) -> list[tuple[str, Any]]:
             seen.add(id(t))
             out.append((name, t))
     return out
+
+
+def cores() -> int:
+    """CPU cores this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+def spread_around(flat: Any, rounding: type, mean: float) -> float:
+    """The sum of ``(x - mean)**2`` over a framework's flat tensor, taken around the mean rounded to
+    its dtype (``rounding``: ``np.float32``...) and corrected for that rounding, as
+    :func:`nbdiff.trace.stats.tensor_stats` does: what :meth:`Framework.reduced` hands back."""
+    around = float(rounding(mean))
+    shift = mean - around
+    return float(((flat - around) ** 2).sum()) - math.prod(flat.shape) * shift * shift
 
 
 class Handle(Protocol):
@@ -143,6 +171,25 @@ class Framework(Protocol):
         same way and unwritten since (the version counter their views share); ``None`` where the
         framework writes into a handed gradient without counting it (paddle adds contributions)."""
         ...
+
+    whole_gradients: bool
+    """Whether a tensor's gradient hook is handed the whole gradient once (torch), not each
+    contribution in turn (paddle)."""
+
+    def reduced(
+        self, tensor: Any, positions: np.ndarray
+    ) -> tuple[list[float], np.ndarray, Callable[[float], float]] | None:
+        """A float32/float64 tensor summarised by the framework itself (its threads, its device; no
+        copy of the whole): ``[min, max, sum, sum of squares, sum of |x|]``, its flat values at
+        ``positions``, and a function giving the sum of ``(x - m)**2`` for a mean ``m``. ``None`` for
+        any other tensor (another dtype, empty, a distributed one): the caller copies it instead."""
+        return None
+
+    def prefers_reducing(self, tensor: Any) -> bool:
+        """Whether :meth:`reduced` costs a recording less than copying the tensor for the writer's
+        thread to reduce: on an accelerator (no copy of the whole to the host), or on a CPU whose
+        every core the framework's threads take (the writer would compete with them for one)."""
+        return False
 
     def identity(self, tensor: Any, copy: bool = False) -> Any: ...
     def with_value(self, tensor: Any, value: Any) -> Any: ...

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import paddle
 
-from nbdiff.frameworks.base import framework_class_names, own_entries
+from nbdiff.frameworks.base import framework_class_names, own_entries, spread_around
 
 __all__ = ["PaddleFramework"]
 
@@ -70,6 +70,19 @@ class _WeakHook:
         t = self.tensor()
         if t is not None:
             t._remove_grad_hook(self.hook_id)
+
+
+try:
+    from paddle.amp.auto_cast import amp_state as _amp_state
+except ImportError:  # an older paddle: no state to read, no reduction trusted under it either
+
+    def _amp_state() -> dict[str, Any] | None:
+        return {"enable": True}
+
+
+def _distributed(t: Any) -> bool:
+    is_dist = getattr(t, "is_dist", None)
+    return bool(is_dist()) if callable(is_dist) else False
 
 
 class PaddleFramework:
@@ -191,6 +204,30 @@ class PaddleFramework:
 
     def gradient_alias_key(self, grad: Any) -> Hashable | None:
         return None  # paddle adds the next contribution into the gradient a hook was handed
+
+    whole_gradients = False  # a hook per contribution: the recorder adds them up
+
+    def reduced(
+        self, tensor: Any, positions: np.ndarray
+    ) -> tuple[list[float], np.ndarray, Callable[[float], float]] | None:
+        t = tensor.detach()
+        if t.dtype not in (paddle.float32, paddle.float64) or math.prod(t.shape) == 0 or _distributed(t):
+            return None
+        if (_amp_state() or {}).get("enable"):
+            return None  # under auto_cast, elementwise work may run in float16
+        flat = t.reshape([-1])
+        sums = paddle.stack([flat.min(), flat.max(), flat.sum(), (flat * flat).sum(), flat.abs().sum()]).tolist()
+        sample = paddle.gather(flat, paddle.to_tensor(np.asarray(positions, dtype=np.int64), place=flat.place)).numpy()
+        return (
+            sums,
+            sample,
+            functools.partial(spread_around, flat, np.float32 if flat.dtype == paddle.float32 else np.float64),
+        )
+
+    def prefers_reducing(self, tensor: Any) -> bool:
+        # On a CPU, paddle's reductions cost its thread more than a copy: a paddle CNN's statistics
+        # dump took 1.70-1.85x its bare step reducing, 1.43-1.50x copying for the writer's thread.
+        return not tensor.place.is_cpu_place()
 
     def identity(self, tensor: Any, copy: bool = False) -> Any:
         return tensor.clone() if copy else tensor.view(tensor.shape)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Callable, Hashable, Iterator, Sequence
 from contextlib import AbstractContextManager, ExitStack, contextmanager
@@ -10,12 +11,15 @@ from typing import Any
 import numpy as np
 import torch
 
-from nbdiff.frameworks.base import framework_class_names, own_entries
+from nbdiff.frameworks.base import cores, framework_class_names, own_entries, spread_around
 
 __all__ = ["TorchFramework"]
 
 _DROPOUT_TYPES = (torch.nn.modules.dropout._DropoutNd,)
 _MODULE = torch.nn.Module
+
+
+_REDUCED = (torch.float32, torch.float64)
 
 
 class TorchFramework:
@@ -126,6 +130,30 @@ class TorchFramework:
         if grad.layout != torch.strided or type(grad) is not torch.Tensor:
             return None  # sparse, or a subclass (DTensor, a functorch wrapper) whose memory is elsewhere
         return (grad.data_ptr(), grad.device, grad.dtype, tuple(grad.shape), grad.stride(), grad._version)
+
+    whole_gradients = True
+
+    def reduced(
+        self, tensor: Any, positions: np.ndarray
+    ) -> tuple[list[float], np.ndarray, Callable[[float], float]] | None:
+        t = tensor.detach()
+        if type(t) is not torch.Tensor or t.dtype not in _REDUCED or t.numel() == 0:
+            return None  # a DTensor's reductions would gather every rank's shard
+        flat = t.reshape(-1)
+        lo, hi = torch.aminmax(flat)
+        # torch's float sums are cascaded: within about 1e-8 of float64's (no BLAS dot, off by 7e-6).
+        sums = torch.stack((lo, hi, flat.sum(), (flat * flat).sum(), flat.abs().sum())).tolist()
+        sample = flat[torch.tensor(positions, dtype=torch.int64, device=flat.device)].cpu().numpy()
+        return (
+            sums,
+            sample,
+            functools.partial(spread_around, flat, np.float32 if flat.dtype == torch.float32 else np.float64),
+        )
+
+    def prefers_reducing(self, tensor: Any) -> bool:
+        # A torch CNN's statistics dump with default threads (both cores torch's): 3.35-3.39x its
+        # bare step copying, 2.36-2.38x reducing. With one thread, 2.17-2.28x against 2.45-2.61x.
+        return tensor.device.type != "cpu" or torch.get_num_threads() >= cores()
 
     def identity(self, tensor: Any, copy: bool = False) -> Any:
         return tensor.clone() if copy else tensor.view_as(tensor)

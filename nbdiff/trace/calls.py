@@ -39,6 +39,9 @@ class Call:
     """Some output needs a gradient (a backward through it may still come; read for root calls)."""
     api: str = ""
     """For an API call: the op's name (``layer`` is then ``None``)."""
+    whole: bool = False
+    """Its tensors are copied whole even where the recording summarises them (see
+    :func:`nbdiff.trace.summary.keeps_values`)."""
 
 
 class Feed:

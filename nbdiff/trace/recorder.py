@@ -4,14 +4,14 @@ A recorded value is the value when the event produced it: hooks copy each tensor
 the host as they see it, because a later in-place write (``out += identity``,
 ``ReLU(inplace=True)``) would change a kept reference. A tensor handed from one
 layer to the next is copied once: copies are shared by tensor and version, and a gradient
-handed on through a view by its buffer (:meth:`Recorder._grad_copy`).
+handed on through a view by its buffer (:mod:`nbdiff.trace.recent`).
 """
 
 from __future__ import annotations
 
 import threading
 import weakref
-from collections.abc import Callable, Hashable
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -24,14 +24,12 @@ from nbdiff.trace.calls import Call, Feed, input_name
 from nbdiff.trace.events import Event, TensorRecord, changed
 from nbdiff.trace.interrupts import interrupts_deferred, lost_interrupts_kept, raise_lost_interrupt
 from nbdiff.trace.nest import ONE_TENSOR_CALL, describe_non_tensors, flatten, flatten_call, unflatten
+from nbdiff.trace.recent import RecentGradients
 from nbdiff.trace.spool import Spool
 from nbdiff.trace.stack import Anchor, Frame, call_stack, tool_roots, user_stack
+from nbdiff.trace.summary import keeps_values, summarized
 
 __all__ = ["Recorder", "Feed"]
-
-_RECENT_GRADS = 4
-"""Gradients held for sharing: autograd hands a layer's input gradient and the previous layer's
-output gradient one after the other."""
 
 
 class Recorder:
@@ -75,8 +73,8 @@ class Recorder:
         self._hook_epoch = 0
         """Counts removals of the gradient hooks: a hook its handle could not reach (its tensor
         gone, the hook left in the graph) does nothing once the hooks of its epoch are removed."""
-        self._recent_grads: dict[Hashable, tuple[Any, np.ndarray]] = {}
-        """Alias key of a gradient -> (the gradient, held; its copy): see :meth:`_grad_copy`."""
+        self._grad_copies: RecentGradients[np.ndarray] = RecentGradients(fw)
+        self._grad_summaries: RecentGradients[TensorRecord] = RecentGradients(fw)
         self._backward_stack: tuple[Frame, ...] | None = None
         """User frames of the ``backward()`` call running now: walked once, shared by its layers."""
         self.hidden_roots = fw.source_roots + tool_roots()
@@ -100,6 +98,9 @@ class Recorder:
         """``id`` of a parameter -> the copy of its gradient the step's events hold (read once)."""
         self.on_copy: Callable[[np.ndarray], Any] | None = None
         """Called with every host copy a record is given (see :meth:`hold`)."""
+        self.summarize = False
+        """A statistics dump: activations and gradients are summarised by the framework, not copied
+        (:mod:`nbdiff.trace.summary`)."""
 
     # -- context -------------------------------------------------------------
     def __enter__(self) -> Recorder:
@@ -150,7 +151,8 @@ class Recorder:
         self._tensor_handles.clear()
         self._hook_epoch += 1
         self._copies.clear()
-        self._recent_grads.clear()
+        self._grad_copies.clear()
+        self._grad_summaries.clear()
 
     def _elsewhere(self) -> bool:
         """Whether this call comes from a thread whose calls are not recorded."""
@@ -192,6 +194,7 @@ class Recorder:
             self._active.append(rec)
             self._anchors.append(anchor)
             leaves, template = flatten_call(args, kwargs, fw.is_tensor)
+            rec.whole = self.summarize and keeps_values(fw, layer, leaves[0][1] if leaves else None)
             rec.template = template
             if template is not ONE_TENSOR_CALL:  # one tensor: no other argument to describe
                 rec.args = describe_non_tensors(template)
@@ -209,7 +212,7 @@ class Recorder:
                     self.spool.read(value)
                     t = fw.with_value(t, base_t) if fw.requires_grad(t) else base_t
                     changed = True
-                rec.inputs.append(self._keep(name, t))
+                rec.inputs.append(self._keep(name, t, rec.whole))
                 if self.backward and fw.requires_grad(t):
                     # A fresh autograd node per layer input gives this layer's own input gradient.
                     t = fw.identity(t, copy=inplace)
@@ -242,7 +245,7 @@ class Recorder:
             leaves, _ = flatten(output, fw.is_tensor, "out")
             grads = self.feed.grads.get((rec.path, rec.call)) if self.feed else None
             for name, t in leaves:
-                rec.outputs.append(self._keep(name, t))
+                rec.outputs.append(self._keep(name, t, rec.whole))
                 graph = fw.requires_grad(t)
                 rec.graph = rec.graph or graph
                 if self.backward and graph:
@@ -301,6 +304,12 @@ class Recorder:
                 fed = replace.astype(fw.to_numpy(grad).dtype, copy=False)
                 into[name] = TensorRecord(name, fw.shape_of(grad), fw.dtype_name(grad), fed, None, fw.layout_of(grad))
                 return fw.from_numpy(fed)
+            summary = (
+                self._summarized_grad(name, grad) if self.summarize and fw.whole_gradients and not rec.whole else None
+            )
+            if summary is not None:
+                into[name] = summary
+                return None
             # paddle calls a tensor's hook once per incoming contribution, torch once with the
             # sum: adding up gives the full gradient in both.
             prev = into.get(name)
@@ -310,17 +319,18 @@ class Recorder:
 
         return hook
 
-    def _keep(self, name: str, t: Any) -> TensorRecord:
-        """The tensor's value now, as a host copy no later in-place write can change."""
+    def _keep(self, name: str, t: Any, whole: bool = False) -> TensorRecord:
+        """The tensor's value now, as a host copy no later in-place write can change (or, where
+        :attr:`summarize` and not ``whole``, its statistics and sample)."""
         fw = self.fw
         key = (id(t), fw.tensor_version(t))
         hit = self._copies.get(key)
-        if hit is not None and (hit[0]() if isinstance(hit[0], weakref.ref) else hit[0]) is t:
-            record = hit[1]
-        else:
-            record = TensorRecord(
-                name, fw.shape_of(t), fw.dtype_name(t), self.hold(fw.to_numpy(t)), None, fw.layout_of(t)
-            )
+        record = hit[1] if hit is not None and (hit[0]() if isinstance(hit[0], weakref.ref) else hit[0]) is t else None
+        if record is None or (whole and record.value is None):  # a summary will not do for a whole call
+            record = summarized(fw, name, t) if self.summarize and not whole else None
+            if record is None:
+                value = self.hold(fw.to_numpy(t))
+                record = TensorRecord(name, fw.shape_of(t), fw.dtype_name(t), value, None, fw.layout_of(t))
             self._remember(t, key, record)
         return record if record.name == name else changed(record, name=name)
 
@@ -346,20 +356,15 @@ class Recorder:
             self._copies[key] = (t, record)
 
     def _grad_copy(self, grad: Any) -> np.ndarray:
-        """A copy of a gradient a hook was handed: both frameworks reuse that buffer (paddle adds
-        the next contribution into it, torch's AccumulateGrad adopts it as ``param.grad``). The
-        same buffer handed again, unwritten, shares the copy. The last few are held, so their
-        memory is not reused under another gradient, and torch cannot add into them in place."""
-        key = self.fw.gradient_alias_key(grad)
-        hit = self._recent_grads.get(key) if key is not None else None
-        if hit is not None:
-            return hit[1]
-        value = self.hold(self.fw.to_numpy(grad))
-        if key is not None:
-            self._recent_grads[key] = (grad, value)
-            if len(self._recent_grads) > _RECENT_GRADS:
-                del self._recent_grads[next(iter(self._recent_grads))]
+        """A held copy of a gradient a hook was handed, shared with the same buffer handed again."""
+        value = self._grad_copies.made(grad, lambda g: self.hold(self.fw.to_numpy(g)))
+        assert value is not None
         return value
+
+    def _summarized_grad(self, name: str, grad: Any) -> TensorRecord | None:
+        """A gradient's summary (shared as :meth:`_grad_copy` shares), or ``None``: copy it."""
+        record = self._grad_summaries.made(grad, lambda g: summarized(self.fw, name, g))
+        return record if record is None or record.name == name else changed(record, name=name)
 
     def _alias(self, t: Any, record: TensorRecord) -> None:
         """``t`` holds the values ``record`` copied (a view made here): the sublayers it is

@@ -7,6 +7,7 @@ import functools
 import math
 import re
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, fields
 
 import numpy as np
@@ -14,6 +15,7 @@ import numpy as np
 __all__ = [
     "Stats",
     "tensor_stats",
+    "stats_from_sums",
     "concatenated_stats",
     "STAT_FIELDS",
     "SAMPLE_SIZE",
@@ -112,6 +114,24 @@ def tensor_stats(a: np.ndarray) -> Stats:
     if not math.isfinite(var):  # squares past float32's range (|x| > 1.8e19): in float64 then
         var = _spread_around([c.astype(np.float64) for c in chunks], mean, n)
     return Stats(lo, hi, mean, max(var, 0.0) ** 0.5, abs_sum / n, nan, inf)
+
+
+def stats_from_sums(
+    lo: float, hi: float, total: float, squares: float, abs_total: float, n: int, spread: Callable[[float], float]
+) -> Stats | None:
+    """The statistics of ``n`` values from their min, max and sums of ``x``, ``x**2`` and ``|x|`` (a
+    framework's own reductions), as :func:`tensor_stats` makes them: ``spread(m)``, the sum of
+    ``(x - m)**2``, is asked for where ``E[x^2] - mean^2`` would cancel. ``None`` where a value is
+    not finite (NaN or Inf in the tensor, squares past float32's range): :func:`tensor_stats` counts those."""
+    if not all(math.isfinite(v) for v in (lo, hi, total, squares, abs_total)):
+        return None
+    if lo == hi:
+        return Stats(lo, hi, lo, 0.0, abs(lo), 0, 0)
+    mean, mean_square = total / n, squares / n
+    var = mean_square - mean * mean if mean * mean <= _CANCELS * mean_square else spread(mean) / n
+    if not math.isfinite(var):
+        return None
+    return Stats(lo, hi, mean, max(var, 0.0) ** 0.5, abs_total / n, 0, 0)
 
 
 def _spread_around(chunks: list[np.ndarray], mean: float, n: int) -> float:

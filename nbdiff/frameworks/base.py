@@ -24,6 +24,7 @@ __all__ = [
     "own_entries",
     "plain_attr",
     "spread_around",
+    "cores",
 ]
 
 LAYER_LIKE: dict[str, str] = {

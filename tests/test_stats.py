@@ -67,14 +67,7 @@ def test_a_tensor_of_one_sign_has_its_sum_as_absolute_sum(values):
 _OTHER_THREADS_CPU = """
 import resource, time
 import numpy as np
-from nbdiff.trace.stats import (
-    sample_json,
-    sample_of_json,
-    sample_positions,
-    stats_from_sums,
-    tensor_sample,
-    tensor_stats,
-)
+from nbdiff.trace.stats import sample_json, sample_of_json, sample_positions, tensor_sample, tensor_stats
 
 a = np.random.default_rng(0).standard_normal(1 << 22).astype(np.float32)
 tensor_stats(a)

@@ -15,6 +15,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from nbdiff.frameworks.base import plain_attr
+
 __all__ = ["ArgDiff", "ARGUMENTS", "layer_arguments", "argument_diffs", "differing_arguments", "recorded_arguments"]
 
 
@@ -88,9 +90,10 @@ ARGUMENTS: dict[str, tuple[tuple[str, ...], tuple[str, ...], Callable[[Any], Any
 _SCALARS = (bool, int, float, str, tuple, type(None))
 
 
-def _read(layer: Any, attrs: tuple[str, ...], present: frozenset[str] | None = None) -> tuple[bool, Any]:
+def _read(layer: Any, attrs: tuple[str, ...], present: frozenset[str]) -> tuple[bool, Any]:
+    """The first of ``attrs`` the layer has (``present``: :func:`_present`'s), and its value."""
     for a in attrs:
-        if a in present if present is not None else a in getattr(layer, "__dict__", {}) or hasattr(type(layer), a):
+        if a in present:
             try:
                 v = getattr(layer, a)
             except Exception:  # a property that needs state the layer does not have
@@ -120,14 +123,16 @@ def _present(layer: Any) -> frozenset[str]:
 
 
 def _has(layer: Any, name: str) -> tuple[bool, Any]:
-    """Whether ``layer`` has ``name`` (a plain attribute, a parameter or buffer, or its class's), and
-    its value; without the layer's ``__getattr__``, which raises inside for a name it lacks."""
-    for store in (getattr(layer, "__dict__", {}), getattr(layer, "_parameters", {}), getattr(layer, "_buffers", {})):
+    """Whether ``layer`` has ``name`` (a parameter or buffer, or a :func:`plain_attr`), and its value;
+    without the layer's ``__getattr__``, which raises inside for a name it lacks."""
+    for store in (getattr(layer, "_parameters", None), getattr(layer, "_buffers", None)):
         if isinstance(store, dict) and name in store:
             return True, store[name]
-    if hasattr(type(layer), name):
-        return True, getattr(layer, name, None)
-    return False, None
+    value = plain_attr(layer, name, _MISSING)
+    return (False, None) if value is _MISSING else (True, value)
+
+
+_MISSING = object()
 
 
 def layer_arguments(framework: str, layer: Any) -> dict[str, Any]:
@@ -141,7 +146,7 @@ def layer_arguments(framework: str, layer: Any) -> dict[str, Any]:
             if implicit is not None and not paddle and name == "dropout mode" and _is_dropout(layer):
                 out[name] = implicit
             continue
-        if name == "activation" and hasattr(v, "forward") and _read(v, ()) == (False, None):
+        if name == "activation" and hasattr(v, "forward") and _read(v, (), frozenset()) == (False, None):
             v = type(v).__name__  # a module, not a function: its class names it
         if name == "dropout p" and not _is_dropout(layer):
             continue

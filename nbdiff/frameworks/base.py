@@ -6,6 +6,7 @@ core stays framework-free and is tested with plain numpy.
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 import weakref
@@ -84,8 +85,9 @@ def own_entries(entries: dict[str, Any]) -> list[tuple[str, Any]]:
     return out
 
 
+@functools.cache
 def cores() -> int:
-    """CPU cores this process may run on."""
+    """CPU cores this process may run on (read once: asked for every tensor a statistics dump records)."""
     try:
         return len(os.sched_getaffinity(0))
     except AttributeError:  # not on Linux

@@ -34,9 +34,13 @@ COMPARE_MODES = ("strict", "mean", "abs_mean")
 ``abs_mean``: the means of absolute values agree."""
 
 _TINY = 1e-30
+_FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
 
 
 def _pair(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Both arrays in one float dtype (as they are when already of one: the common case)."""
+    if a.dtype == b.dtype and a.dtype in _FLOATS:
+        return a, b
     wide = np.float64 if np.float64 in (a.dtype, b.dtype) else np.float32
     return np.asarray(a, dtype=wide), np.asarray(b, dtype=wide)
 
@@ -175,7 +179,6 @@ class _Detail:
         return self._values[name]
 
 
-_FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
 _FRESH_MAX = 1 << 16
 """Elements up to which a comparison's work arrays are made fresh (below a page fault's cost)."""
 _SCRATCH: dict[np.dtype, np.ndarray] = {}
@@ -275,7 +278,7 @@ def compare_tensors(
 
 def _comparable(raw: np.ndarray, base: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Both arrays in one float dtype, at least one-dimensional (the passes below work in place)."""
-    a, b = (raw, base) if raw.dtype == base.dtype and raw.dtype in _FLOATS else _pair(raw, base)
+    a, b = _pair(raw, base)
     if a.dtype.kind not in "fc":
         a, b = a.astype(np.float64), b.astype(np.float64)
     if a.ndim == 0:

@@ -26,7 +26,7 @@ from typing import Any
 from nbdiff.errors import OptionError
 from nbdiff.trace.events import Event, Kind
 
-__all__ = ["Capture", "BATCH_NORMS", "FEW_PER_CHANNEL", "amplifies"]
+__all__ = ["Capture", "BATCH_NORMS", "FEW_PER_CHANNEL", "amplifies", "few_per_channel"]
 
 _ALWAYS = (Kind.INPUT, Kind.LOSS)
 
@@ -43,10 +43,18 @@ def amplifies(e: Event) -> bool:
     """A BatchNorm call (or its gradient) over at most :data:`FEW_PER_CHANNEL` values per channel:
     every dump keeps its values, which are few, so that compare can recompute it
     (:mod:`nbdiff.engine.recomputed`) and tell its amplified rounding from a port difference."""
-    if e.kind is not Kind.LAYER or e.type_name not in BATCH_NORMS or not e.inputs:
-        return False
-    shape = e.inputs[0].shape
-    return len(shape) >= 2 and shape[1] > 0 and math.prod(shape) // shape[1] <= FEW_PER_CHANNEL
+    return e.kind is Kind.LAYER and bool(e.inputs) and few_per_channel(e.type_name, e.inputs[0].shape)
+
+
+def few_per_channel(type_name: str, shape: tuple[int, ...]) -> bool:
+    """Whether a layer of this class, given an input of ``shape``, is a BatchNorm over at most
+    :data:`FEW_PER_CHANNEL` values per channel (:func:`amplifies`; the recorder asks it of a live call)."""
+    return (
+        type_name in BATCH_NORMS
+        and len(shape) >= 2
+        and shape[1] > 0
+        and math.prod(shape) // shape[1] <= FEW_PER_CHANNEL
+    )
 
 
 @dataclass(frozen=True)

@@ -75,6 +75,7 @@ class Recorder:
         gone, the hook left in the graph) does nothing once the hooks of its epoch are removed."""
         self._grad_copies: RecentGradients[np.ndarray] = RecentGradients(fw)
         self._grad_summaries: RecentGradients[TensorRecord] = RecentGradients(fw)
+        self._copy_grad = lambda g: self.hold(fw.to_numpy(g))  # made once: a gradient hook's hot path
         self._backward_stack: tuple[Frame, ...] | None = None
         """User frames of the ``backward()`` call running now: walked once, shared by its layers."""
         self.hidden_roots = fw.source_roots + tool_roots()
@@ -304,11 +305,8 @@ class Recorder:
                 fed = replace.astype(fw.to_numpy(grad).dtype, copy=False)
                 into[name] = TensorRecord(name, fw.shape_of(grad), fw.dtype_name(grad), fed, None, fw.layout_of(grad))
                 return fw.from_numpy(fed)
-            summary = (
-                self._summarized_grad(name, grad) if self.summarize and fw.whole_gradients and not rec.whole else None
-            )
-            if summary is not None:
-                into[name] = summary
+            if self.summarize and fw.whole_gradients and not rec.whole and (s := self._summarized_grad(name, grad)):
+                into[name] = s
                 return None
             # paddle calls a tensor's hook once per incoming contribution, torch once with the
             # sum: adding up gives the full gradient in both.
@@ -357,7 +355,7 @@ class Recorder:
 
     def _grad_copy(self, grad: Any) -> np.ndarray:
         """A held copy of a gradient a hook was handed, shared with the same buffer handed again."""
-        value = self._grad_copies.made(grad, lambda g: self.hold(self.fw.to_numpy(g)))
+        value = self._grad_copies.made(grad, self._copy_grad)
         assert value is not None
         return value
 

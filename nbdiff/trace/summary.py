@@ -20,7 +20,7 @@ import math
 from typing import Any
 
 from nbdiff.frameworks import Framework
-from nbdiff.trace.capture import BATCH_NORMS, FEW_PER_CHANNEL
+from nbdiff.trace.capture import few_per_channel
 from nbdiff.trace.events import TensorRecord
 from nbdiff.trace.stats import sample_positions, stats_from_sums
 
@@ -44,9 +44,6 @@ def summarized(fw: Framework, name: str, t: Any) -> TensorRecord | None:
 
 
 def keeps_values(fw: Framework, layer: Any, first_input: Any) -> bool:
-    """Whether a layer call's tensors must be copied whole: a BatchNorm over at most
-    :data:`~nbdiff.trace.capture.FEW_PER_CHANNEL` values per channel, which compare recomputes."""
-    if type(layer).__name__ not in BATCH_NORMS or first_input is None:
-        return False
-    shape = fw.shape_of(first_input)
-    return len(shape) >= 2 and shape[1] > 0 and math.prod(shape) // shape[1] <= FEW_PER_CHANNEL
+    """Whether a layer call's tensors must be copied whole: the call :func:`~nbdiff.trace.capture.amplifies`
+    finds in the dump (a BatchNorm over few values per channel), which compare recomputes."""
+    return first_input is not None and few_per_channel(type(layer).__name__, fw.shape_of(first_input))

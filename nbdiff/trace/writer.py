@@ -55,14 +55,17 @@ def _tensor_json(
     out = {"name": t.name, "shape": list(t.shape), "dtype": t.dtype, "stats": stats, "key": key}
     if t.layout:
         out["layout"] = t.layout
-    if samples is not None and st is not None and key is None and t.value is None and t.sample is not None:
-        out["sample"] = sample_json(t.sample)  # summarised by the framework as it was recorded
-    elif samples is not None and st is not None and key is None and t.value is not None:
-        if id(t.value) not in samples:
-            sample = tensor_sample(t.value)
-            samples[id(t.value)] = None if sample is None else sample_json(sample)
-        if samples[id(t.value)] is not None:
-            out["sample"] = samples[id(t.value)]
+    if samples is None or st is None or key is not None:
+        return out
+    if t.value is None:
+        if t.sample is not None:  # summarised by the framework as it was recorded
+            out["sample"] = sample_json(t.sample)
+        return out
+    if id(t.value) not in samples:
+        sample = tensor_sample(t.value)
+        samples[id(t.value)] = None if sample is None else sample_json(sample)
+    if samples[id(t.value)] is not None:
+        out["sample"] = samples[id(t.value)]
     return out
 
 

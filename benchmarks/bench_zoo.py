@@ -4,7 +4,9 @@ Run: .venv/bin/python benchmarks/bench_zoo.py [--rounds N] [--threads N] [names.
 Default names: ``llama`` and ``qwen2`` (transformers against paddleformers, tiny configs, the
 zoo's own builds: ``tests/zoo/pairs.py``). Bare is both models' forward and backward under the
 loss ``auto_diff`` uses by default, run back to back; rounds interleave bare and auto_diff, and
-the headline is min over min with the median ratio beside it. Needs transformers and
+the headline is min over min with the median ratio beside it. The faithful floor
+(``floor.each_call``, then ``floor.compared_with_tolerance``) is what recording each layer call's
+inputs, outputs and gradients and comparing them takes at the least, in the same rounds. Needs transformers and
 paddleformers (``make test`` installs them).
 """
 
@@ -22,11 +24,14 @@ if "--threads" in sys.argv:  # before the frameworks load: their thread pools re
     os.environ["OMP_NUM_THREADS"] = sys.argv[sys.argv.index("--threads") + 1]
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 warnings.filterwarnings("ignore")
 
 
 def measure(name: str, rounds: int) -> str:
     """One zoo pair's line: bare against auto_diff, interleaved round by round."""
+    from floor import compared_with_tolerance, each_call
+
     import nbdiff
     from nbdiff.engine.stepping import loss_of
     from nbdiff.frameworks import framework_of
@@ -47,18 +52,26 @@ def measure(name: str, rounds: int) -> str:
     def checked() -> None:
         nbdiff.auto_diff(base, raw, inputs, **options)
 
+    def faithful() -> None:
+        kept: tuple[list, list] = ([], [])
+        with each_call(base, kept[0].append), each_call(raw, kept[1].append):
+            bare()
+        compared_with_tolerance(*kept)
+
     bare()
     checked()
-    times: dict[str, list[float]] = {"bare": [], "auto_diff": []}
+    faithful()
+    times: dict[str, list[float]] = {"bare": [], "faithful floor": [], "auto_diff": []}
     for _ in range(rounds):
-        for label, fn in (("bare", bare), ("auto_diff", checked)):
+        for label, fn in (("bare", bare), ("faithful floor", faithful), ("auto_diff", checked)):
             t0 = time.perf_counter()
             fn()
             times[label].append(time.perf_counter() - t0)
     low = {k: min(v) for k, v in times.items()}
     mid = {k: statistics.median(v) for k, v in times.items()}
     return (
-        f"{name:8s} bare {low['bare'] * 1e3:6.1f} ms | auto_diff {low['auto_diff'] / low['bare']:.2f}x "
+        f"{name:8s} bare {low['bare'] * 1e3:6.1f} ms | faithful floor {low['faithful floor'] / low['bare']:.2f}x "
+        f"({mid['faithful floor'] / mid['bare']:.2f}x) | auto_diff {low['auto_diff'] / low['bare']:.2f}x "
         f"({mid['auto_diff'] / mid['bare']:.2f}x)"
     )
 

@@ -56,42 +56,59 @@ def statistics_in_framework(model: Any) -> AbstractContextManager[None]:
 
 @contextmanager
 def each_call(model: Any, on_copy: Callable[[np.ndarray], Any]) -> Iterator[None]:
-    """While open, every layer call of ``model`` (torch or paddle) has its float32 inputs and outputs
-    copied to the host, each input that needs a gradient its own autograd node (a view) with a
-    gradient hook, each output a gradient hook, and each gradient copied: what recording a layer's
-    own input gradient takes at the least, with nothing else kept."""
+    """While open, every layer call of ``model`` (torch or paddle) has its float32 inputs (positional
+    and keyword, inside tuples, lists and dicts) and outputs copied to the host, each input that needs
+    a gradient its own autograd node (a view) with a gradient hook, each output a gradient hook, and
+    each gradient copied: what recording a layer's own input gradient takes at the least, with
+    nothing else kept (no names, no stacks, no records)."""
     is_paddle = isinstance(model, paddle.nn.Layer)
 
     def copy(t: Any) -> None:
         on_copy(np.array(t.detach().numpy(), copy=True))
 
+    def needs_grad(t: Any) -> bool:
+        return (not t.stop_gradient) if is_paddle else t.requires_grad
+
     def floating(t: Any) -> bool:
-        return hasattr(t, "shape") and t.dtype in (torch.float32, paddle.float32)
+        return isinstance(t, (torch.Tensor, paddle.Tensor)) and t.dtype in (torch.float32, paddle.float32)
 
-    def hooked(t: Any) -> Any:
-        if (not t.stop_gradient) if is_paddle else t.requires_grad:
-            t = t.view(t.shape) if is_paddle else t.view_as(t)
-            t.register_hook(lambda g: copy(g))
-        return t
+    def given(a: Any) -> Any:
+        """``a`` with each float32 tensor in it copied, and given its own node where it needs a gradient."""
+        if floating(a):
+            copy(a)
+            if needs_grad(a):
+                a = a.view(a.shape) if is_paddle else a.view_as(a)
+                a.register_hook(lambda g: copy(g))
+            return a
+        if type(a) in (tuple, list):
+            return type(a)(given(x) for x in a)
+        if type(a) is dict:
+            return {k: given(v) for k, v in a.items()}
+        return a
 
-    def pre(m: Any, args: tuple) -> tuple:
-        out = []
-        for a in args:
-            if floating(a):
-                copy(a)
-                a = hooked(a)
-            out.append(a)
-        return tuple(out)
-
-    def post(m: Any, i: Any, o: Any) -> None:
+    def made(o: Any) -> None:
         if floating(o):
             copy(o)
-            if (not o.stop_gradient) if is_paddle else o.requires_grad:
+            if needs_grad(o):
                 o.register_hook(lambda g: copy(g))
+        elif isinstance(o, (tuple, list)):
+            for x in o:
+                made(x)
+        elif isinstance(o, dict):  # a dict, or a transformers ModelOutput
+            for x in o.values():
+                made(x)
+
+    def pre(m: Any, args: tuple, kwargs: dict) -> tuple:
+        return given(args), given(kwargs)
+
+    def post(m: Any, args: tuple, kwargs: dict, o: Any) -> None:
+        made(o)
 
     layers = [model, *model.sublayers()] if is_paddle else list(model.modules())
-    handles = [m.register_forward_pre_hook(pre) for m in layers]
-    handles += [(m.register_forward_post_hook if is_paddle else m.register_forward_hook)(post) for m in layers]
+    handles = [m.register_forward_pre_hook(pre, with_kwargs=True) for m in layers]
+    handles += [
+        (m.register_forward_post_hook if is_paddle else m.register_forward_hook)(post, with_kwargs=True) for m in layers
+    ]
     try:
         yield
     finally:

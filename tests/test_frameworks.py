@@ -190,3 +190,29 @@ def test_a_framework_reduces_where_a_host_copy_would_cost_more(monkeypatch) -> N
     assert not torch_fw.prefers_reducing(t)
     assert not paddle_fw.prefers_reducing(make_paddle(np.ones(4, np.float32)))
     assert base.cores() >= 1
+
+
+def test_torch_seeding_draws_what_manual_seed_draws_without_queueing_seeds_for_absent_devices(monkeypatch) -> None:
+    """On a machine with no accelerator, seeding a step reseeds the CPU generator only: torch's
+    ``manual_seed`` formatted a stack for CUDA's lazy queue on every step (100-230 µs a call)."""
+    torch = pytest.importorskip("torch")
+    import traceback
+
+    from nbdiff.frameworks import torch as adapter
+
+    fw = adapter.TorchFramework()
+    torch.manual_seed(11)
+    expected = torch.rand(5)
+    torch.rand(3)  # the generator moved on
+    formatted = []
+    monkeypatch.setattr(traceback, "format_stack", lambda *a, **k: formatted.append(1) or [])
+    fw.seed(11)
+    assert torch.equal(torch.rand(5), expected)
+    if not adapter._accelerators_possible():
+        assert formatted == []
+    # Where a device could start later, torch's own seeding queues its seed as before.
+    seeded = []
+    monkeypatch.setattr(adapter, "_accelerators_possible", lambda: True)
+    monkeypatch.setattr(torch, "manual_seed", lambda s: seeded.append(s))
+    fw.seed(4)
+    assert seeded == [4]

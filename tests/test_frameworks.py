@@ -127,7 +127,7 @@ def test_paddle_to_numpy_reads_small_large_and_strided_tensors_alike() -> None:
     fw = PaddleFramework()
     for values in (np.arange(24, dtype="float32").reshape(4, 6), np.ones((300, 300), "float32"), np.float32(3.0)):
         t = paddle.to_tensor(values, stop_gradient=False) * 1.0  # a graph tensor, as a hook sees it
-        for view in (t, t.transpose([1, 0]) if t.ndim == 2 else t, t.astype("bfloat16")):
+        for view in (t, t.transpose([1, 0]) if t.ndim == 2 else t, t.astype("bfloat16"), t.astype("float16")):
             want = np.asarray(view.astype("float32").numpy())
             got = fw.to_numpy(view)
             assert got.shape == want.shape and np.array_equal(np.asarray(got, dtype="float32"), want)

@@ -20,6 +20,7 @@ __all__ = ["PaddleFramework"]
 
 _DTYPE_NAMES: dict[Any, str] = {}
 """paddle dtype -> its name (``float32``): :meth:`PaddleFramework.dtype_name`."""
+_BFLOAT16, _FLOAT32 = paddle.bfloat16, paddle.float32
 _COPIED_MAX = 1 << 16
 """Values up to which :meth:`PaddleFramework.to_numpy` takes paddle's own copy."""
 _DROPOUT_NAMES = {"Dropout", "Dropout2D", "Dropout3D", "AlphaDropout", "FeatureAlphaDropout"}
@@ -136,15 +137,17 @@ class PaddleFramework:
         return framework_class_names("paddle.", layer)
 
     def to_numpy(self, tensor: Any) -> np.ndarray:
-        t = tensor.detach()
-        if t.dtype == paddle.bfloat16:
-            return t.astype("float32").numpy()
-        if t.place.is_cpu_place() and not (math.prod(t.shape) <= _COPIED_MAX and t.is_contiguous()):
+        # The hot path of every recorded tensor: paddle's dtype ``==`` costs 0.4 µs, ``is`` 0.1
+        # (dtypes are singletons; ``==`` still decides any other float's), and ``numpy()`` needs no detach.
+        dtype = tensor.dtype
+        if dtype is _BFLOAT16 or (dtype is not _FLOAT32 and dtype == _BFLOAT16):
+            return tensor.detach().astype("float32").numpy()
+        if tensor.place.is_cpu_place() and not (math.prod(tensor.shape) <= _COPIED_MAX and tensor.is_contiguous()):
             # Zero-copy, like torch's .numpy(): Tensor.numpy() copies and costs ~10x more.
-            return np.from_dlpack(t)
+            return np.from_dlpack(tensor.detach())
         # Small: Tensor.numpy()'s copy (1.8 µs for 4,096 values) costs less than DLPack's handshake
         # (5.6 µs), and its buffer, paddle's, goes back to paddle's pool once the caller's copy is made.
-        return t.numpy()
+        return tensor.numpy()
 
     def from_numpy(self, array: np.ndarray, requires_grad: bool = False) -> Any:
         t = paddle.to_tensor(np.array(array, order="C"))

@@ -216,3 +216,30 @@ def test_torch_seeding_draws_what_manual_seed_draws_without_queueing_seeds_for_a
     monkeypatch.setattr(torch, "manual_seed", lambda s: seeded.append(s))
     fw.seed(4)
     assert seeded == [4]
+
+
+def test_torch_reduces_a_tensor_in_chunks_through_one_scratch_without_a_temporary_its_size(monkeypatch) -> None:
+    """``x**2`` and ``|x|`` went into temporaries the size of the tensor: fresh pages, faulted in again
+    whenever the allocator had handed the last ones back (a 2 MiB activation: 1,150 µs, against 140)."""
+    import numpy as np
+
+    torch = pytest.importorskip("torch")
+    from torch.profiler import ProfilerActivity, profile
+
+    from nbdiff.frameworks import torch as adapter
+    from nbdiff.trace.stats import sample_positions
+
+    fw = adapter.TorchFramework()
+    t = torch.randn(300_000)
+    positions = sample_positions(t.numel())
+    fw.reduced(t, positions)  # the scratch is made once
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        fw.reduced(t, positions)
+    assert max(e.cpu_memory_usage for e in prof.events()) < t.numel() * 4 // 8
+    # Over several chunks, the sums are still the values' own.
+    monkeypatch.setattr(adapter, "_CHUNK", 1000)
+    x = torch.randn(2_500, dtype=torch.float64) * 3 + 0.5
+    sums, _, _ = fw.reduced(x, sample_positions(x.numel()))
+    a = x.numpy()
+    assert sums[:2] == [a.min(), a.max()]
+    np.testing.assert_allclose(sums[2:], [a.sum(), (a * a).sum(), np.abs(a).sum()], rtol=1e-12)

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import functools
+import math
 import os
+import threading
 from collections.abc import Callable, Hashable, Iterator, Sequence
 from contextlib import AbstractContextManager, ExitStack, contextmanager
 from typing import Any
@@ -20,6 +22,33 @@ _MODULE = torch.nn.Module
 
 
 _REDUCED = (torch.float32, torch.float64)
+_CHUNK = 1 << 20
+"""Values :func:`_extremes_and_sums` squares (or takes the magnitude of) at a time."""
+_SCRATCH = threading.local()
+
+
+def _extremes_and_sums(flat: torch.Tensor, lo: torch.Tensor, hi: torch.Tensor) -> list[float]:
+    """``lo``, ``hi`` and the sums of ``x``, ``x**2`` and ``|x|`` over a flat tensor, read back at once.
+
+    ``x**2`` and ``|x|`` are written into a scratch of at most :data:`_CHUNK` values, made once per
+    thread, device and dtype (4 MiB in float32). A temporary the size of each tensor faulted in fresh
+    pages whenever glibc had handed the last one back: a 2 MiB activation reduced in 1,150 µs, against
+    140 with the scratch. torch's float sums are cascaded within a chunk (within about 1e-8 of
+    float64's; a BLAS dot was off by 7e-6), and the chunks' sums add up in float64."""
+    pool = _SCRATCH.__dict__.setdefault("pool", {})
+    key = (flat.device, flat.dtype)
+    scratch = pool.get(key)
+    if scratch is None:
+        scratch = pool[key] = torch.empty(_CHUNK, dtype=flat.dtype, device=flat.device)
+    parts = []
+    for start in range(0, flat.numel(), _CHUNK):
+        chunk = flat[start : start + _CHUNK]
+        out = scratch[: chunk.numel()]
+        parts.append(
+            torch.stack((chunk.sum(), torch.mul(chunk, chunk, out=out).sum(), torch.abs(chunk, out=out).sum()))
+        )
+    values = torch.cat((torch.stack((lo, hi)), torch.stack(parts).reshape(-1))).tolist()  # one transfer
+    return [values[0], values[1], *(math.fsum(values[2 + i :: 3]) for i in range(3))]
 
 
 @functools.cache
@@ -153,8 +182,7 @@ class TorchFramework:
             return None  # a DTensor's reductions would gather every rank's shard
         flat = t.reshape(-1)
         lo, hi = torch.aminmax(flat)
-        # torch's float sums are cascaded: within about 1e-8 of float64's (no BLAS dot, off by 7e-6).
-        sums = torch.stack((lo, hi, flat.sum(), (flat * flat).sum(), flat.abs().sum())).tolist()
+        sums = _extremes_and_sums(flat, lo, hi)
         sample = flat[torch.tensor(positions, dtype=torch.int64, device=flat.device)].cpu().numpy()
         return (
             sums,

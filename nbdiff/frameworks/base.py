@@ -194,6 +194,11 @@ class Framework(Protocol):
         every core the framework's threads take (the writer would compete with them for one)."""
         return False
 
+    def cores_taken(self, tensor: Any) -> bool:
+        """Whether the framework's own threads take every core while it computes with ``tensor`` (on a
+        CPU, as many threads as cores): a thread of nbdiff's working beside them only slows both."""
+        return False
+
     def identity(self, tensor: Any, copy: bool = False) -> Any: ...
     def with_value(self, tensor: Any, value: Any) -> Any: ...
 

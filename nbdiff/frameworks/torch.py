@@ -193,7 +193,10 @@ class TorchFramework:
     def prefers_reducing(self, tensor: Any) -> bool:
         # A torch CNN's statistics dump with default threads (both cores torch's): 3.30-3.77x its
         # bare step copying, 2.36-3.11x reducing. With one thread, 2.17-2.38x against 2.45-2.61x.
-        return tensor.device.type != "cpu" or torch.get_num_threads() >= cores()
+        return tensor.device.type != "cpu" or self.cores_taken(tensor)
+
+    def cores_taken(self, tensor: Any) -> bool:
+        return tensor.device.type == "cpu" and torch.get_num_threads() >= cores()
 
     def identity(self, tensor: Any, copy: bool = False) -> Any:
         return tensor.clone() if copy else tensor.view_as(tensor)

@@ -42,12 +42,11 @@ class record:
     """``with nbdiff.record(model, dump_dir): <your training code>``.
 
     Every call of ``model`` starts a step. Written to ``dump_dir/rank{R}/`` step by step, by a
-    writer thread while the next step runs, or as it ends where the framework's threads take every
-    core (a crash loses at most the step in progress and the
-    one being written; a step the code raised in is marked cut short), one folder per
-    distributed rank. ``dump_type``: ``tensor`` (statistics and every tensor), ``statistics``
-    (no payload) or ``stack`` (events and stacks only). A folder that already holds a dump is
-    refused unless ``overwrite=True``.
+    writer thread while the next step runs, or as the step ends where the framework's threads take
+    every core (a crash loses at most the step in progress and the one being written; a step the
+    code raised in is marked cut short), one folder per distributed rank. ``dump_type``:
+    ``tensor`` (statistics and every tensor), ``statistics`` (no payload) or ``stack`` (events and
+    stacks only). A folder that already holds a dump is refused unless ``overwrite=True``.
 
     For big models (:mod:`nbdiff.trace.capture`): ``layers`` (path patterns) and ``depth`` keep
     some layers' calls, ``steps`` some steps (the first N, a list or range, or a function of the
@@ -151,8 +150,9 @@ class record:
         self._thread, self._other_threads = threading.get_ident(), 0
         self._session.recorder.thread = self._thread
         self._session.recorder.summarize = self.options["dump_type"] == "statistics"
-        if self.options["mode"] == "all" and not self.capture.narrows:
-            # Work on each array as it is copied; where events are left out, most of that would be wasted.
+        if background and self.options["mode"] == "all" and not self.capture.narrows:
+            # The writer thread works on each array as it is copied; where events are left out, most
+            # of that would be wasted.
             self._session.recorder.on_copy = self._writer.prepare
         try:
             self._session.install(self._stack, self._on_step)

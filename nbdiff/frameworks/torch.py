@@ -38,7 +38,7 @@ def _extremes_and_sums(flat: torch.Tensor, lo: torch.Tensor, hi: torch.Tensor) -
     pool = _SCRATCH.__dict__.setdefault("pool", {})
     key = (flat.device, flat.dtype)
     scratch = pool.get(key)
-    if scratch is None:
+    if scratch is None or scratch.numel() < min(_CHUNK, flat.numel()):
         scratch = pool[key] = torch.empty(_CHUNK, dtype=flat.dtype, device=flat.device)
     parts = []
     for start in range(0, flat.numel(), _CHUNK):

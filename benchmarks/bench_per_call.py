@@ -10,7 +10,7 @@ models' forward calls, root included). Prints the minimum and median over rounds
 in µs per layer call ("rest": auto_diff less the parts and the fastest bare run), against the bare forward+backward of both models per layer call and
 the floor of any such tool (every layer hooked, each output and gradient copied once, one
 comparison pass: ``bench_overhead.py``'s), and the faithful floor: what recording a layer's own
-input gradient takes at the least (``floor.each_call``), compared with a tolerance.
+input gradient takes at the least, compared with a tolerance (``floor.faithful``).
 
 Parts: the forward hooks (before and after each call), the gradient hooks, building the
 step's events from the calls (flush), comparing a step, pairing step 0 (and planning its
@@ -42,7 +42,7 @@ import torch  # noqa: E402
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_overhead import bare, floor  # noqa: E402
-from floor import compared_with_tolerance, each_call  # noqa: E402
+from floor import faithful  # noqa: E402
 
 import nbdiff  # noqa: E402
 import nbdiff.diff as diff_module  # noqa: E402
@@ -71,16 +71,6 @@ def hook_maker(part: str, make: Callable[..., Any]) -> Callable[..., Any]:
         return timed(part, make(*args, **kwargs))
 
     return made
-
-
-def faithful_floor(t: Any, p: Any, x: np.ndarray) -> None:
-    """The floor of recording what nbdiff records of a layer call (:func:`floor.each_call`: inputs and
-    outputs copied, each input its own autograd node, every gradient hooked and copied), then every
-    copy compared with a tolerance (:func:`floor.compared_with_tolerance`)."""
-    kept: dict[str, list[np.ndarray]] = {"torch": [], "paddle": []}
-    with each_call(t, kept["torch"].append), each_call(p, kept["paddle"].append):
-        bare(t, p, x)
-    compared_with_tolerance(kept["torch"], kept["paddle"])
 
 
 def instrument() -> None:
@@ -119,7 +109,7 @@ def main() -> None:
         for name, fn in (
             ("bare", lambda: bare(t, p, x)),
             ("floor", lambda: floor(t, p, x)),
-            ("faithful", lambda: faithful_floor(t, p, x)),
+            ("faithful", lambda: faithful(t, p, lambda: bare(t, p, x))),
         ):
             t0 = time.perf_counter()
             fn()

@@ -4,10 +4,9 @@ Run: .venv/bin/python benchmarks/bench_zoo.py [--rounds N] [--threads N] [names.
 Default names: ``llama`` and ``qwen2`` (transformers against paddleformers, tiny configs, the
 zoo's own builds: ``tests/zoo/pairs.py``). Bare is both models' forward and backward under the
 loss ``auto_diff`` uses by default, run back to back; rounds interleave bare and auto_diff, and
-the headline is min over min with the median ratio beside it. The faithful floor
-(``floor.each_call``, then ``floor.compared_with_tolerance``) is what recording each layer call's
-inputs, outputs and gradients and comparing them takes at the least, in the same rounds. Needs transformers and
-paddleformers (``make test`` installs them).
+the headline is min over min with the median ratio beside it. The faithful floor (``floor.faithful``)
+is what recording each layer call's inputs, outputs and gradients and comparing them takes at the
+least, in the same rounds. Needs transformers and paddleformers (``make test`` installs them).
 """
 
 from __future__ import annotations
@@ -30,7 +29,7 @@ warnings.filterwarnings("ignore")
 
 def measure(name: str, rounds: int) -> str:
     """One zoo pair's line: bare against auto_diff, interleaved round by round."""
-    from floor import compared_with_tolerance, each_call
+    from floor import faithful
 
     import nbdiff
     from nbdiff.engine.stepping import loss_of
@@ -52,18 +51,16 @@ def measure(name: str, rounds: int) -> str:
     def checked() -> None:
         nbdiff.auto_diff(base, raw, inputs, **options)
 
-    def faithful() -> None:
-        kept: tuple[list, list] = ([], [])
-        with each_call(base, kept[0].append), each_call(raw, kept[1].append):
-            bare()
-        compared_with_tolerance(*kept)
-
     bare()
     checked()
-    faithful()
+    faithful(base, raw, bare)
     times: dict[str, list[float]] = {"bare": [], "faithful floor": [], "auto_diff": []}
     for _ in range(rounds):
-        for label, fn in (("bare", bare), ("faithful floor", faithful), ("auto_diff", checked)):
+        for label, fn in (
+            ("bare", bare),
+            ("faithful floor", lambda: faithful(base, raw, bare)),
+            ("auto_diff", checked),
+        ):
             t0 = time.perf_counter()
             fn()
             times[label].append(time.perf_counter() - t0)

@@ -12,27 +12,48 @@ import paddle
 import torch
 
 
+def _layers(model: Any) -> list[Any]:
+    return [model, *model.sublayers()] if _is_paddle(model) else list(model.modules())
+
+
+def _is_paddle(x: Any) -> bool:
+    return isinstance(x, (paddle.nn.Layer, paddle.Tensor))
+
+
+def _floating(t: Any) -> bool:
+    return isinstance(t, (torch.Tensor, paddle.Tensor)) and t.dtype in (torch.float32, paddle.float32)
+
+
+def _needs_grad(t: Any) -> bool:
+    return (not t.stop_gradient) if _is_paddle(t) else t.requires_grad
+
+
 @contextmanager
-def each_output(model: Any, see: Callable[[Any], Any]) -> Iterator[None]:
-    """While open, every float32 output of every layer of ``model`` (torch or paddle), and its
-    gradient, is handed to ``see`` as the framework's tensor."""
-    is_paddle = isinstance(model, paddle.nn.Layer)
-
-    def keep(out: Any) -> None:
-        if hasattr(out, "shape") and out.dtype in (torch.float32, paddle.float32):
-            see(out)
-            if (not out.stop_gradient) if is_paddle else out.requires_grad:
-                out.register_hook(lambda g: keep(g))
-
-    if is_paddle:
-        handles = [m.register_forward_post_hook(lambda m, i, o: keep(o)) for m in [model, *model.sublayers()]]
-    else:
-        handles = [m.register_forward_hook(lambda m, i, o: keep(o)) for m in model.modules()]
+def _hooked(model: Any, pre: Callable[..., Any] | None, post: Callable[..., Any]) -> Iterator[None]:
+    """While open, ``pre(layer, args, kwargs)`` and ``post(layer, args, kwargs, output)`` run around
+    every layer call of ``model`` (torch or paddle)."""
+    layers = _layers(model)
+    handles = [m.register_forward_pre_hook(pre, with_kwargs=True) for m in layers] if pre is not None else []
+    post_hook = "register_forward_post_hook" if _is_paddle(model) else "register_forward_hook"
+    handles += [getattr(m, post_hook)(post, with_kwargs=True) for m in layers]
     try:
         yield
     finally:
         for h in handles:
             h.remove()
+
+
+def each_output(model: Any, see: Callable[[Any], Any]) -> AbstractContextManager[None]:
+    """While open, every float32 output of every layer of ``model`` (torch or paddle), and its
+    gradient, is handed to ``see`` as the framework's tensor."""
+
+    def keep(out: Any) -> None:
+        if _floating(out):
+            see(out)
+            if _needs_grad(out):
+                out.register_hook(lambda g: keep(g))
+
+    return _hooked(model, None, lambda m, args, kwargs, out: keep(out))
 
 
 def copies_once(model: Any, on_copy: Callable[[np.ndarray], Any]) -> AbstractContextManager[None]:
@@ -54,30 +75,22 @@ def statistics_in_framework(model: Any) -> AbstractContextManager[None]:
     return each_output(model, _framework_statistics)
 
 
-@contextmanager
-def each_call(model: Any, on_copy: Callable[[np.ndarray], Any]) -> Iterator[None]:
+def each_call(model: Any, on_copy: Callable[[np.ndarray], Any]) -> AbstractContextManager[None]:
     """While open, every layer call of ``model`` (torch or paddle) has its float32 inputs (positional
     and keyword, inside tuples, lists and dicts) and outputs copied to the host, each input that needs
     a gradient its own autograd node (a view) with a gradient hook, each output a gradient hook, and
     each gradient copied: what recording a layer's own input gradient takes at the least, with
     nothing else kept (no names, no stacks, no records)."""
-    is_paddle = isinstance(model, paddle.nn.Layer)
 
     def copy(t: Any) -> None:
         on_copy(np.array(t.detach().numpy(), copy=True))
 
-    def needs_grad(t: Any) -> bool:
-        return (not t.stop_gradient) if is_paddle else t.requires_grad
-
-    def floating(t: Any) -> bool:
-        return isinstance(t, (torch.Tensor, paddle.Tensor)) and t.dtype in (torch.float32, paddle.float32)
-
     def given(a: Any) -> Any:
         """``a`` with each float32 tensor in it copied, and given its own node where it needs a gradient."""
-        if floating(a):
+        if _floating(a):
             copy(a)
-            if needs_grad(a):
-                a = a.view(a.shape) if is_paddle else a.view_as(a)
+            if _needs_grad(a):
+                a = a.view(a.shape) if _is_paddle(a) else a.view_as(a)
                 a.register_hook(lambda g: copy(g))
             return a
         if type(a) in (tuple, list):
@@ -87,9 +100,9 @@ def each_call(model: Any, on_copy: Callable[[np.ndarray], Any]) -> Iterator[None
         return a
 
     def made(o: Any) -> None:
-        if floating(o):
+        if _floating(o):
             copy(o)
-            if needs_grad(o):
+            if _needs_grad(o):
                 o.register_hook(lambda g: copy(g))
         elif isinstance(o, (tuple, list)):
             for x in o:
@@ -98,22 +111,16 @@ def each_call(model: Any, on_copy: Callable[[np.ndarray], Any]) -> Iterator[None
             for x in o.values():
                 made(x)
 
-    def pre(m: Any, args: tuple, kwargs: dict) -> tuple:
-        return given(args), given(kwargs)
+    return _hooked(model, lambda m, args, kwargs: (given(args), given(kwargs)), lambda m, args, kwargs, o: made(o))
 
-    def post(m: Any, args: tuple, kwargs: dict, o: Any) -> None:
-        made(o)
 
-    layers = [model, *model.sublayers()] if is_paddle else list(model.modules())
-    handles = [m.register_forward_pre_hook(pre, with_kwargs=True) for m in layers]
-    handles += [
-        (m.register_forward_post_hook if is_paddle else m.register_forward_hook)(post, with_kwargs=True) for m in layers
-    ]
-    try:
-        yield
-    finally:
-        for h in handles:
-            h.remove()
+def faithful(base: Any, raw: Any, run: Callable[[], Any]) -> int:
+    """The faithful floor: ``run()`` (both models' step) with :func:`each_call` on both, then every
+    copy compared with a tolerance (:func:`compared_with_tolerance`)."""
+    kept: tuple[list[np.ndarray], list[np.ndarray]] = ([], [])
+    with each_call(base, kept[0].append), each_call(raw, kept[1].append):
+        run()
+    return compared_with_tolerance(*kept)
 
 
 def compared_with_tolerance(base: list[np.ndarray], raw: list[np.ndarray]) -> int:

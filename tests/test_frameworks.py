@@ -184,11 +184,13 @@ def test_a_framework_reduces_where_a_host_copy_would_cost_more(monkeypatch) -> N
     (torch_fw, make_torch), (paddle_fw, make_paddle) = _reduced_cases()
     monkeypatch.setattr(torch_adapter, "cores", lambda: 2)
     t = make_torch(np.ones(4, np.float32))
-    monkeypatch.setattr(torch_adapter.torch, "get_num_threads", lambda: 2)
-    assert torch_fw.prefers_reducing(t)
-    monkeypatch.setattr(torch_adapter.torch, "get_num_threads", lambda: 1)
-    assert not torch_fw.prefers_reducing(t)
-    assert not paddle_fw.prefers_reducing(make_paddle(np.ones(4, np.float32)))
+    # torch's threads take every core with as many threads as cores (a dump is then written in the
+    # training thread, and reduced by torch).
+    for threads, taken in ((1, False), (2, True), (4, True)):
+        monkeypatch.setattr(torch_adapter.torch, "get_num_threads", lambda n=threads: n)
+        assert torch_fw.cores_taken(t) is taken and torch_fw.prefers_reducing(t) is taken
+    p = make_paddle(np.ones(4, np.float32))
+    assert not paddle_fw.prefers_reducing(p) and not paddle_fw.cores_taken(p)
     assert base.cores() >= 1
 
 

@@ -367,15 +367,3 @@ def test_the_dump_is_written_in_the_training_thread_where_the_frameworks_threads
     assert bool(started) is not taken
     dump = read_dump(tmp_path / "rank0")
     assert len(dump.steps) == 2 and all(e.outputs[0].stats is not None for e in dump.steps[1] if e.outputs)
-
-
-def test_torch_takes_every_core_with_as_many_threads_as_cores(monkeypatch):
-    import torch
-
-    from nbdiff.frameworks import torch as adapter
-
-    fw, t = adapter.TorchFramework(), torch.ones(2)
-    monkeypatch.setattr(adapter, "cores", lambda: 2)
-    for threads, taken in ((1, False), (2, True), (4, True)):
-        monkeypatch.setattr(torch, "get_num_threads", lambda n=threads: n)
-        assert fw.cores_taken(t) is taken and fw.prefers_reducing(t) is taken

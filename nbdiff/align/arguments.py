@@ -146,7 +146,7 @@ def layer_arguments(framework: str, layer: Any) -> dict[str, Any]:
             if implicit is not None and not paddle and name == "dropout mode" and _is_dropout(layer):
                 out[name] = implicit
             continue
-        if name == "activation" and hasattr(v, "forward") and _read(v, (), frozenset()) == (False, None):
+        if name == "activation" and hasattr(v, "forward"):
             v = type(v).__name__  # a module, not a function: its class names it
         if name == "dropout p" and not _is_dropout(layer):
             continue

@@ -94,11 +94,11 @@ def cores() -> int:
         return os.cpu_count() or 1
 
 
-def spread_around(flat: Any, rounding: type, mean: float) -> float:
-    """The sum of ``(x - mean)**2`` over a framework's flat tensor, taken around the mean rounded to
-    its dtype (``rounding``: ``np.float32``...) and corrected for that rounding, as
+def spread_around(flat: Any, mean: float) -> float:
+    """The sum of ``(x - mean)**2`` over a framework's flat float32 or float64 tensor, taken around
+    the mean rounded to its dtype and corrected for that rounding, as
     :func:`nbdiff.trace.stats.tensor_stats` does: what :meth:`Framework.reduced` hands back."""
-    around = float(rounding(mean))
+    around = float((np.float32 if str(flat.dtype).endswith("float32") else np.float64)(mean))
     shift = mean - around
     return float(((flat - around) ** 2).sum()) - math.prod(flat.shape) * shift * shift
 

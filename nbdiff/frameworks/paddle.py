@@ -221,11 +221,7 @@ class PaddleFramework:
         flat = t.reshape([-1])
         sums = paddle.stack([flat.min(), flat.max(), flat.sum(), (flat * flat).sum(), flat.abs().sum()]).tolist()
         sample = paddle.gather(flat, paddle.to_tensor(np.asarray(positions, dtype=np.int64), place=flat.place)).numpy()
-        return (
-            sums,
-            sample,
-            functools.partial(spread_around, flat, np.float32 if flat.dtype == paddle.float32 else np.float64),
-        )
+        return sums, sample, functools.partial(spread_around, flat)
 
     def prefers_reducing(self, tensor: Any) -> bool:
         # On a CPU, paddle's reductions cost its thread more than a copy: a paddle CNN's statistics

@@ -184,11 +184,7 @@ class TorchFramework:
         lo, hi = torch.aminmax(flat)
         sums = _extremes_and_sums(flat, lo, hi)
         sample = flat[torch.tensor(positions, dtype=torch.int64, device=flat.device)].cpu().numpy()
-        return (
-            sums,
-            sample,
-            functools.partial(spread_around, flat, np.float32 if flat.dtype == torch.float32 else np.float64),
-        )
+        return sums, sample, functools.partial(spread_around, flat)
 
     def prefers_reducing(self, tensor: Any) -> bool:
         # A torch CNN's statistics dump with default threads (both cores torch's): 3.30-3.77x its

@@ -107,10 +107,7 @@ def tensor_stats(a: np.ndarray) -> Stats:
     else:
         abs_sum = sum(_sum(np.abs(c, out=_scratch(c.size, x.dtype))) for c in chunks)
     squares = sum(_sum_of_squares(c) for c in chunks) / n
-    if mean * mean <= _CANCELS * squares:
-        var = squares - mean * mean
-    else:
-        var = _spread_around(chunks, mean, n)
+    var = _variance(mean, squares, lambda m: _spread_around(chunks, m, n))
     if not math.isfinite(var):  # squares past float32's range (|x| > 1.8e19): in float64 then
         var = _spread_around([c.astype(np.float64) for c in chunks], mean, n)
     return Stats(lo, hi, mean, max(var, 0.0) ** 0.5, abs_sum / n, nan, inf)
@@ -127,11 +124,17 @@ def stats_from_sums(
         return None
     if lo == hi:
         return Stats(lo, hi, lo, 0.0, abs(lo), 0, 0)
-    mean, mean_square = total / n, squares / n
-    var = mean_square - mean * mean if mean * mean <= _CANCELS * mean_square else spread(mean) / n
+    mean = total / n
+    var = _variance(mean, squares / n, lambda m: spread(m) / n)
     if not math.isfinite(var):
         return None
     return Stats(lo, hi, mean, max(var, 0.0) ** 0.5, abs_total / n, 0, 0)
+
+
+def _variance(mean: float, mean_square: float, spread: Callable[[float], float]) -> float:
+    """``E[x^2] - mean^2``, or ``spread(mean)`` (the mean square of ``x - mean``: one more pass)
+    where that would cancel, the mean being much larger than the spread."""
+    return mean_square - mean * mean if mean * mean <= _CANCELS * mean_square else spread(mean)
 
 
 def _spread_around(chunks: list[np.ndarray], mean: float, n: int) -> float:

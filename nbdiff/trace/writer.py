@@ -55,17 +55,15 @@ def _tensor_json(
     out = {"name": t.name, "shape": list(t.shape), "dtype": t.dtype, "stats": stats, "key": key}
     if t.layout:
         out["layout"] = t.layout
-    if samples is None or st is None or key is not None:
+    # The sample is drawn from the values, or was drawn by the framework as it summarised them.
+    source = t.value if t.value is not None else t.sample
+    if samples is None or st is None or key is not None or source is None:
         return out
-    if t.value is None:
-        if t.sample is not None:  # summarised by the framework as it was recorded
-            out["sample"] = sample_json(t.sample)
-        return out
-    if id(t.value) not in samples:
-        sample = tensor_sample(t.value)
-        samples[id(t.value)] = None if sample is None else sample_json(sample)
-    if samples[id(t.value)] is not None:
-        out["sample"] = samples[id(t.value)]
+    if id(source) not in samples:
+        sample = tensor_sample(source) if source is t.value else source
+        samples[id(source)] = None if sample is None else sample_json(sample)
+    if samples[id(source)] is not None:
+        out["sample"] = samples[id(source)]
     return out
 
 

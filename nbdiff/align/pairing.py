@@ -24,6 +24,7 @@ import numpy as np
 
 from nbdiff.align.fused import FusedGroup, find_fused_groups, fuse_events
 from nbdiff.align.layer_map import LayerMap
+from nbdiff.align.spans import unequal_spans
 from nbdiff.align.typemap import canonical_type, type_affinity
 from nbdiff.trace.events import Event, TensorRecord
 
@@ -107,6 +108,11 @@ def _container(e: Event) -> bool:
     return e.library and any(canonical_type(n) in _CONTAINERS for n in (e.type_name, *e.bases))
 
 
+def _same_input_shape(a: Event, b: Event) -> bool:
+    x, y = _floats(a.inputs), _floats(b.inputs)
+    return bool(x and y) and x[0].shape == y[0].shape
+
+
 def _same_input(a: Event, b: Event) -> bool:
     """Whether both calls were handed the same values (weights copied, upstream agreeing): a
     sample of the first input, so it stays cheap."""
@@ -136,6 +142,8 @@ def _score(a: Event, b: Event, kids: dict[int, int] | None = None) -> float:
         return 0.0
     if kids is not None and _container(a) and _container(b) and kids.get(id(a), -1) != kids.get(id(b), -1):
         return 0.0  # Sequentials of different lengths hold different work (a flat branch against wrappers)
+    if kids is not None and affinity < 3 and (_wrapper_of_leaf(a, b, kids) or _wrapper_of_leaf(b, a, kids)):
+        return 0.0
     shapes = _same_shapes(a, b)
     same_input = False
     if affinity == 0:
@@ -154,6 +162,11 @@ def _score(a: Event, b: Event, kids: dict[int, int] | None = None) -> float:
             return 0.0
     if affinity <= 1 and not shapes:
         return 0.0
+    if not shapes and not a.weights and not b.weights and not _same_input_shape(a, b):
+        # Nothing of its own ties a weightless layer to one taking and giving other shapes: a Dropout
+        # after an FFN's first Linear is not the one after its second (a changed padding keeps the
+        # input's shape, and a layer with weights keeps its weights').
+        return 0.0
     score = 4.0 * affinity + (4.0 if shapes else 0.0) + (4.0 if same_input else 0.0)
     if affinity == 0 and holds and shapes:
         score += 2.0  # two blocks that take and give the same shapes: their own calls decide the rest
@@ -169,6 +182,13 @@ def _score(a: Event, b: Event, kids: dict[int, int] | None = None) -> float:
         # The same attribute name; a Sequential's index says nothing where the nesting differs.
         score += 2.0
     return max(score, 0.1)
+
+
+def _wrapper_of_leaf(a: Event, b: Event, kids: dict[int, int]) -> bool:
+    """Whether ``a`` holds calls but no weights of its own, and ``b`` is a call holding none with
+    weights: ``a``'s weights are its calls', one of which is ``b``'s counterpart (torchvision's
+    ``BasicConv2d``, conv-norm-ReLU, against a bare ``Conv2D``; the names say nothing)."""
+    return kids.get(id(a), 0) > 0 and not a.weights and kids.get(id(b), 0) == 0 and bool(b.weights)
 
 
 FULL_NAME = 10.0
@@ -250,9 +270,37 @@ def pair_forward(
     b_seq = fuse_events(b_seq, [g for g in fused if g.side == "base"])
     r_seq = fuse_events(r_seq, [g for g in fused if g.side == "raw"])
 
-    pairs, lost_b, lost_r = _match(b_seq, r_seq, [p.base for p in explicit], [p.raw for p in explicit], base, raw)
+    pairs, lost_b, lost_r = _spans_matched(b_seq, r_seq, explicit, base, raw)
     all_pairs = sorted(pairs + explicit, key=lambda p: p.base.order)
     return Pairing(tuple(all_pairs), tuple(lost_b), tuple(lost_r), tuple(b_skip + r_skip), tuple(fused))
+
+
+SPAN_ROUNDS = 4
+"""How often pairing runs again without the container pairs whose spans differ (each round
+finds the next level of wrongly paired blocks; a model rarely needs more than two)."""
+
+
+def _spans_matched(
+    b_seq: list[Event], r_seq: list[Event], explicit: list[Pair], b_all: list[Event], r_all: list[Event]
+) -> tuple[list[Pair], list[Event], list[Event]]:
+    """:func:`_match`, again without each pair of calls holding calls whose spans differ, until none
+    is left (see :mod:`nbdiff.align.spans`); the user's own LayerMap pairs are kept as given."""
+    fixed_b, fixed_r = [p.base for p in explicit], [p.raw for p in explicit]
+    kept = {(p.base.order, p.raw.order) for p in explicit}
+    forbidden: set[tuple[int, int]] = set()
+    for _ in range(SPAN_ROUNDS):
+        pairs, lost_b, lost_r = _match(b_seq, r_seq, fixed_b, fixed_r, b_all, r_all, forbidden)
+        everything = [(p.base, p.raw) for p in pairs] + list(zip(fixed_b, fixed_r))
+        bad = unequal_spans(everything, lost_b, lost_r, b_all, r_all) - kept
+        if not bad:
+            return pairs, lost_b, lost_r
+        forbidden |= bad
+    # Still unequal after the last round: those pairs are dropped, their calls left unpaired.
+    dropped = [p for p in pairs if (p.base.order, p.raw.order) in bad]
+    keep = [p for p in pairs if (p.base.order, p.raw.order) not in bad]
+    order_b = sorted(lost_b + [p.base for p in dropped], key=lambda e: e.order)
+    order_r = sorted(lost_r + [p.raw for p in dropped], key=lambda e: e.order)
+    return keep, order_b, order_r
 
 
 def _match(
@@ -262,6 +310,7 @@ def _match(
     fixed_r: list[Event],
     b_all: list[Event],
     r_all: list[Event],
+    forbidden: set[tuple[int, int]] = frozenset(),  # type: ignore[assignment]
 ) -> tuple[list[Pair], list[Event], list[Event]]:
     """Pair each base event with the best raw event in a window from the first unpaired one.
 
@@ -280,10 +329,16 @@ def _match(
     cursor = 0  # just after the last paired raw event
     for i, a in enumerate(b_seq):
         scope = _paired_ancestor(a.order, b_parent, partner)
-        if cursor < len(r_seq) and not used[cursor] and _perfect(a, r_seq[cursor], scope, r_parent, kids):
+        if (
+            cursor < len(r_seq)
+            and not used[cursor]
+            and (a.order, r_seq[cursor].order) not in forbidden
+            and _perfect(a, r_seq[cursor], scope, r_parent, kids)
+        ):
             best = cursor  # a port that kept the names, classes and shapes: no other call scores as well
         else:
-            best = _searched(a, b_seq[i + 1 : i + 1 + AHEAD], r_seq, used, cursor, scope, r_parent, kids)
+            ahead = b_seq[i + 1 : i + 1 + AHEAD]
+            best = _searched(a, ahead, r_seq, used, cursor, scope, r_parent, kids, forbidden)
             if best < 0:
                 lost_b.append(a)
                 continue
@@ -304,12 +359,15 @@ def _searched(
     scope: int | None,
     r_parent: dict[int, int | None],
     kids: dict[int, int],
+    forbidden: set[tuple[int, int]] = frozenset(),  # type: ignore[assignment]
 ) -> int:
     """The raw event for ``a`` in a window from ``cursor`` (-1: none, or it is better left to the
-    next of ``upcoming``, base's calls after ``a``)."""
+    next of ``upcoming``, base's calls after ``a``); never a raw event ``forbidden`` to it."""
     best, best_score, first = -1, 0.0, -1
     for j in range(max(0, cursor - LOOKBACK), min(len(r_seq), cursor + LOOKAHEAD)):
         if used[j] or (scope is not None and not _inside(r_seq[j].order, scope, r_parent)):
+            continue
+        if (a.order, r_seq[j].order) in forbidden:
             continue
         s = _score(a, r_seq[j], kids) - 0.01 * abs(j - cursor)
         if first < 0 and j >= cursor and s >= MIN_SCORE:

@@ -393,7 +393,12 @@ def inherited_warning(diffs: Sequence[EventDiff]) -> list[str]:
 def _between(d: EventDiff, kids: list[EventDiff]) -> Divergence:
     """``d``'s own code is at fault around its first failing sublayer call (the last, if none fails).
     Its stacks begin inside ``d``'s code, at the lines that call that sublayer."""
-    at = next((n for n, k in enumerate(kids) if not k.passed), None)
+    # The replay on base's inputs says which sublayer the own code handed a different value first
+    # (``path:input``); the accumulated run cannot, once the layer's own input already differs.
+    handed = {t.name.rpartition(":")[0] for t in d.local or () if not t.passed and ":" in t.name}
+    at = next((n for n, k in enumerate(kids) if _label(k) in handed), None)
+    if at is None:
+        at = next((n for n, k in enumerate(kids) if not k.passed), None)
     prev, nxt = (kids[at - 1] if at else None, kids[at]) if at is not None else (kids[-1], None)
     near = nxt or prev
     assert near is not None

@@ -405,6 +405,44 @@ def shufflenet(bug: str | None = None, train: str | None = None) -> Callable[[],
     return build
 
 
+# -- transformers BERT <-> paddlenlp-style BERT: blocks of other spans ------------------------------
+BERT = dict(
+    vocab_size=96, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
+    max_position_embeddings=64, type_vocab_size=2, hidden_dropout_prob=0.1,
+)  # fmt: skip
+
+
+def bert_pair(bug: str | None = None) -> tuple[Any, Any, Any]:
+    """transformers' ``BertModel`` and the paddlenlp-style one of :mod:`tests.zoo.nlp` (LayerNorm
+    eps 1e-5 on both: paddlenlp's). ``act``: the port's FFN activation is ReLU; ``eps``: one norm's
+    epsilon is paddle's 1e-3 cap instead of 1e-5."""
+    import paddle
+    import torch
+    from transformers import BertConfig, BertModel
+
+    from tests.zoo.nlp import BertModel as PBert
+
+    _seed()
+    base = BertModel(BertConfig(**BERT, layer_norm_eps=1e-5, attention_probs_dropout_prob=0.1))
+    raw = PBert(**BERT, hidden_act="relu" if bug == "act" else "gelu")
+    if bug == "eps":
+        raw.encoder.layers[1].norm2._epsilon = 1e-3
+    ids = np.random.RandomState(0).randint(1, BERT["vocab_size"], (2, 8)).astype("int64")  # no padding
+    return base, raw, ({"input_ids": torch.from_numpy(ids)}, {"input_ids": paddle.to_tensor(ids)})
+
+
+def bert(
+    bug: str | None = None, train: str | None = None, reverse: bool = False
+) -> Callable[[], tuple[Any, Any, Any, dict[str, Any]]]:
+    def build() -> tuple[Any, Any, Any, dict[str, Any]]:
+        base, raw, inputs = bert_pair(bug)
+        if reverse:
+            base, raw, inputs = raw, base, inputs[::-1]
+        return base, raw, inputs, _training(train, base, raw)
+
+    return build
+
+
 CASES: list[Case] = [
     Case("llama", llama()),
     Case("llama eps", llama("eps"), ("forward", "model.layers.0.input_layernorm", None)),
@@ -450,4 +488,11 @@ CASES: list[Case] = [
     Case("shufflenet custom layer", shufflenet("custom")),
     Case("shufflenet custom layer grad", shufflenet("custom grad"), ("backward", "conv1.2", None)),
     Case("shufflenet adamw", shufflenet(train="adamw"), tags=("train",)),
+    Case("bert", bert()),
+    Case("bert act", bert("act"), ("forward", "encoder.layer.0", None)),
+    Case("bert eps", bert("eps"), ("forward", "encoder.layer.1.output.LayerNorm", None)),
+    Case("bert adamw", bert(train="adamw"), tags=("train",)),
+    Case("bert reversed", bert(reverse=True)),
+    Case("bert reversed act", bert("act", reverse=True), ("forward", "encoder.layers.0", None)),
+    Case("bert reversed eps", bert("eps", reverse=True), ("forward", "encoder.layers.1.norm2", None)),
 ]  # fmt: skip

@@ -24,7 +24,7 @@ FORWARD = [c for c in CASES if c.expect is None or c.expect[0] == "forward"]
 @pytest.mark.parametrize("single_step", [False, True], ids=["default", "single_step"])
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
 def test_zoo_case(case, single_step):
-    if case.name.startswith(("llama", "qwen", "ernie")) and not _HAVE_HF:
+    if case.name.startswith(("llama", "qwen", "ernie", "bert")) and not _HAVE_HF:
         pytest.skip("transformers and paddleformers are not installed (make test installs them)")
     base, raw, inputs, options = case.build()
     if single_step:
@@ -60,7 +60,7 @@ def test_zoo_case_offline(case, dump_type):
     # record + compare gives auto_diff's verdict and blame: the same step comparisons run on both.
     from tests.zoo.run import offline_outcome
 
-    if case.name.startswith(("llama", "qwen", "ernie")) and not _HAVE_HF:
+    if case.name.startswith(("llama", "qwen", "ernie", "bert")) and not _HAVE_HF:
         pytest.skip("transformers and paddleformers are not installed (make test installs them)")
     gap = _OFFLINE_GAPS[dump_type].get(case.name)
     ok, text = offline_outcome(case, dump_type)
@@ -82,3 +82,46 @@ def test_a_bug_in_every_block_is_found_in_every_block_and_nowhere_else(name):
     found = [(f.phase.value, f.base_path) for f in nbdiff.auto_diff(base, raw, inputs, **options).findings]
     act = [f"model.layers.{i}.mlp.act_fn" for i in (0, 1)]
     assert found == [("forward", act[0]), ("forward", act[1]), ("backward", act[1]), ("backward", act[0])]
+
+
+def _bert_by_hand(base, raw) -> None:
+    """transformers' BERT weights into the paddlenlp-style one, written out by hand (no nbdiff)."""
+    import paddle
+
+    names = {"embeddings.LayerNorm": "embeddings.layer_norm", "pooler.dense": "pooler.dense"}
+    names |= {f"embeddings.{n}_embeddings": f"embeddings.{n}_embeddings" for n in ("word", "position", "token_type")}
+    for i in range(len(raw.encoder.layers)):
+        t, p = f"encoder.layer.{i}.", f"encoder.layers.{i}."
+        names |= {f"{t}attention.self.{a}": f"{p}self_attn.{b}_proj" for a, b in zip(("query", "key", "value"), "qkv")}
+        names |= {
+            f"{t}attention.output.dense": f"{p}self_attn.out_proj", f"{t}attention.output.LayerNorm": f"{p}norm1",
+            f"{t}intermediate.dense": f"{p}linear1", f"{t}output.dense": f"{p}linear2", f"{t}output.LayerNorm": f"{p}norm2",
+        }  # fmt: skip
+    state = dict(base.state_dict())
+    target = raw.state_dict()
+    for tname, pname in names.items():
+        for leaf in ("weight", "bias"):
+            value = state.pop(f"{tname}.{leaf}", None)
+            if value is None:
+                continue
+            array = value.detach().numpy()
+            linear = array.ndim == 2 and "embeddings" not in tname
+            target[f"{pname}.{leaf}"].set_value(paddle.to_tensor(array.T if linear else array))
+    assert not [k for k in state if not k.endswith(("position_ids", "token_type_ids"))], "every weight copied"
+
+
+@pytest.mark.parametrize("bug", [None, "act", "eps"])
+def test_the_bert_pair_is_equivalent_by_a_hand_written_copy_and_each_bug_moves_its_output(bug):
+    # The zoo's proof that ``bert`` is an equivalent pair, and each bug a real one, without nbdiff.
+    if not _HAVE_HF:
+        pytest.skip("transformers is not installed (make test installs it)")
+    from tests.zoo.pairs import bert_pair
+
+    base, raw, (tin, pin) = bert_pair(bug)
+    _bert_by_hand(base, raw)
+    base.eval()
+    raw.eval()
+    want = base(**tin).last_hidden_state.detach().numpy()
+    got = raw(**pin)[0].numpy()
+    err = float(abs(want - got).max())
+    assert (err < 1e-4) if bug is None else (err > 1e-3), err  # rounding moves it by ~1e-6

@@ -288,3 +288,52 @@ def test_a_layer_name_holding_a_plus_is_not_split(direction):
     result = nbdiff.auto_diff(net(bfw), net(rfw), np.random.RandomState(0).randn(3, 4).astype("float32"))
     assert result, result.report()
     assert ("d.lin+act", "d.lin+act") in {(w.base_path, w.raw_path) for w in result.options["weight_map"].layers}
+
+
+class _TorchScaled(torch.nn.Module):
+    """A scalar parameter and a scalar buffer (an embedding scale, a temperature): 0-d tensors."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(8, 8)
+        self.scale = torch.nn.Parameter(torch.tensor(1.5))
+        self.register_buffer("temperature", torch.tensor(2.0))
+
+    def forward(self, x):
+        return self.fc(x) * self.scale / self.temperature
+
+
+class _PaddleScaled(paddle.nn.Layer):
+    def __init__(self):
+        super().__init__()
+        self.fc = paddle.nn.Linear(8, 8)
+        self.scale = paddle.create_parameter([], "float32")
+        self.register_buffer("temperature", paddle.to_tensor(3.0))
+
+    def forward(self, x):
+        return self.fc(x) * self.scale / self.temperature
+
+
+def _sgd(model, scale_lr=0.1):
+    """SGD at 0.1, the scalar's group at ``scale_lr``."""
+    groups = [{"params": list(model.fc.parameters())}, {"params": [model.scale]}]
+    if isinstance(model, torch.nn.Module):
+        groups[1]["lr"] = scale_lr
+        return torch.optim.SGD(groups, lr=0.1)
+    groups[1]["learning_rate"] = scale_lr / 0.1  # paddle's group rate scales the optimizer's
+    return paddle.optimizer.SGD(0.1, parameters=groups)
+
+
+@pytest.mark.parametrize("direction", ["torch->paddle", "paddle->torch"])
+def test_0d_parameters_and_buffers_are_copied_compared_and_restored(direction):
+    # paddle's set_value went through np.ascontiguousarray, which makes a 0-d array (1,): the copy,
+    # and restoring the weights after a step, crashed with paddle's own AssertionError.
+    x = np.random.RandomState(0).randn(4, 8).astype("float32")
+    base, raw = (_TorchScaled(), _PaddleScaled()) if direction == "torch->paddle" else (_PaddleScaled(), _TorchScaled())
+    nbdiff.assign_weight(base, raw)
+    assert float(raw.temperature) == float(base.temperature) and float(raw.scale) == float(base.scale)
+    assert nbdiff.auto_diff(base, raw, x, optimizers=[_sgd(base), _sgd(raw)], steps=2)
+    # A wrong learning rate on the scalar alone is blamed on its update.
+    result = nbdiff.auto_diff(base, raw, x, optimizers=[_sgd(base), _sgd(raw, scale_lr=0.3)], steps=1)
+    d = result.first_divergence
+    assert d is not None and (d.phase.value, d.parameter) == ("optimizer", "scale"), result.report()

@@ -159,7 +159,8 @@ class PaddleFramework:
         if dtype == "bfloat16":  # numpy has no bfloat16: values arrive as float32 and are cast by paddle
             tensor.set_value(paddle.to_tensor(np.asarray(array, dtype="float32", order="C")).astype(dtype))
             return
-        tensor.set_value(np.ascontiguousarray(array).astype(dtype, copy=False))  # paddle copies it
+        # np.require keeps a 0-d array 0-d (np.ascontiguousarray makes it (1,), which paddle refuses).
+        tensor.set_value(np.require(array, requirements="C").astype(dtype, copy=False))  # paddle copies it
 
     def grad_of(self, param: Any) -> Any | None:
         return param.grad

@@ -337,3 +337,50 @@ def test_0d_parameters_and_buffers_are_copied_compared_and_restored(direction):
     result = nbdiff.auto_diff(base, raw, x, optimizers=[_sgd(base), _sgd(raw, scale_lr=0.3)], steps=1)
     d = result.first_divergence
     assert d is not None and (d.phase.value, d.parameter) == ("optimizer", "scale"), result.report()
+
+
+class _TorchOutFirst(torch.nn.Module):
+    """Defines its output projection before its input one."""
+
+    def __init__(self):
+        super().__init__()
+        self.o_proj = torch.nn.Linear(16, 8)
+        self.qkv_proj = torch.nn.Linear(8, 16)
+
+    def forward(self, x):
+        return self.o_proj(torch.relu(self.qkv_proj(x)))
+
+
+class _PaddleInFirst(paddle.nn.Layer):
+    def __init__(self, out_features=8):
+        super().__init__()
+        self.qkv_proj = paddle.nn.Linear(8, 16)
+        self.o_proj = paddle.nn.Linear(16, out_features)
+
+    def forward(self, x):
+        return self.o_proj(paddle.nn.functional.relu(self.qkv_proj(x)))
+
+
+@pytest.mark.parametrize("direction", ["torch->paddle", "paddle->torch"])
+def test_a_copy_without_inputs_tries_the_pairing_by_shape_before_raising(direction):
+    # By definition order o_proj took qkv_proj's weights and the copy raised on an equivalent pair.
+    base, raw = _TorchOutFirst(), _PaddleInFirst()
+    if direction == "paddle->torch":
+        base, raw = raw, base
+    wmap = nbdiff.assign_weight(base, raw)
+    assert sorted(wmap.pairs()) == [("o_proj", "o_proj"), ("qkv_proj", "qkv_proj")]
+    assert any("inputs=" in w for w in wmap.warnings)
+    x = np.random.RandomState(0).randn(4, 8).astype("float32")
+    out = [
+        m(torch.from_numpy(x)).detach().numpy() if isinstance(m, torch.nn.Module) else m(paddle.to_tensor(x)).numpy()
+        for m in (base, raw)
+    ]
+    np.testing.assert_allclose(out[0], out[1], rtol=1e-5, atol=1e-6)
+
+
+def test_a_copy_without_inputs_that_cannot_decide_says_to_pass_inputs():
+    base, raw = _TorchOutFirst(), _PaddleInFirst(out_features=4)  # no pairing by shape fits
+    before = raw.o_proj.weight.numpy().copy()
+    with pytest.raises(nbdiff.WeightTransferError, match="Pass `inputs=`"):
+        nbdiff.assign_weight(base, raw)
+    np.testing.assert_array_equal(raw.o_proj.weight.numpy(), before)  # nothing half-copied

@@ -16,6 +16,7 @@ from nbdiff.align.typemap import equivalent_types
 from nbdiff.errors import NbdiffError, WeightTransferError
 from nbdiff.frameworks import Framework, framework_of
 from nbdiff.trace.layer_paths import relative
+from nbdiff.weights.by_shape import pairs_by_shape
 from nbdiff.weights.fused import fused_layers, plan_fused, plan_unfused
 from nbdiff.weights.plan import (
     SAME_BY_NAME,
@@ -285,8 +286,42 @@ def assign_weight(base: Any, raw: Any, layer_map: LayerMap | None = None, inputs
     restored, so raw is never half-copied.
     """
     bfw, rfw, wmap = plan_weights(base, raw, layer_map, inputs)
-    tied = write_weights(bfw, base, rfw, raw, wmap)
+    try:
+        tied = write_weights(bfw, base, rfw, raw, wmap)
+    except WeightTransferError as exc:
+        if inputs is not None or wmap.fused:
+            raise
+        # Paired by definition order: the other consistent assignment is tried before raising.
+        wmap, tied = _copied_by_shape(bfw, base, rfw, raw, exc)
     return replace(wmap, warnings=wmap.warnings + tuple(tied)) if tied else wmap
+
+
+def _copied_by_shape(
+    bfw: Framework, base: Any, rfw: Framework, raw: Any, failed: WeightTransferError
+) -> tuple[WeightMap, list[str]]:
+    """The copy with the layers paired by class and weight shapes (:mod:`nbdiff.weights.by_shape`);
+    ``failed`` (the copy by definition order), told to pass ``inputs=``, where that cannot be made."""
+    try:
+        with tensors_read_once():
+            pairs = pairs_by_shape(bfw, _weight_units(bfw, base), rfw, _weight_units(rfw, raw))
+            if pairs is not None:
+                wmap = plan_pairs(bfw, base, rfw, raw, pairs)
+        if pairs is not None:
+            wmap = replace(wmap, warnings=(*wmap.warnings, _BY_SHAPE))
+            return wmap, write_weights(bfw, base, rfw, raw, wmap)
+    except WeightTransferError:
+        pass
+    raise WeightTransferError(
+        f"{failed}\n\nThe layers were paired by definition order, since no `inputs=` was given, and no other "
+        "pairing by class and weight shapes fits. Pass `inputs=` (as for auto_diff) so nbdiff pairs them by "
+        "execution order, or give a LayerMap."
+    ) from None
+
+
+_BY_SHAPE = (
+    "layers paired by class and weight shapes, not by definition order (the two models define them in another "
+    "order); pass `inputs=` to pair them by execution order, which is certain"
+)
 
 
 def write_weights(

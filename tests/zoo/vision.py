@@ -198,3 +198,65 @@ class ShuffleNetV2(nn.Module):
         x = self.maxpool(self.conv1(x))
         x = self.stage4(self.stage3(self.stage2(x)))
         return self.fc(self.conv5(x).mean([2, 3]))
+
+
+class _DenseLayer(nn.Module):
+    def __init__(self, cin: int, growth: int, bn_size: int) -> None:
+        super().__init__()
+        self.norm1 = nn.BatchNorm2d(cin)
+        self.relu1 = nn.ReLU(inplace=True)
+        self.conv1 = nn.Conv2d(cin, bn_size * growth, 1, bias=False)
+        self.norm2 = nn.BatchNorm2d(bn_size * growth)
+        self.relu2 = nn.ReLU(inplace=True)
+        self.conv2 = nn.Conv2d(bn_size * growth, growth, 3, padding=1, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        new = self.conv2(self.relu2(self.norm2(self.conv1(self.relu1(self.norm1(x))))))
+        return torch.cat([x, new], 1)
+
+
+class _DenseBlock(nn.ModuleDict):
+    def __init__(self, layers: int, cin: int, bn_size: int, growth: int) -> None:
+        super().__init__()
+        for i in range(layers):
+            self.add_module(f"denselayer{i + 1}", _DenseLayer(cin + i * growth, growth, bn_size))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for layer in self.values():
+            x = layer(x)
+        return x
+
+
+class _Transition(nn.Sequential):
+    def __init__(self, cin: int, cout: int) -> None:
+        super().__init__()
+        self.norm = nn.BatchNorm2d(cin)
+        self.relu = nn.ReLU(inplace=True)
+        self.conv = nn.Conv2d(cin, cout, 1, bias=False)
+        self.pool = nn.AvgPool2d(2, 2)
+
+
+class DenseNet121(nn.Module):
+    """torchvision's DenseNet: one ``features`` Sequential; norm then ReLU modules where paddle.vision
+    fuses the ReLU into ``BatchNorm(act="relu")``, and the last ReLU called as a function."""
+
+    def __init__(self, num_classes: int = 10, growth: int = 32, blocks: tuple[int, ...] = (6, 12, 24, 16)) -> None:
+        super().__init__()
+        features = 64
+        self.features = nn.Sequential()
+        self.features.add_module("conv0", nn.Conv2d(3, features, 7, 2, 3, bias=False))
+        self.features.add_module("norm0", nn.BatchNorm2d(features))
+        self.features.add_module("relu0", nn.ReLU(inplace=True))
+        self.features.add_module("pool0", nn.MaxPool2d(3, 2, 1))
+        for i, layers in enumerate(blocks):
+            self.features.add_module(f"denseblock{i + 1}", _DenseBlock(layers, features, 4, growth))
+            features += layers * growth
+            if i != len(blocks) - 1:
+                self.features.add_module(f"transition{i + 1}", _Transition(features, features // 2))
+                features //= 2
+        self.features.add_module("norm5", nn.BatchNorm2d(features))
+        self.classifier = nn.Linear(features, num_classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out = torch.relu(self.features(x))
+        return self.classifier(torch.flatten(nn.functional.adaptive_avg_pool2d(out, 1), 1))

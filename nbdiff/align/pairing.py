@@ -113,6 +113,17 @@ def _same_input_shape(a: Event, b: Event) -> bool:
     return bool(x and y) and x[0].shape == y[0].shape
 
 
+def _unfounded(a: Event, b: Event) -> bool:
+    """Whether nothing but the class ties ``a`` to ``b``: no weights, and other input and output shapes.
+    Such a call pairs where it ran (a ReLU after a stem whose changed padding changed every shape), never
+    past raw calls not yet paired (a Dropout after an FFN's first Linear is not the one after its second,
+    where raw calls the activation between them as a function and base as a module)."""
+    if a.weights or b.weights or _same_shapes(a, b):
+        return False
+    x, y = _floats(a.inputs), _floats(b.inputs)
+    return bool(x and y) and x[0].shape != y[0].shape
+
+
 def _same_input(a: Event, b: Event) -> bool:
     """Whether both calls were handed the same values (weights copied, upstream agreeing): a
     sample of the first input, so it stays cheap."""
@@ -161,11 +172,6 @@ def _score(a: Event, b: Event, kids: dict[int, int] | None = None) -> float:
         if either and not blocks and not same_input and a.path.rsplit(".", 1)[-1] != b.path.rsplit(".", 1)[-1]:
             return 0.0
     if affinity <= 1 and not shapes:
-        return 0.0
-    if not shapes and not a.weights and not b.weights and not _same_input_shape(a, b):
-        # Nothing of its own ties a weightless layer to one taking and giving other shapes: a Dropout
-        # after an FFN's first Linear is not the one after its second (a changed padding keeps the
-        # input's shape, and a layer with weights keeps its weights').
         return 0.0
     score = 4.0 * affinity + (4.0 if shapes else 0.0) + (4.0 if same_input else 0.0)
     if affinity == 0 and holds and shapes:
@@ -367,7 +373,7 @@ def _searched(
     for j in range(max(0, cursor - LOOKBACK), min(len(r_seq), cursor + LOOKAHEAD)):
         if used[j] or (scope is not None and not _inside(r_seq[j].order, scope, r_parent)):
             continue
-        if (a.order, r_seq[j].order) in forbidden:
+        if (a.order, r_seq[j].order) in forbidden or (j > cursor and _unfounded(a, r_seq[j])):
             continue
         s = _score(a, r_seq[j], kids) - 0.01 * abs(j - cursor)
         if first < 0 and j >= cursor and s >= MIN_SCORE:

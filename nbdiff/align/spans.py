@@ -59,14 +59,30 @@ def unequal_spans(
         bad |= _crossed(b.order, r.order, b_anc, r_anc, partner, back)
     raw_pos = {e.order: i for i, e in enumerate(raw_all)}
     base_pos = {e.order: i for i, e in enumerate(base_all)}
+    raw_like, base_like = _by_weights(lost_raw), _by_weights(lost_base)
     for x in lost_base:
         if x.weights:
-            bad |= _kept_apart(x, lost_raw, raw_pos, base_pos, b_anc, r_anc, partner, back)
+            others = raw_like.get(_weights_key(x), [])
+            bad |= _kept_apart(x, others, raw_pos, base_pos, b_anc, r_anc, partner, back)
     for y in lost_raw:
         if y.weights:
-            flipped = _kept_apart(y, lost_base, base_pos, raw_pos, r_anc, b_anc, back, partner)
+            others = base_like.get(_weights_key(y), [])
+            flipped = _kept_apart(y, others, base_pos, raw_pos, r_anc, b_anc, back, partner)
             bad |= {(b, r) for r, b in flipped}
     return bad
+
+
+def _weights_key(e: Event) -> tuple[object, ...]:
+    return (e.weights, e.outputs[0].shape if e.outputs else None)
+
+
+def _by_weights(events: list[Event]) -> dict[tuple[object, ...], list[Event]]:
+    """Unpaired calls holding weights, by their weight and output shapes: a call's candidates at once."""
+    out: dict[tuple[object, ...], list[Event]] = {}
+    for e in events:
+        if e.weights and e.outputs:
+            out.setdefault(_weights_key(e), []).append(e)
+    return out
 
 
 def _crossed(
@@ -101,16 +117,9 @@ def _kept_apart(
     back: dict[int, int],
 ) -> set[tuple[int, int]]:
     """The container pairs that keep ``x`` (unpaired, with weights) from its closest unpaired
-    counterpart among ``others``: the candidate crossing the fewest pairs, if it crosses any."""
-    like = [
-        y
-        for y in others
-        if y.weights == x.weights
-        and y.outputs
-        and x.outputs
-        and y.outputs[0].shape == x.outputs[0].shape
-        and type_affinity(x.type_name, x.bases, y.type_name, y.bases) >= 2
-    ]
+    counterpart among ``others`` (unpaired calls with its weight and output shapes): the candidate
+    crossing the fewest pairs, if it crosses any."""
+    like = [y for y in others if type_affinity(x.type_name, x.bases, y.type_name, y.bases) >= 2]
     if not like:
         return set()
     # Nearest by relative place in each side's execution order.

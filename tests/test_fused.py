@@ -243,6 +243,43 @@ def test_batchnorm_epsilon_bug_behind_its_activation_is_blamed_on_it():
     assert d is not None and d.base_path == "bn+relu", result.report()
 
 
+class _TorchConvBNFunctional(torch.nn.Module):
+    """The activation called as a function after the norm (torchvision's DenseNet after ``norm5``)."""
+
+    def __init__(self, relu=True):
+        super().__init__()
+        self.conv, self.bn = torch.nn.Conv2d(3, 4, 3), torch.nn.BatchNorm2d(4)
+        self.head = torch.nn.Conv2d(4, 2, 1)
+        self.relu = relu
+
+    def forward(self, x):
+        y = self.bn(self.conv(x))
+        return self.head(torch.relu(y) if self.relu else y)
+
+
+@pytest.mark.parametrize("direction", ["torch->paddle", "paddle->torch"])
+def test_batchnorm_with_its_activation_pairs_with_batchnorm_then_the_activation_as_a_function(direction):
+    # The two norms paired and their outputs differed by the ReLU: a false alarm on an equivalent pair.
+    base, raw = _TorchConvBNFunctional().eval(), _PaddleConvBNAct().eval()
+    if direction == "paddle->torch":
+        base, raw = raw, base
+    result = nbdiff.auto_diff(base, raw, XI)
+    assert result, result.report()
+    side = "base" if direction == "torch->paddle" else "raw"
+    assert "bn+relu" in {getattr(e, side).path for e in result.events}
+
+
+@pytest.mark.parametrize("direction", ["torch->paddle", "paddle->torch"])
+def test_an_activation_left_out_after_a_norm_is_blamed_on_the_code_after_it(direction):
+    # The port dropped the function call: the fused norm agrees with the norm then its activation, and the
+    # code after the norm (where the function was) is blamed, not the norm.
+    base, raw = _TorchConvBNFunctional(relu=False).eval(), _PaddleConvBNAct().eval()
+    if direction == "paddle->torch":
+        base, raw = raw, base
+    d = nbdiff.auto_diff(base, raw, XI, diff_phase="forward").first_divergence
+    assert d is not None and (d.where, d.base_path) == ("between", ""), d
+
+
 def test_register_fused_pattern_teaches_new_names(monkeypatch):
     from nbdiff.align import fused
 

@@ -345,14 +345,15 @@ ACTIVATIONS: dict[str, Callable[[np.ndarray], np.ndarray]] = {
 """Activations a side may apply as a function after a layer whose counterpart applies it itself, by kind."""
 
 
-def _applied(records: tuple[TensorRecord, ...], kind: str) -> tuple[TensorRecord, ...] | None:
-    """``records`` with the activation applied (in float64, kept in each one's dtype); ``None`` where a
-    value is not kept (a statistics dump: its statistics cannot be carried through the activation)."""
+def _applied(records: tuple[TensorRecord, ...], kind: str) -> tuple[TensorRecord, ...]:
+    """``records`` with the activation applied (in float64, kept in each one's dtype); none where a value
+    is not kept (a statistics dump: statistics do not carry through an activation, so the layer's output
+    is not compared, and the next layer's input shows what the two sides hand on)."""
     fn = ACTIVATIONS[kind]
     out = []
     for t in records:
         if t.value is None:
-            return None
+            return ()
         if t.value.dtype.kind != "f":
             out.append(t)
             continue

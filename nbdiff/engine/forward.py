@@ -193,5 +193,10 @@ def api_local(
 
 def received_differ(raw: Sequence[TensorRecord], base: Sequence[TensorRecord], tol: TolFn, mode: str) -> bool:
     """Whether what two calls received (inputs, or the gradients arriving) differs beyond tolerance."""
+    return received_ratio(raw, base, tol, mode) > 1.0
+
+
+def received_ratio(raw: Sequence[TensorRecord], base: Sequence[TensorRecord], tol: TolFn, mode: str) -> float:
+    """How far what two calls received differs, in multiples of its tolerance (the worst tensor; 0: none)."""
     r, b = received_pairs(raw, base)
-    return not all(t.passed for t in tensor_diffs(r, b, tol, mode))
+    return max((0.0 if t.passed else max(t.ratio, 1.0 + 1e-9) for t in tensor_diffs(r, b, tol, mode)), default=0.0)

@@ -18,12 +18,13 @@ import numpy as np
 from nbdiff.align.arguments import recorded_arguments
 from nbdiff.align.fused import FusedGroup, member_name, stand_ins
 from nbdiff.align.pairing import Pair, Pairing
+from nbdiff.align.received import received_pairs
 from nbdiff.engine.backward import GradsOf
 from nbdiff.engine.comparer import Plans, StepComparer
 from nbdiff.engine.conditioning import MARGIN
 from nbdiff.engine.drift import Explanation, drift_note, followed
 from nbdiff.engine.dump_steps import step_param_grads, subtree_params, updates_by_path
-from nbdiff.engine.forward import TolFn, api_local, by_statistics, received_differ, tensor_diffs
+from nbdiff.engine.forward import TolFn, api_local, by_statistics, received_differ, received_ratio, tensor_diffs
 from nbdiff.engine.layouts import converted, converted_records
 from nbdiff.engine.rebuilt import (
     RebuiltSide,
@@ -52,6 +53,11 @@ _NOT_REBUILT = {
     "between": "a layer with sublayers is not rebuilt offline",
     "api": "an API call is not run again offline",
 }
+
+
+JUMP = 100.0
+"""How many times what a sublayer made a layer's own code must hand the next one before that code, not the
+sublayer, is where a difference came from: rounding grows through code, not by orders of magnitude."""
 
 
 def layer_args(dump: RankDump) -> dict[str, dict[str, Any]]:
@@ -197,12 +203,16 @@ class RecordedComparer(StepComparer):
         difference is its own too. Events are in the order they ran (backward: the last sublayer first)."""
         if not own or not kids:
             return own
+        worst = 0.0  # the largest difference a sublayer made so far, in multiples of its tolerance
         for b, r in sorted(kids, key=lambda k: k[0].order):
-            if self._differ(getattr(r, given), getattr(b, given)):
-                return own  # its code before this sublayer made the difference out of agreeing tensors
-            if self._differ(getattr(r, made), getattr(b, made)):
-                return ()  # a sublayer's: what follows inherits it (a second bug after it stays unseen)
-        return own
+            handed = self._ratio(getattr(r, given), getattr(b, given))
+            if handed > max(1.0, JUMP * worst):
+                # Its code before this sublayer made the difference out of agreeing tensors, or out of
+                # ones that differed by far less (a sublayer's rounding, then a bug of the code between):
+                # then what it handed is named as the live replay names it, so blame says where.
+                return own if not worst else own + self._handed(b, r, given)
+            worst = max(worst, self._ratio(getattr(r, made), getattr(b, made)))
+        return () if worst > 0 else own  # a sublayer's difference: what follows inherits it
 
     def local_backward(
         self, brec: StepRecord, rrec: StepRecord, d: EventDiff, kids: list[tuple[Event, Event]]
@@ -385,6 +395,17 @@ class RecordedComparer(StepComparer):
 
     def _differ(self, raw: tuple[TensorRecord, ...], base: tuple[TensorRecord, ...]) -> bool:
         return received_differ(raw, base, self.tol, self.mode)
+
+    def _ratio(self, raw: tuple[TensorRecord, ...], base: tuple[TensorRecord, ...]) -> float:
+        return received_ratio(raw, base, self.tol, self.mode)
+
+    def _handed(self, b: Event, r: Event, given: str) -> tuple[TensorDiff, ...]:
+        """What a sublayer was handed that differs, named ``path:input`` (see :func:`judge.blame._between`)."""
+        label = (b.path or "<root>") + (f"#{b.call}" if b.call else "")
+        got, want = received_pairs(getattr(r, given), getattr(b, given))
+        return tuple(
+            replace(t, name=f"{label}:{t.name}") for t in tensor_diffs(got, want, self.tol, self.mode) if not t.passed
+        )
 
     def updates(self, pairing: Pairing, brec: StepRecord, rrec: StepRecord) -> dict[str, Updates]:
         """The step's optimizer events by plan (a fused group's members' as one): the dump keeps

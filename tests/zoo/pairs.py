@@ -443,6 +443,33 @@ def bert(
     return build
 
 
+# -- torchvision-style DenseNet121 <-> paddle.vision: norms with their activation fused --------------
+def densenet(bug: str | None = None, reverse: bool = False) -> Callable[[], tuple[Any, Any, Any, dict[str, Any]]]:
+    """paddle.vision fuses each ReLU into ``BatchNorm(act="relu")``; torchvision keeps norm and ReLU
+    modules, and calls its last ReLU as a function after ``features.norm5``. ``eps``: one norm's
+    epsilon is 1e-3; ``relu``: the port's last norm applies no activation. Forward only: the backward
+    of 120 concatenating layers at this batch flips ReLU masks by rounding (an inherited error that no
+    layer makes; see the issue note)."""
+
+    def build() -> tuple[Any, Any, Any, dict[str, Any]]:
+        import paddle
+
+        from tests.zoo.vision import DenseNet121
+
+        _seed()
+        base, raw = DenseNet121(10), paddle.vision.models.densenet121(num_classes=10)
+        if bug == "eps":
+            raw.dense_block_func_list[1].dense_layer_func[2].bn_ac_func2._batch_norm._epsilon = 1e-3
+        if bug == "relu":
+            raw.batch_norm._act = None
+        x = np.random.RandomState(0).randn(2, 3, 64, 64).astype("float32")
+        if reverse:
+            base, raw = raw, base
+        return base, raw, x, {"diff_phase": "forward"}
+
+    return build
+
+
 CASES: list[Case] = [
     Case("llama", llama()),
     Case("llama eps", llama("eps"), ("forward", "model.layers.0.input_layernorm", None)),
@@ -495,4 +522,9 @@ CASES: list[Case] = [
     Case("bert reversed", bert(reverse=True)),
     Case("bert reversed act", bert("act", reverse=True), ("forward", "encoder.layers.0", None)),
     Case("bert reversed eps", bert("eps", reverse=True), ("forward", "encoder.layers.1.norm2", None)),
+    Case("densenet", densenet()),
+    Case("densenet eps", densenet("eps"), ("forward", "features.denseblock2.denselayer3.norm2+relu2", None)),
+    Case("densenet relu", densenet("relu"), ("forward", "", None)),
+    Case("densenet reversed", densenet(reverse=True)),
+    Case("densenet reversed eps", densenet("eps", reverse=True), ("forward", "db_conv_3.conv3_3.bn_ac_func2._batch_norm", None)),
 ]  # fmt: skip

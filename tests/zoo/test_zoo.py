@@ -127,22 +127,3 @@ def test_the_bert_pair_is_equivalent_by_a_hand_written_copy_and_each_bug_moves_i
     err = float(abs(want - got).max())
     assert (err < 1e-4) if bug is None else (err > 1e-3), err  # rounding moves it by ~1e-6
 
-
-@pytest.mark.xfail(
-    strict=True,
-    reason="known gap (#47, causes 4 and 5): torchvision's DenseNet calls its last ReLU as a function after "
-    "`features.norm5`, where paddle.vision fuses it into `BatchNorm(act='relu')`; the two norms pair and their "
-    "outputs differ by the ReLU. A norm with its activation needs a rule with an inverse (forward: the activation "
-    "applied to base's output; backward: the gradients that leave the input).",
-)
-def test_densenet_against_paddle_vision_passes():
-    import paddle
-
-    from tests.zoo.pairs import _seed
-    from tests.zoo.vision import DenseNet121
-
-    _seed()
-    base, raw = DenseNet121(10), paddle.vision.models.densenet121(num_classes=10)
-    x = np.random.RandomState(0).randn(2, 3, 64, 64).astype("float32")
-    result = nbdiff.auto_diff(base, raw, x)
-    assert result, result.report()

@@ -113,12 +113,18 @@ def _same_input_shape(a: Event, b: Event) -> bool:
     return bool(x and y) and x[0].shape == y[0].shape
 
 
-def _unfounded(a: Event, b: Event) -> bool:
-    """Whether nothing but the class ties ``a`` to ``b``: no weights, and other input and output shapes.
-    Such a call pairs where it ran (a ReLU after a stem whose changed padding changed every shape), never
-    past raw calls not yet paired (a Dropout after an FFN's first Linear is not the one after its second,
-    where raw calls the activation between them as a function and base as a module)."""
-    if a.weights or b.weights or _same_shapes(a, b):
+def _unfounded(a: Event, j: int, r_seq: list[Event], used: list[bool], cursor: int) -> bool:
+    """Whether nothing but the class (and a name) ties ``a`` to ``r_seq[j]``, past raw calls not yet
+    paired: neither holds weights nor has the other's path, and a call that holds weights is skipped, or
+    the two take and give other shapes. Such a call pairs where it ran (a ReLU after a stem whose changed padding changed every
+    shape), never leaping over work: GPT's embedding dropout is not the dropout of the first MLP
+    (named alike), and a Dropout after an FFN's first Linear is not the one after its second."""
+    b = r_seq[j]
+    if a.weights or b.weights or (a.path == b.path and a.call == b.call):
+        return False  # the same path: a port that kept the names, where independent work ran in another order
+    if any(r_seq[k].weights and not used[k] for k in range(cursor, j)):
+        return True
+    if _same_shapes(a, b):
         return False
     x, y = _floats(a.inputs), _floats(b.inputs)
     return bool(x and y) and x[0].shape != y[0].shape
@@ -373,7 +379,7 @@ def _searched(
     for j in range(max(0, cursor - LOOKBACK), min(len(r_seq), cursor + LOOKAHEAD)):
         if used[j] or (scope is not None and not _inside(r_seq[j].order, scope, r_parent)):
             continue
-        if (a.order, r_seq[j].order) in forbidden or (j > cursor and _unfounded(a, r_seq[j])):
+        if (a.order, r_seq[j].order) in forbidden or (j > cursor and _unfounded(a, j, r_seq, used, cursor)):
             continue
         s = _score(a, r_seq[j], kids) - 0.01 * abs(j - cursor)
         if first < 0 and j >= cursor and s >= MIN_SCORE:

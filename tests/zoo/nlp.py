@@ -67,3 +67,53 @@ class BertModel(nn.Layer):
         mask = paddle.unsqueeze((input_ids == self.pad_token_id).astype("float32") * -1e4, axis=[1, 2])
         sequence = self.encoder(self.embeddings(input_ids, token_type_ids), mask)
         return sequence, self.pooler(sequence)
+
+
+class GPTDecoderLayer(nn.Layer):
+    """paddlenlp's GPT decoder layer: pre-norm, ``paddle.nn.MultiHeadAttention`` with separate q/k/v
+    projections (transformers' GPT-2 fuses them in one ``Conv1D``), the activation as a function."""
+
+    def __init__(self, hidden: int, heads: int, inner: int, dropout: float, eps: float = 1e-5) -> None:
+        super().__init__()
+        self.self_attn = nn.MultiHeadAttention(hidden, heads, dropout=dropout)
+        self.linear1 = nn.Linear(hidden, inner)
+        self.linear2 = nn.Linear(inner, hidden)
+        self.norm1 = nn.LayerNorm(hidden, epsilon=eps)
+        self.norm2 = nn.LayerNorm(hidden, epsilon=eps)
+        self.dropout1 = nn.Dropout(dropout)
+        self.dropout2 = nn.Dropout(dropout)
+        self.activation = nn.functional.gelu
+
+    def forward(self, tgt: Any, mask: Any) -> Any:
+        h = self.norm1(tgt)
+        tgt = tgt + self.dropout1(self.self_attn(h, h, h, attn_mask=mask))
+        return tgt + self.dropout2(self.linear2(self.activation(self.linear1(self.norm2(tgt)))))
+
+
+class GPTModel(nn.Layer):
+    """paddlenlp's ``GPTModel`` (embeddings, decoder layers, final norm), returning the hidden states."""
+
+    def __init__(
+        self, vocab_size: int, hidden_size: int, num_hidden_layers: int, num_attention_heads: int,
+        intermediate_size: int, max_position_embeddings: int, hidden_dropout_prob: float = 0.1,
+    ) -> None:  # fmt: skip
+        super().__init__()
+        self.word_embeddings = nn.Embedding(vocab_size, hidden_size)
+        self.position_embeddings = nn.Embedding(max_position_embeddings, hidden_size)
+        self.dropout = nn.Dropout(hidden_dropout_prob)
+        self.layers = nn.LayerList(
+            [
+                GPTDecoderLayer(hidden_size, num_attention_heads, intermediate_size, hidden_dropout_prob)
+                for _ in range(num_hidden_layers)
+            ]
+        )
+        self.norm = nn.LayerNorm(hidden_size)
+
+    def forward(self, input_ids: Any) -> Any:
+        length = input_ids.shape[1]
+        positions = paddle.arange(length, dtype="int64").unsqueeze(0)
+        x = self.dropout(self.word_embeddings(input_ids) + self.position_embeddings(positions))
+        causal = paddle.triu(paddle.full([length, length], -1e4, dtype=x.dtype), diagonal=1)
+        for layer in self.layers:
+            x = layer(x, causal)
+        return self.norm(x)

@@ -443,6 +443,43 @@ def bert(
     return build
 
 
+# -- transformers GPT-2 <-> paddlenlp-style GPT: one fused Conv1D c_attn against separate q/k/v ----------
+GPT = dict(vocab_size=96, n_embd=32, n_layer=2, n_head=4, n_inner=64, n_positions=64)
+
+
+def gpt_pair(bug: str | None = None) -> tuple[Any, Any, Any]:
+    """transformers' ``GPT2Model`` (erf GELU, eps 1e-5) and the paddlenlp-style GPT of :mod:`tests.zoo.nlp`.
+    ``act``: the port's MLP activation is ReLU; ``eps``: one norm's epsilon is 1e-3."""
+    import paddle
+    import torch
+    from transformers import GPT2Config, GPT2Model
+
+    from tests.zoo.nlp import GPTModel
+
+    _seed()
+    base = GPT2Model(GPT2Config(**GPT, activation_function="gelu", layer_norm_epsilon=1e-5))
+    raw = GPTModel(96, 32, 2, 4, 64, 64)
+    if bug == "act":
+        for layer in raw.layers:
+            layer.activation = paddle.nn.functional.relu
+    if bug == "eps":
+        raw.layers[1].norm2._epsilon = 1e-3
+    ids = np.random.RandomState(0).randint(0, GPT["vocab_size"], (2, 8)).astype("int64")
+    return base, raw, ({"input_ids": torch.from_numpy(ids), "use_cache": False}, {"input_ids": paddle.to_tensor(ids)})
+
+
+def gpt(
+    bug: str | None = None, train: str | None = None, reverse: bool = False
+) -> Callable[[], tuple[Any, Any, Any, dict[str, Any]]]:
+    def build() -> tuple[Any, Any, Any, dict[str, Any]]:
+        base, raw, inputs = gpt_pair(bug)
+        if reverse:
+            base, raw, inputs = raw, base, inputs[::-1]
+        return base, raw, inputs, _training(train, base, raw)
+
+    return build
+
+
 # -- torchvision-style DenseNet121 <-> paddle.vision: norms with their activation fused --------------
 def densenet(bug: str | None = None, reverse: bool = False) -> Callable[[], tuple[Any, Any, Any, dict[str, Any]]]:
     """paddle.vision fuses each ReLU into ``BatchNorm(act="relu")``; torchvision keeps norm and ReLU
@@ -522,6 +559,14 @@ CASES: list[Case] = [
     Case("bert reversed", bert(reverse=True)),
     Case("bert reversed act", bert("act", reverse=True), ("forward", "encoder.layers.0", None)),
     Case("bert reversed eps", bert("eps", reverse=True), ("forward", "encoder.layers.1.norm2", None)),
+    Case("gpt", gpt()),
+    Case("gpt act", gpt("act"), ("forward", "h.0", None)),
+    Case("gpt eps", gpt("eps"), ("forward", "h.1.ln_2", None)),
+    Case("gpt adamw", gpt(train="adamw"), tags=("train",)),
+    Case("gpt reversed", gpt(reverse=True)),
+    Case("gpt reversed act", gpt("act", reverse=True), ("forward", "layers.0", None)),
+    Case("gpt reversed eps", gpt("eps", reverse=True), ("forward", "layers.1.norm2", None)),
+    Case("gpt reversed adamw", gpt(train="adamw", reverse=True), tags=("train",)),
     Case("densenet", densenet()),
     Case("densenet eps", densenet("eps"), ("forward", "features.denseblock2.denselayer3.norm2+relu2", None)),
     Case("densenet relu", densenet("relu"), ("forward", "", None)),

@@ -25,7 +25,7 @@ FORWARD = [c for c in CASES if c.expect is None or c.expect[0] == "forward"]
 @pytest.mark.parametrize("single_step", [False, True], ids=["default", "single_step"])
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
 def test_zoo_case(case, single_step):
-    if case.name.startswith(("llama", "qwen", "ernie", "bert")) and not _HAVE_HF:
+    if case.name.startswith(("llama", "qwen", "ernie", "bert", "gpt")) and not _HAVE_HF:
         pytest.skip("transformers and paddleformers are not installed (make test installs them)")
     base, raw, inputs, options = case.build()
     if single_step:
@@ -61,7 +61,7 @@ def test_zoo_case_offline(case, dump_type):
     # record + compare gives auto_diff's verdict and blame: the same step comparisons run on both.
     from tests.zoo.run import offline_outcome
 
-    if case.name.startswith(("llama", "qwen", "ernie", "bert")) and not _HAVE_HF:
+    if case.name.startswith(("llama", "qwen", "ernie", "bert", "gpt")) and not _HAVE_HF:
         pytest.skip("transformers and paddleformers are not installed (make test installs them)")
     gap = _OFFLINE_GAPS[dump_type].get(case.name)
     ok, text = offline_outcome(case, dump_type)
@@ -127,3 +127,45 @@ def test_the_bert_pair_is_equivalent_by_a_hand_written_copy_and_each_bug_moves_i
     err = float(abs(want - got).max())
     assert (err < 1e-4) if bug is None else (err > 1e-3), err  # rounding moves it by ~1e-6
 
+
+def _gpt_by_hand(base, raw) -> None:
+    """transformers' GPT-2 weights into the paddlenlp-style GPT, written out by hand (no nbdiff): Conv1D
+    keeps ``[in, out]`` as paddle's Linear does, and ``c_attn`` is ``[q | k | v]`` along its outputs."""
+    import paddle
+
+    state = {k: v.detach().numpy() for k, v in base.state_dict().items()}
+    target = raw.state_dict()
+
+    def put(name, array):
+        target[name].set_value(paddle.to_tensor(array))
+
+    put("word_embeddings.weight", state["wte.weight"])
+    put("position_embeddings.weight", state["wpe.weight"])
+    for leaf in ("weight", "bias"):
+        put(f"norm.{leaf}", state[f"ln_f.{leaf}"])
+    for i in range(len(raw.layers)):
+        t, p = f"h.{i}.", f"layers.{i}."
+        for leaf in ("weight", "bias"):
+            for q, k in (("ln_1", "norm1"), ("ln_2", "norm2"), ("attn.c_proj", "self_attn.out_proj")):
+                put(f"{p}{k}.{leaf}", state[f"{t}{q}.{leaf}"])
+            for q, k in (("mlp.c_fc", "linear1"), ("mlp.c_proj", "linear2")):
+                put(f"{p}{k}.{leaf}", state[f"{t}{q}.{leaf}"])
+            parts = np.split(state[f"{t}attn.c_attn.{leaf}"], 3, axis=-1)
+            for part, k in zip(parts, ("q_proj", "k_proj", "v_proj")):
+                put(f"{p}self_attn.{k}.{leaf}", part)
+
+
+@pytest.mark.parametrize("bug", [None, "act", "eps"])
+def test_the_gpt_pair_is_equivalent_by_a_hand_written_copy_and_each_bug_moves_its_output(bug):
+    if not _HAVE_HF:
+        pytest.skip("transformers is not installed (make test installs it)")
+    from tests.zoo.pairs import gpt_pair
+
+    base, raw, (tin, pin) = gpt_pair(bug)
+    _gpt_by_hand(base, raw)
+    base.eval()
+    raw.eval()
+    want = base(**tin).last_hidden_state.detach().numpy()
+    got = raw(**pin).numpy()
+    err = float(abs(want - got).max())
+    assert (err < 1e-4) if bug is None else (err > 1e-3), err  # rounding moves it by ~1e-6

@@ -243,6 +243,16 @@ def test_batchnorm_epsilon_bug_behind_its_activation_is_blamed_on_it():
     assert d is not None and d.base_path == "bn+relu", result.report()
 
 
+@pytest.mark.parametrize("single_step", [False, True], ids=["default", "single_step"])
+def test_an_epsilon_bug_of_a_norm_applying_its_activation_is_blamed_against_norm_then_relu(single_step):
+    # paddle's BatchNorm(act) as the reference, torch's norm then ReLU the port: the raw pair is a group
+    # that was never run again (single-step: not measured, and the bug was missed).
+    base, raw = _PaddleConvBNAct(eps=1e-3).eval(), _TorchConvBN().eval()
+    result = nbdiff.auto_diff(base, raw, XI, single_step=single_step)
+    d = result.first_divergence
+    assert d is not None and (d.base_path, d.raw_path, d.inherited) == ("bn", "bn+relu", False), result.report()
+
+
 class _TorchConvBNFunctional(torch.nn.Module):
     """The activation called as a function after the norm (torchvision's DenseNet after ``norm5``)."""
 

@@ -456,9 +456,11 @@ def fuse_events(events: list[Event], groups: list[FusedGroup], backward: bool = 
         first = min(members, key=lambda e: e.order)
         params = tuple(replace(t, name=f"{member_name(e.path)}.{t.name}") for e in members for t in e.params)
         call = calls[g.path] = calls.get(g.path, -1) + 1
+        # A sequential group is called as its first member is (its input is that one's): kept for its replay.
+        template = first.template if g.layout is None else None
         merged[first.order] = replace(
             first, path=g.path, call=call, inputs=inputs, outputs=outputs, params=params,
-            layer=None, template=None, weights=(),
+            layer=None, template=template, weights=(),
         )  # fmt: skip
         drop.update(e.order for e in members)
     return [merged.get(e.order, e) for e in events if e.order not in drop or e.order in merged]

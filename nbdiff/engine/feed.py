@@ -22,7 +22,25 @@ def feed_for(brec: StepRecord, pairing: Pairing, diff_phase: str) -> Feed:
     fwd = {(e.path, e.call): e for e in fuse_events(brec.forward, groups)}
     bwd = {(e.path, e.call): e for e in fuse_events(brec.backward, groups, backward=True)}
     now = (((p.raw.path, p.raw.call), fwd.get((p.base.path, p.base.call))) for p in pairing.pairs)
-    return _feed(((key, e) for key, e in now if e is not None), bwd, diff_phase)
+    feed = _feed(((key, e) for key, e in now if e is not None), bwd, diff_phase)
+    return _to_raw_members(feed, [g for g in pairing.fused if g.side == "raw"])
+
+
+def _to_raw_members(feed: Feed, groups: list[FusedGroup]) -> Feed:
+    """A raw group's feed given to its members' calls: the inputs to the first (the norm), the gradients
+    arriving at its output to the last (the activation); the group itself is no call raw makes."""
+    if not groups:
+        return feed
+    inputs, grads = dict(feed.inputs), dict(feed.grads)
+    seen: dict[str, int] = {}
+    for g in groups:  # one a call, in order: the k-th of a path is its merged call k (fuse_events)
+        key = (g.path, seen.setdefault(g.path, 0))
+        seen[g.path] += 1
+        if key in inputs:
+            inputs[(g.members[0], g.calls[0])] = inputs.pop(key)
+        if key in grads:
+            grads[(g.members[-1], g.calls[-1])] = grads.pop(key)
+    return Feed(inputs, grads)
 
 
 def guessed_feed(

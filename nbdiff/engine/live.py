@@ -86,6 +86,8 @@ class LiveComparer(StepComparer):
         self.replayer: Replayer | None = None
         self._evidence: dict[int, tuple[TensorRecord, ...]] = {}
         """By raw event (its id, within one step's comparison): the replay's failing sublayer inputs."""
+        self._sequences: dict[str, list[Any]] = {}
+        """Raw groups run in turn (a norm then its activation module), by group path, for their replay."""
 
     def layers(self) -> tuple[dict[str, Any], dict[str, Any]]:
         return self.blayers, self.rlayers
@@ -94,6 +96,12 @@ class LiveComparer(StepComparer):
         # A fused group stands for its members wherever a base layer is looked up by path.
         self.blayers.update(fused_layers(self.blayers, pairing.fused))
         self.rlayers.update(fused_layers(self.rlayers, pairing.fused, "raw"))
+        # Raw's norm then activation, where base's layer applies its activation itself: run again in turn.
+        self._sequences = {
+            g.path: [self.rlayers[m] for m in g.members]
+            for g in pairing.fused
+            if g.side == "raw" and g.layout is None and not g.applied
+        }
 
     def decide_plans(self, pairing: Pairing) -> tuple[Plans, list[str]]:
         wmap = plan_pairing(self.bfw, self.base, self.rfw, self.raw, pairing, strict=self.strict)
@@ -127,7 +135,10 @@ class LiveComparer(StepComparer):
 
     def local_layer(self, d: EventDiff, kids: list[tuple[Event, Event]]) -> tuple[TensorDiff, ...] | None:
         assert self.replayer is not None
-        local = self.replayer.forward(d.base, d.raw, kids)
+        raw = d.raw
+        if raw.layer is None and raw.path in self._sequences:
+            raw = replace(raw, layer=self.rfw.sequence(self._sequences[raw.path]))
+        local = self.replayer.forward(d.base, raw, kids)
         if self.replayer.evidence:
             self._evidence[id(d.raw)] = self.replayer.evidence
         return local

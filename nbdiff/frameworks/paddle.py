@@ -276,6 +276,9 @@ class PaddleFramework:
     def no_grad(self) -> AbstractContextManager[Any]:
         return paddle.no_grad()
 
+    def sequence(self, layers: Sequence[Any]) -> Any:
+        return paddle.nn.Sequential(*layers)  # the layers keep their own parents; this one is not kept
+
     def optimizer_steps(self, callback: Any) -> AbstractContextManager[Any]:
         from nbdiff.trace.patching import patched
 

@@ -242,6 +242,9 @@ class TorchFramework:
     def no_grad(self) -> AbstractContextManager[Any]:
         return torch.no_grad()
 
+    def sequence(self, layers: Sequence[Any]) -> Any:
+        return torch.nn.Sequential(*layers)  # the layers keep their own parents; this one is not kept
+
     @contextmanager
     def optimizer_steps(self, callback: Any) -> Iterator[None]:
         from torch.optim.optimizer import register_optimizer_step_pre_hook

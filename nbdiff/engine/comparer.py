@@ -167,11 +167,12 @@ class StepComparer:
         found: list[Divergence] = []
         amplified = None
         if self.diff_phase != "backward":
-            kids = _paired_children(fwd)
+            up = _paired_parents(fwd, brec.forward)
+            kids = _paired_children(fwd, up)
             # The loss is computed from the model's outputs: its own error is measurable only where they agree.
             agree = all(d.passed for d in fwd if _final_forward(d) and d.base.kind is Kind.LAYER)
             local = lambda d: self.local_forward(d, kids.get(d.base.order, []), agree)  # noqa: E731
-            found, fwd = blame_all(fwd, local, _final_forward, noise, every)
+            found, fwd = blame_all(fwd, local, _final_forward, noise, every, parent_of=up)
             fwd, found = self.with_evidence(fwd, found)
             found = self._unless_drift(found, drift, out.notes)
             said = self.amplified_rounding()
@@ -185,9 +186,10 @@ class StepComparer:
         # Backward is measured on base's inputs and output gradients: its own errors show after a
         # forward one too (a backward-only bug in a port that also has a forward bug).
         if bwd and (every or not found):
-            bkids = _paired_children(bwd)
+            bup = _paired_parents(bwd, brec.backward)
+            bkids = _paired_children(bwd, bup)
             local = lambda d: self.local_backward(brec, rrec, d, bkids.get(d.base.order, []))  # noqa: E731
-            more, bwd = blame_all(bwd, local, _final_backward, noise, every, False)
+            more, bwd = blame_all(bwd, local, _final_backward, noise, every, False, parent_of=bup)
             more = self._unless_drift(more, drift, out.notes)
             more = _explained(more, amplified, [])  # the forward's note says it
             # A gradient made NaN/Inf from finite ones (a custom backward) is where it comes from.
@@ -311,10 +313,26 @@ def _final_backward(d: EventDiff) -> bool:
     )
 
 
-def _paired_children(diffs: list[EventDiff]) -> dict[int, list[tuple[Event, Event]]]:
-    """Base order of a layer call -> the paired layer calls directly under it."""
+def _paired_parents(diffs: list[EventDiff], everything: list[Event]) -> dict[int, int | None]:
+    """Base order of each compared layer call -> its nearest compared ancestor's: a block left unpaired
+    between them (torchvision's ``block`` Sequential, which paddle.vision does not have) is looked through,
+    so the ancestor's own error leaves out what its paired sublayers made."""
+    parent = {e.order: e.parent for e in everything}
+    paired = {d.base.order for d in diffs if d.base.kind is Kind.LAYER}
+    out: dict[int, int | None] = {}
+    for d in diffs:
+        p = d.base.parent
+        while p is not None and p not in paired:
+            p = parent.get(p)
+        out[d.base.order] = p
+    return out
+
+
+def _paired_children(diffs: list[EventDiff], up: dict[int, int | None]) -> dict[int, list[tuple[Event, Event]]]:
+    """Base order of a layer call -> the paired layer calls under it, with no paired call between."""
     out: dict[int, list[tuple[Event, Event]]] = {}
     for d in diffs:
-        if d.base.kind is Kind.LAYER and d.base.parent is not None:
-            out.setdefault(d.base.parent, []).append((d.base, d.raw))
+        p = up.get(d.base.order, d.base.parent)
+        if d.base.kind is Kind.LAYER and p is not None:
+            out.setdefault(p, []).append((d.base, d.raw))
     return out

@@ -12,7 +12,7 @@ that are all fine locally, the fault is in its own code between two of them.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -227,6 +227,7 @@ def blame_all(
     noise: Callable[[Event, tuple[TensorDiff, ...]], bool] | None = None,
     every: bool = True,
     isolated: bool = True,
+    parent_of: Mapping[int, int | None] | None = None,
 ) -> tuple[list[Divergence], list[EventDiff]]:
     """Blame within one step and phase. ``diffs`` must be in completion order.
 
@@ -240,15 +241,17 @@ def blame_all(
     error is within the model's own sensitivity to rounding (:mod:`nbdiff.engine.conditioning`);
     such an error is never blamed. ``isolated``: a layer's local error leaves out its sublayers'
     (forward replays force their outputs); where not (backward), a layer with a sublayer found
-    at fault is not blamed for its own code as well.
+    at fault is not blamed for its own code as well. ``parent_of``: each event's nearest compared
+    ancestor (by base order), where calls left unpaired lie between (default: the direct parent).
     """
     diffs = list(diffs)
     blamed: set[int] = set()
     children: dict[int, list[int]] = {}
     order_to_i = {d.base.order: i for i, d in enumerate(diffs)}
     for i, d in enumerate(diffs):
-        if d.base.parent is not None and d.base.parent in order_to_i:
-            children.setdefault(order_to_i[d.base.parent], []).append(i)
+        parent = parent_of.get(d.base.order, d.base.parent) if parent_of is not None else d.base.parent
+        if parent is not None and parent in order_to_i:
+            children.setdefault(order_to_i[parent], []).append(i)
     found: list[Divergence] = []
     first_acc: int | None = None
     for i, d in enumerate(diffs):

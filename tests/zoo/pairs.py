@@ -480,6 +480,31 @@ def gpt(
     return build
 
 
+# -- torchvision-style MobileNetV3 <-> paddle.vision: one `block` Sequential against the block's own layers --
+def mobilenet_v3(bug: str | None = None, reverse: bool = False) -> Callable[[], tuple[Any, Any, Any, dict[str, Any]]]:
+    """torchvision keeps each inverted residual's layers in one ``block`` Sequential (expansion, depthwise,
+    squeeze-excitation, projection); paddle.vision keeps them as the block's own. ``se``: the port's
+    squeeze-excitation gate is a Sigmoid, not a Hardsigmoid; ``eps``: one norm's epsilon is torch's default."""
+
+    def build() -> tuple[Any, Any, Any, dict[str, Any]]:
+        import paddle
+
+        from tests.zoo.vision import MobileNetV3Small
+
+        _seed()
+        base, raw = MobileNetV3Small(10), paddle.vision.models.mobilenet_v3_small(num_classes=10)
+        if bug == "se":
+            raw.blocks[3].mid_se.scale_activation = paddle.nn.Sigmoid()
+        if bug == "eps":
+            raw.blocks[5].bottleneck_conv[1]._epsilon = 1e-5
+        x = np.random.RandomState(0).randn(4, 3, 64, 64).astype("float32")
+        if reverse:
+            base, raw = raw, base
+        return base, raw, x, {}
+
+    return build
+
+
 # -- torchvision-style DenseNet121 <-> paddle.vision: norms with their activation fused --------------
 def densenet(bug: str | None = None, reverse: bool = False) -> Callable[[], tuple[Any, Any, Any, dict[str, Any]]]:
     """paddle.vision fuses each ReLU into ``BatchNorm(act="relu")``; torchvision keeps norm and ReLU
@@ -567,6 +592,11 @@ CASES: list[Case] = [
     Case("gpt reversed act", gpt("act", reverse=True), ("forward", "layers.0", None)),
     Case("gpt reversed eps", gpt("eps", reverse=True), ("forward", "layers.1.norm2", None)),
     Case("gpt reversed adamw", gpt(train="adamw", reverse=True), tags=("train",)),
+    Case("mobilenet v3", mobilenet_v3()),
+    Case("mobilenet v3 se", mobilenet_v3("se"), ("forward", "features.4.block.2.scale_activation", None)),
+    Case("mobilenet v3 eps", mobilenet_v3("eps"), ("forward", "features.6.block.1.1", None)),
+    Case("mobilenet v3 reversed", mobilenet_v3(reverse=True)),
+    Case("mobilenet v3 reversed se", mobilenet_v3("se", reverse=True), ("forward", "blocks.3.mid_se.scale_activation", None)),
     Case("densenet", densenet()),
     Case("densenet eps", densenet("eps"), ("forward", "features.denseblock2.denselayer3.norm2+relu2", None)),
     Case("densenet relu", densenet("relu"), ("forward", "", None)),

@@ -7,6 +7,8 @@ in-place residual adds, ``inplace=True`` activations and Conv-Norm-Activation wr
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from torch import nn
 
@@ -260,3 +262,87 @@ class DenseNet121(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         out = torch.relu(self.features(x))
         return self.classifier(torch.flatten(nn.functional.adaptive_avg_pool2d(out, 1), 1))
+
+
+def _make_divisible(v: float, divisor: int = 8) -> int:
+    new = max(divisor, int(v + divisor / 2) // divisor * divisor)
+    return new + divisor if new < 0.9 * v else new
+
+
+class SqueezeExcitation(nn.Module):
+    def __init__(self, channels: int, squeeze: int) -> None:
+        super().__init__()
+        self.avgpool = nn.AdaptiveAvgPool2d(1)
+        self.fc1 = nn.Conv2d(channels, squeeze, 1)
+        self.fc2 = nn.Conv2d(squeeze, channels, 1)
+        self.activation = nn.ReLU()
+        self.scale_activation = nn.Hardsigmoid()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        scale = self.scale_activation(self.fc2(self.activation(self.fc1(self.avgpool(x)))))
+        return scale * x
+
+
+class _NormActivation(nn.Sequential):
+    """torchvision's ``Conv2dNormActivation`` with MobileNetV3's norm (eps 1e-3, momentum 0.01)."""
+
+    def __init__(self, cin: int, cout: int, kernel: int, stride: int = 1, groups: int = 1, act: Any = None):
+        layers: list[nn.Module] = [
+            nn.Conv2d(cin, cout, kernel, stride, (kernel - 1) // 2, groups=groups, bias=False),
+            nn.BatchNorm2d(cout, eps=0.001, momentum=0.01),
+        ]
+        if act is not None:
+            layers.append(act(inplace=True))
+        super().__init__(*layers)
+
+
+class InvertedResidualV3(nn.Module):
+    """torchvision's MobileNetV3 block: everything in one ``block`` Sequential, where paddle.vision keeps
+    ``expand_conv``, ``bottleneck_conv``, ``mid_se`` and ``linear_conv`` as the block's own."""
+
+    def __init__(self, cin: int, kernel: int, expanded: int, cout: int, se: bool, hardswish: bool, stride: int):
+        super().__init__()
+        act = nn.Hardswish if hardswish else nn.ReLU
+        self.use_res_connect = stride == 1 and cin == cout
+        layers: list[nn.Module] = []
+        if expanded != cin:
+            layers.append(_NormActivation(cin, expanded, 1, act=act))
+        layers.append(_NormActivation(expanded, expanded, kernel, stride, groups=expanded, act=act))
+        if se:
+            layers.append(SqueezeExcitation(expanded, _make_divisible(expanded // 4)))
+        layers.append(_NormActivation(expanded, cout, 1))
+        self.block = nn.Sequential(*layers)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        result = self.block(x)
+        if self.use_res_connect:
+            result += x
+        return result
+
+
+MOBILENET_V3_SMALL = (
+    (16, 3, 16, 16, True, False, 2), (16, 3, 72, 24, False, False, 2), (24, 3, 88, 24, False, False, 1),
+    (24, 5, 96, 40, True, True, 2), (40, 5, 240, 40, True, True, 1), (40, 5, 240, 40, True, True, 1),
+    (40, 5, 120, 48, True, True, 1), (48, 5, 144, 48, True, True, 1), (48, 5, 288, 96, True, True, 2),
+    (96, 5, 576, 96, True, True, 1), (96, 5, 576, 96, True, True, 1),
+)  # fmt: skip
+"""torchvision's ``mobilenet_v3_small``: (in, kernel, expanded, out, squeeze-excitation, hardswish, stride)."""
+
+
+class MobileNetV3Small(nn.Module):
+    def __init__(self, num_classes: int = 10) -> None:
+        super().__init__()
+        layers: list[nn.Module] = [_NormActivation(3, 16, 3, 2, act=nn.Hardswish)]
+        layers += [InvertedResidualV3(*cfg) for cfg in MOBILENET_V3_SMALL]
+        layers.append(_NormActivation(96, 576, 1, act=nn.Hardswish))
+        self.features = nn.Sequential(*layers)
+        self.avgpool = nn.AdaptiveAvgPool2d(1)
+        self.classifier = nn.Sequential(
+            nn.Linear(576, 1024),
+            nn.Hardswish(inplace=True),
+            nn.Dropout(0.2, inplace=True),
+            nn.Linear(1024, num_classes),
+        )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.classifier(torch.flatten(self.avgpool(self.features(x)), 1))

@@ -505,6 +505,52 @@ def mobilenet_v3(bug: str | None = None, reverse: bool = False) -> Callable[[], 
     return build
 
 
+# -- torchvision-style Inception-A blocks <-> paddle.vision's: BasicConv2d (a wrapper, ReLU as a function)
+# against ConvNormActivation (conv, norm and ReLU modules) ----------------------------------------------
+def _paddle_inception_net() -> Any:
+    """paddle.vision's own ``InceptionA`` blocks and ``ConvNormActivation``, as :class:`~tests.zoo.vision.InceptionNet` is built."""
+    import paddle
+    from paddle.vision.models.inceptionv3 import InceptionA
+    from paddle.vision.ops import ConvNormActivation
+
+    class InceptionNet(paddle.nn.Layer):
+        def __init__(self) -> None:
+            super().__init__()
+            self.stem = ConvNormActivation(3, 32, 3, stride=2, padding=0)
+            self.mixed_5b = InceptionA(32, 32)
+            self.mixed_5c = InceptionA(256, 64)
+            self.fc = paddle.nn.Linear(288, 10)
+
+        def forward(self, x: Any) -> Any:
+            x = self.mixed_5c(self.mixed_5b(self.stem(x)))
+            return self.fc(paddle.flatten(paddle.nn.functional.adaptive_avg_pool2d(x, 1), 1))
+
+    return InceptionNet()
+
+
+def inception(bug: str | None = None, reverse: bool = False) -> Callable[[], tuple[Any, Any, Any, dict[str, Any]]]:
+    """``pool``: the port's pooling branch leaves the padding out of its averages (``exclusive=True``, where
+    torchvision counts it); ``eps``: one norm's epsilon is 1e-3."""
+
+    def build() -> tuple[Any, Any, Any, dict[str, Any]]:
+        import paddle
+
+        from tests.zoo.vision import InceptionNet
+
+        _seed()
+        base, raw = InceptionNet(10), _paddle_inception_net()
+        if bug == "pool":
+            raw.mixed_5b.branch_pool = paddle.nn.AvgPool2D(3, 1, 1, exclusive=True)
+        if bug == "eps":
+            raw.mixed_5c.branch5x5_2[1]._epsilon = 1e-3
+        x = np.random.RandomState(0).randn(4, 3, 32, 32).astype("float32")
+        if reverse:
+            base, raw = raw, base
+        return base, raw, x, {}
+
+    return build
+
+
 # -- torchvision-style DenseNet121 <-> paddle.vision: norms with their activation fused --------------
 def densenet(bug: str | None = None, reverse: bool = False) -> Callable[[], tuple[Any, Any, Any, dict[str, Any]]]:
     """paddle.vision fuses each ReLU into ``BatchNorm(act="relu")``; torchvision keeps norm and ReLU
@@ -597,6 +643,12 @@ CASES: list[Case] = [
     Case("mobilenet v3 eps", mobilenet_v3("eps"), ("forward", "features.6.block.1.1", None)),
     Case("mobilenet v3 reversed", mobilenet_v3(reverse=True)),
     Case("mobilenet v3 reversed se", mobilenet_v3("se", reverse=True), ("forward", "blocks.3.mid_se.scale_activation", None)),
+    Case("inception", inception()),
+    Case("inception pool", inception("pool"), ("forward", "mixed_5b", None)),
+    Case("inception eps", inception("eps"), ("forward", "mixed_5c.branch5x5_2.bn", None)),
+    Case("inception reversed", inception(reverse=True)),
+    Case("inception reversed pool", inception("pool", reverse=True), ("forward", "mixed_5b", None)),
+    Case("inception reversed eps", inception("eps", reverse=True), ("forward", "mixed_5c.branch5x5_2.1", None)),
     Case("densenet", densenet()),
     Case("densenet eps", densenet("eps"), ("forward", "features.denseblock2.denselayer3.norm2+relu2", None)),
     Case("densenet relu", densenet("relu"), ("forward", "", None)),

@@ -346,3 +346,49 @@ class MobileNetV3Small(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.classifier(torch.flatten(self.avgpool(self.features(x)), 1))
+
+
+class BasicConv2d(nn.Module):
+    """torchvision's Inception conv: a wrapper holding no tensors of its own, its ReLU a function."""
+
+    def __init__(self, cin: int, cout: int, **kwargs: Any) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(cin, cout, bias=False, **kwargs)
+        self.bn = nn.BatchNorm2d(cout)  # paddle.vision's norm (torchvision's eps is 0.001)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.relu(self.bn(self.conv(x)))
+
+
+class InceptionA(nn.Module):
+    def __init__(self, cin: int, pool_features: int) -> None:
+        super().__init__()
+        self.branch1x1 = BasicConv2d(cin, 64, kernel_size=1)
+        self.branch5x5_1 = BasicConv2d(cin, 48, kernel_size=1)
+        self.branch5x5_2 = BasicConv2d(48, 64, kernel_size=5, padding=2)
+        self.branch3x3dbl_1 = BasicConv2d(cin, 64, kernel_size=1)
+        self.branch3x3dbl_2 = BasicConv2d(64, 96, kernel_size=3, padding=1)
+        self.branch3x3dbl_3 = BasicConv2d(96, 96, kernel_size=3, padding=1)
+        self.branch_pool = BasicConv2d(cin, pool_features, kernel_size=1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b1 = self.branch1x1(x)
+        b5 = self.branch5x5_2(self.branch5x5_1(x))
+        b3 = self.branch3x3dbl_3(self.branch3x3dbl_2(self.branch3x3dbl_1(x)))
+        bp = self.branch_pool(nn.functional.avg_pool2d(x, kernel_size=3, stride=1, padding=1))
+        return torch.cat([b1, b5, b3, bp], 1)
+
+
+class InceptionNet(nn.Module):
+    """A stem conv, two torchvision-style Inception-A blocks and a classifier."""
+
+    def __init__(self, num_classes: int = 10) -> None:
+        super().__init__()
+        self.stem = BasicConv2d(3, 32, kernel_size=3, stride=2)
+        self.mixed_5b = InceptionA(32, 32)
+        self.mixed_5c = InceptionA(256, 64)
+        self.fc = nn.Linear(288, num_classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.mixed_5c(self.mixed_5b(self.stem(x)))
+        return self.fc(torch.flatten(nn.functional.adaptive_avg_pool2d(x, 1), 1))

@@ -132,3 +132,22 @@ def test_nbdiff_view_does_not_write_through_a_link_in_the_result_folder(tmp_path
     assert main(["view", path, "--no-browser"]) == 2
     assert "report.html: a link; the page is not written through it" in capsys.readouterr().err
     assert target.read_text() == "keep me"
+
+
+def test_a_save_deletes_only_the_tensors_of_the_result_it_replaces(tmp_path):
+    # It deleted every tensors*.safetensors of the folder: the user's own files too.
+    folder = tmp_path / "r"
+    folder.mkdir()
+    mine = {
+        name: folder / name
+        for name in ("tensors.safetensors", "tensors_finetuned.safetensors", "tensors-x.safetensors")
+    }
+    for path in mine.values():
+        path.write_bytes(b"the user's")
+    first = nbdiff.auto_diff(_net("torch"), _net("paddle", eps=1e-3), X)
+    first.save(str(folder))
+    own = json.loads((folder / "result.json").read_text())["tensors"]
+    nbdiff.auto_diff(_net("torch"), _net("paddle", approximate=True), X).save(str(folder))
+    assert all(path.read_bytes() == b"the user's" for path in mine.values())
+    assert not (folder / own).exists()  # the replaced result's own tensors are gone
+    assert nbdiff.load(str(folder)).first_divergence is not None

@@ -13,6 +13,7 @@ kept: a loaded result is for reading, not for re-running.
 
 from __future__ import annotations
 
+import json
 import os
 import uuid
 from dataclasses import asdict, fields, replace
@@ -77,6 +78,7 @@ def save_result(result: DiffResult, path: str | os.PathLike[str]) -> Path:
 
     out = Path(path)
     out.mkdir(parents=True, exist_ok=True)
+    replaced = _tensors_named(out)
     payload: dict[str, np.ndarray] = {}
     # A save over an older one, cut short, must read as the old or the new result, never a mix: the
     # tensors go to a file of their own name, then the JSON naming it replaces the old at once.
@@ -141,10 +143,25 @@ def save_result(result: DiffResult, path: str | os.PathLike[str]) -> Path:
     except (OSError, SafetensorError) as exc:
         (out / tensors).unlink(missing_ok=True)
         raise DumpError(f"{out}: cannot save the result there ({getattr(exc, 'strerror', None) or exc}).") from None
-    for old in out.glob("tensors*.safetensors"):  # the tensors of the result this one replaced
-        if old.name != tensors:
-            old.unlink(missing_ok=True)
+    except BaseException:  # Ctrl-C before the JSON named them: the new tensors are no one's
+        (out / tensors).unlink(missing_ok=True)
+        raise
+    if replaced is not None and replaced != tensors:  # the tensors of the result this one replaced, only
+        (out / replaced).unlink(missing_ok=True)
     return out
+
+
+def _tensors_named(folder: Path) -> str | None:
+    """The tensor file the result saved in ``folder`` names (its own file, nothing else of the folder's);
+    ``None`` where there is none, or it cannot be read as a result: then nothing is deleted."""
+    try:
+        named = json.loads((folder / _JSON).read_text(encoding="utf-8")).get("tensors")
+    except (OSError, ValueError, AttributeError):
+        return None
+    # A bare file name of the saved-result form only: never a path out of the folder.
+    if isinstance(named, str) and named == Path(named).name and named.endswith(".safetensors"):
+        return named if named.startswith("tensors") else None
+    return None
 
 
 def _divergence_json(d: Divergence) -> dict[str, Any]:

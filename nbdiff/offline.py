@@ -28,6 +28,12 @@ from nbdiff.trace.store import RankDump, manifest_of, rank_dirs, read_dump
 __all__ = ["compare"]
 
 
+def _world_size(rank_dir: os.PathLike[str]) -> int:
+    """How many ranks the job that wrote this rank folder ran (its manifest's ``world_size``; 1 if unsaid)."""
+    world = manifest_of(rank_dir).get("world_size")
+    return world if isinstance(world, int) and not isinstance(world, bool) and world > 0 else 1
+
+
 def compare(
     dir_a: str | os.PathLike[str],
     dir_b: str | os.PathLike[str],
@@ -180,8 +186,14 @@ def _ranks_at_the_door(
     ranks_a, ranks_b = rank_dirs(dir_a), rank_dirs(dir_b)
     if _gathers(ranks_a, ranks_b, shards):
         for ranks, d in ((ranks_a, dir_a), (ranks_b, dir_b)):
-            if sorted(ranks) != list(range(len(ranks))):
-                raise DumpError(f"{d} has ranks {sorted(ranks)}: gathering shards needs every rank from 0 on.")
+            # The job's size is its manifests': a copy without its last rank is no whole tensor either.
+            world = max([len(ranks), *(_world_size(p) for p in ranks.values())])
+            if sorted(ranks) != list(range(world)):
+                missing = ", ".join(f"rank{r}" for r in range(world) if r not in ranks)
+                raise DumpError(
+                    f"{d} has ranks {sorted(ranks)} of a job of {world}: gathering shards needs every rank from 0 "
+                    f"on (missing: {missing}; copy those folders in beside the others)."
+                )
         return ranks_a, ranks_b
     if set(ranks_a) != set(ranks_b) and not ignore_unmatched:
         raise DumpError(

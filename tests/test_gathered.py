@@ -247,3 +247,12 @@ def test_a_paddle_split_described_by_the_users_map_compares_with_a_torch_referen
         d = r.first_divergence
         assert (d.step, d.phase.value, d.raw_path, d.rank) == (0, "forward", "act", 0), d.describe()
         assert d.shards.startswith("raw rank 0: its shard (shard(1)) differs; rank 1 agrees"), d.shards
+
+
+def test_a_tensor_parallel_dump_missing_its_last_rank_is_refused_naming_it(jobs, tmp_path):
+    # rank0 alone was compared as if its shard were the whole tensor: a false divergence, no word of rank1.
+    import shutil
+
+    shutil.copytree(jobs["tp2"] / "rank0", tmp_path / "rank0")
+    with pytest.raises(DumpError, match="missing: rank1"):
+        nbdiff.compare(jobs["reference"], tmp_path)

@@ -431,16 +431,24 @@ def bert_pair(bug: str | None = None) -> tuple[Any, Any, Any]:
     return base, raw, ({"input_ids": torch.from_numpy(ids)}, {"input_ids": paddle.to_tensor(ids)})
 
 
-def bert(
-    bug: str | None = None, train: str | None = None, reverse: bool = False
+def _either_way(
+    pair: Callable[[str | None], tuple[Any, Any, Any]], bug: str | None, train: str | None, reverse: bool
 ) -> Callable[[], tuple[Any, Any, Any, dict[str, Any]]]:
+    """A case from ``pair(bug)`` (base, raw, both inputs), the other way round with ``reverse``."""
+
     def build() -> tuple[Any, Any, Any, dict[str, Any]]:
-        base, raw, inputs = bert_pair(bug)
+        base, raw, inputs = pair(bug)
         if reverse:
             base, raw, inputs = raw, base, inputs[::-1]
         return base, raw, inputs, _training(train, base, raw)
 
     return build
+
+
+def bert(
+    bug: str | None = None, train: str | None = None, reverse: bool = False
+) -> Callable[[], tuple[Any, Any, Any, dict[str, Any]]]:
+    return _either_way(bert_pair, bug, train, reverse)
 
 
 # -- transformers GPT-2 <-> paddlenlp-style GPT: one fused Conv1D c_attn against separate q/k/v ----------
@@ -471,13 +479,7 @@ def gpt_pair(bug: str | None = None) -> tuple[Any, Any, Any]:
 def gpt(
     bug: str | None = None, train: str | None = None, reverse: bool = False
 ) -> Callable[[], tuple[Any, Any, Any, dict[str, Any]]]:
-    def build() -> tuple[Any, Any, Any, dict[str, Any]]:
-        base, raw, inputs = gpt_pair(bug)
-        if reverse:
-            base, raw, inputs = raw, base, inputs[::-1]
-        return base, raw, inputs, _training(train, base, raw)
-
-    return build
+    return _either_way(gpt_pair, bug, train, reverse)
 
 
 # -- torchvision-style MobileNetV3 <-> paddle.vision: one `block` Sequential against the block's own layers --

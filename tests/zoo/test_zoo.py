@@ -111,23 +111,6 @@ def _bert_by_hand(base, raw) -> None:
     assert not [k for k in state if not k.endswith(("position_ids", "token_type_ids"))], "every weight copied"
 
 
-@pytest.mark.parametrize("bug", [None, "act", "eps"])
-def test_the_bert_pair_is_equivalent_by_a_hand_written_copy_and_each_bug_moves_its_output(bug):
-    # The zoo's proof that ``bert`` is an equivalent pair, and each bug a real one, without nbdiff.
-    if not _HAVE_HF:
-        pytest.skip("transformers is not installed (make test installs it)")
-    from tests.zoo.pairs import bert_pair
-
-    base, raw, (tin, pin) = bert_pair(bug)
-    _bert_by_hand(base, raw)
-    base.eval()
-    raw.eval()
-    want = base(**tin).last_hidden_state.detach().numpy()
-    got = raw(**pin)[0].numpy()
-    err = float(abs(want - got).max())
-    assert (err < 1e-4) if bug is None else (err > 1e-3), err  # rounding moves it by ~1e-6
-
-
 def _gpt_by_hand(base, raw) -> None:
     """transformers' GPT-2 weights into the paddlenlp-style GPT, written out by hand (no nbdiff): Conv1D
     keeps ``[in, out]`` as paddle's Linear does, and ``c_attn`` is ``[q | k | v]`` along its outputs."""
@@ -156,17 +139,20 @@ def _gpt_by_hand(base, raw) -> None:
 
 
 @pytest.mark.parametrize("bug", [None, "act", "eps"])
-def test_the_gpt_pair_is_equivalent_by_a_hand_written_copy_and_each_bug_moves_its_output(bug):
+@pytest.mark.parametrize("family", ["bert", "gpt"])
+def test_the_nlp_pairs_are_equivalent_by_a_hand_written_copy_and_each_bug_moves_their_output(family, bug):
+    # The zoo's proof that ``bert`` and ``gpt`` are equivalent pairs, and each bug a real one, without nbdiff.
     if not _HAVE_HF:
         pytest.skip("transformers is not installed (make test installs it)")
-    from tests.zoo.pairs import gpt_pair
+    from tests.zoo.pairs import bert_pair, gpt_pair
 
-    base, raw, (tin, pin) = gpt_pair(bug)
-    _gpt_by_hand(base, raw)
+    base, raw, (tin, pin) = (bert_pair if family == "bert" else gpt_pair)(bug)
+    (_bert_by_hand if family == "bert" else _gpt_by_hand)(base, raw)
     base.eval()
     raw.eval()
     want = base(**tin).last_hidden_state.detach().numpy()
-    got = raw(**pin).numpy()
+    got = raw(**pin)
+    got = (got[0] if isinstance(got, tuple) else got).numpy()
     err = float(abs(want - got).max())
     assert (err < 1e-4) if bug is None else (err > 1e-3), err  # rounding moves it by ~1e-6
 

@@ -108,17 +108,13 @@ def _container(e: Event) -> bool:
     return e.library and any(canonical_type(n) in _CONTAINERS for n in (e.type_name, *e.bases))
 
 
-def _same_input_shape(a: Event, b: Event) -> bool:
-    x, y = _floats(a.inputs), _floats(b.inputs)
-    return bool(x and y) and x[0].shape == y[0].shape
-
-
 def _unfounded(a: Event, j: int, r_seq: list[Event], used: list[bool], cursor: int) -> bool:
     """Whether nothing but the class (and a name) ties ``a`` to ``r_seq[j]``, past raw calls not yet
-    paired: neither holds weights nor has the other's path, and a call that holds weights is skipped, or
-    the two take and give other shapes. Such a call pairs where it ran (a ReLU after a stem whose changed padding changed every
-    shape), never leaping over work: GPT's embedding dropout is not the dropout of the first MLP
-    (named alike), and a Dropout after an FFN's first Linear is not the one after its second."""
+    paired: neither holds weights nor has the other's path, and a call that holds weights is skipped,
+    or the two take and give other shapes. Such a call pairs where it ran (a ReLU after a stem whose
+    changed padding changed every shape), never leaping over work: GPT's embedding dropout is not the
+    dropout of the first MLP (named alike), and a Dropout after an FFN's first Linear is not the one
+    after its second."""
     b = r_seq[j]
     if a.weights or b.weights or (a.path == b.path and a.call == b.call):
         return False  # the same path: a port that kept the names, where independent work ran in another order

@@ -13,7 +13,7 @@ from typing import Any
 
 from nbdiff.align.typemap import canonical_type
 from nbdiff.frameworks import Framework
-from nbdiff.weights.plan import layer_tensors
+from nbdiff.weights.plan import all_class_names, layer_tensors
 from nbdiff.weights.rules import covers_sublayers
 
 __all__ = ["pairs_by_shape"]
@@ -25,8 +25,7 @@ def _key(fw: Framework, layer: Any, recursive: bool) -> tuple[str, tuple[tuple[i
 
 
 def _recursive(fw: Framework, layer: Any) -> bool:
-    from nbdiff.weights.plan import all_class_names
-
+    """Whether a rule copies the layer whole (its sublayers' tensors are its own then)."""
     return fw.is_library_layer(layer) and covers_sublayers(fw.name, all_class_names(layer))
 
 
@@ -37,16 +36,16 @@ def pairs_by_shape(
     base unit taking a raw unit of its class and weight shapes; ``None`` when some cannot."""
     if len(base) != len(raw):
         return None
-    free = [(path, _key(rfw, layer, _recursive(rfw, layer))) for path, layer in raw]
-    used = [False] * len(free)
+    free: dict[tuple[str, tuple[tuple[int, ...], ...]], list[str]] = {}  # key -> raw paths, in order
+    for path, layer in raw:
+        free.setdefault(_key(rfw, layer, _recursive(rfw, layer)), []).append(path)
     out = []
     for path, layer in base:
-        key = _key(bfw, layer, _recursive(bfw, layer))
-        fits = [j for j, (_, k) in enumerate(free) if not used[j] and k == key]
+        fits = free.get(_key(bfw, layer, _recursive(bfw, layer)))
         if not fits:
             return None
         name = path.rsplit(".", 1)[-1]
-        j = next((j for j in fits if free[j][0].rsplit(".", 1)[-1] == name), fits[0])
-        used[j] = True
-        out.append((path, free[j][0]))
+        pick = next((p for p in fits if p.rsplit(".", 1)[-1] == name), fits[0])
+        fits.remove(pick)
+        out.append((path, pick))
     return out

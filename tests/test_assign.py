@@ -352,13 +352,15 @@ class _TorchOutFirst(torch.nn.Module):
 
 
 class _PaddleInFirst(paddle.nn.Layer):
+    """The same layers, other names (neither order nor names say which is which: their shapes do)."""
+
     def __init__(self, out_features=8):
         super().__init__()
-        self.qkv_proj = paddle.nn.Linear(8, 16)
-        self.o_proj = paddle.nn.Linear(16, out_features)
+        self.qkv = paddle.nn.Linear(8, 16)
+        self.out = paddle.nn.Linear(16, out_features)
 
     def forward(self, x):
-        return self.o_proj(paddle.nn.functional.relu(self.qkv_proj(x)))
+        return self.out(paddle.nn.functional.relu(self.qkv(x)))
 
 
 @pytest.mark.parametrize("direction", ["torch->paddle", "paddle->torch"])
@@ -368,7 +370,8 @@ def test_a_copy_without_inputs_tries_the_pairing_by_shape_before_raising(directi
     if direction == "paddle->torch":
         base, raw = raw, base
     wmap = nbdiff.assign_weight(base, raw)
-    assert sorted(wmap.pairs()) == [("o_proj", "o_proj"), ("qkv_proj", "qkv_proj")]
+    pairs = [("o_proj", "out"), ("qkv_proj", "qkv")]
+    assert sorted(wmap.pairs()) == sorted(pairs if direction == "torch->paddle" else [p[::-1] for p in pairs])
     assert any("inputs=" in w for w in wmap.warnings)
     x = np.random.RandomState(0).randn(4, 8).astype("float32")
     out = [
@@ -380,7 +383,44 @@ def test_a_copy_without_inputs_tries_the_pairing_by_shape_before_raising(directi
 
 def test_a_copy_without_inputs_that_cannot_decide_says_to_pass_inputs():
     base, raw = _TorchOutFirst(), _PaddleInFirst(out_features=4)  # no pairing by shape fits
-    before = raw.o_proj.weight.numpy().copy()
+    before = raw.out.weight.numpy().copy()
     with pytest.raises(nbdiff.WeightTransferError, match="Pass `inputs=`"):
         nbdiff.assign_weight(base, raw)
-    np.testing.assert_array_equal(raw.o_proj.weight.numpy(), before)  # nothing half-copied
+    np.testing.assert_array_equal(raw.out.weight.numpy(), before)  # nothing half-copied
+
+
+class _TorchSquareOutFirst(torch.nn.Module):
+    """Square projections, the output one defined first: definition order copies them crosswise."""
+
+    def __init__(self):
+        super().__init__()
+        self.o_proj = torch.nn.Linear(8, 8)
+        self.q_proj = torch.nn.Linear(8, 8)
+
+    def forward(self, x):
+        return self.o_proj(torch.tanh(self.q_proj(x)))
+
+
+class _PaddleSquareInFirst(paddle.nn.Layer):
+    def __init__(self):
+        super().__init__()
+        self.q_proj = paddle.nn.Linear(8, 8)
+        self.o_proj = paddle.nn.Linear(8, 8)
+
+    def forward(self, x):
+        return self.o_proj(paddle.tanh(self.q_proj(x)))
+
+
+@pytest.mark.parametrize("direction", ["torch->paddle", "paddle->torch"])
+def test_a_copy_without_inputs_follows_names_where_definition_order_crosses_them(direction):
+    # Every shape fits either way: the copy by definition order was made, silently crosswise.
+    base, raw = _TorchSquareOutFirst(), _PaddleSquareInFirst()
+    if direction == "paddle->torch":
+        base, raw = raw, base
+    assert sorted(nbdiff.assign_weight(base, raw).pairs()) == [("o_proj", "o_proj"), ("q_proj", "q_proj")]
+    x = np.random.RandomState(0).randn(4, 8).astype("float32")
+    out = [
+        m(torch.from_numpy(x)).detach().numpy() if isinstance(m, torch.nn.Module) else m(paddle.to_tensor(x)).numpy()
+        for m in (base, raw)
+    ]
+    np.testing.assert_allclose(out[0], out[1], rtol=1e-5, atol=1e-6)

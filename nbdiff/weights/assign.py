@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from nbdiff.align.fused import FusedGroup
+from nbdiff.align.fused import FusedGroup, member_name
 from nbdiff.align.fused_structure import fused_by_structure
 from nbdiff.align.layer_map import LayerMap
 from nbdiff.align.pairing import Pairing
@@ -176,7 +176,25 @@ def _pairs_by_structure(
             f"Cannot pair the layers by structure: {problem}. Pass `inputs=` so nbdiff pairs them by "
             "execution order instead (definition order does not matter then), or give a LayerMap."
         )
-    return [(bp, rp) for (bp, _), (rp, _) in zip(b, r)], fused
+    return _named_alike(bfw, b, rfw, r) if not fused else [(bp, rp) for (bp, _), (rp, _) in zip(b, r)], fused
+
+
+def _named_alike(
+    bfw: Framework, b: list[tuple[str, Any]], rfw: Framework, r: list[tuple[str, Any]]
+) -> list[tuple[str, str]]:
+    """The layer pairs by definition order, unless they cross names that the pairing by class and weight
+    shapes keeps, every pair alike: a port defining ``o_proj`` before ``q_proj`` (both square) had its
+    weights copied crosswise, silently."""
+    zipped = [(bp, rp) for (bp, _), (rp, _) in zip(b, r)]
+    if all(member_name(bp) == member_name(rp) for bp, rp in zipped):
+        return zipped
+    named = pairs_by_shape(bfw, b, rfw, r)
+    # Attribute names, not a Sequential's indexes: those are places, which definition order already follows.
+    if named is not None and all(
+        member_name(bp) == member_name(rp) != "" and not member_name(bp).isdigit() for bp, rp in named
+    ):
+        return named
+    return zipped
 
 
 def plan_weights(

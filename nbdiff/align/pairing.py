@@ -109,12 +109,13 @@ def _container(e: Event) -> bool:
 
 
 def _unfounded(a: Event, j: int, r_seq: list[Event], used: list[bool], cursor: int) -> bool:
-    """Whether nothing but the class (and a name) ties ``a`` to ``r_seq[j]``, past raw calls not yet
-    paired: neither holds weights nor has the other's path, and a call that holds weights is skipped,
-    or the two take and give other shapes. Such a call pairs where it ran (a ReLU after a stem whose
-    changed padding changed every shape), never leaping over work: GPT's embedding dropout is not the
-    dropout of the first MLP (named alike), and a Dropout after an FFN's first Linear is not the one
-    after its second."""
+    """Whether nothing but the class (and a name) ties ``a`` to ``r_seq[j]``, away from where it ran
+    (``j`` is not the ``cursor``): neither holds weights nor has the other's path, and a call that
+    holds weights is skipped, or the two take and give other shapes. Such a call pairs where it ran (a
+    ReLU after a stem whose changed padding changed every shape), never leaping over work, ahead or
+    back: GPT's embedding dropout is not the dropout of the first MLP (named alike), a Dropout after
+    an FFN's first Linear is not the one after its second, and stacked experts' one activation of
+    every token is not an expert's of its own tokens."""
     b = r_seq[j]
     if a.weights or b.weights or (a.path == b.path and a.call == b.call):
         return False  # the same path: a port that kept the names, where independent work ran in another order
@@ -157,6 +158,8 @@ def _score(a: Event, b: Event, kids: dict[int, int] | None = None) -> float:
         return 0.0  # Sequentials of different lengths hold different work (a flat branch against wrappers)
     if kids is not None and affinity < 3 and (_wrapper_of_leaf(a, b, kids) or _wrapper_of_leaf(b, a, kids)):
         return 0.0
+    if _router(a) != _router(b):
+        return 0.0  # routing probabilities (a softmax, a top-k) against a Linear's logits: another function
     shapes = _same_shapes(a, b)
     same_input = False
     if affinity == 0:
@@ -190,6 +193,12 @@ def _score(a: Event, b: Event, kids: dict[int, int] | None = None) -> float:
         # The same attribute name; a Sequential's index says nothing where the nesting differs.
         score += 2.0
     return max(score, 0.1)
+
+
+def _router(e: Event) -> bool:
+    """An MoE router (transformers' ``*TopKRouter``): it holds a Linear's weight (copied as one, see
+    :mod:`nbdiff.weights.plan`) but returns routing probabilities, not the Linear's output."""
+    return any(n.endswith("Router") for n in (e.type_name, *e.bases))
 
 
 def _wrapper_of_leaf(a: Event, b: Event, kids: dict[int, int]) -> bool:
@@ -375,7 +384,7 @@ def _searched(
     for j in range(max(0, cursor - LOOKBACK), min(len(r_seq), cursor + LOOKAHEAD)):
         if used[j] or (scope is not None and not _inside(r_seq[j].order, scope, r_parent)):
             continue
-        if (a.order, r_seq[j].order) in forbidden or (j > cursor and _unfounded(a, j, r_seq, used, cursor)):
+        if (a.order, r_seq[j].order) in forbidden or (j != cursor and _unfounded(a, j, r_seq, used, cursor)):
             continue
         s = _score(a, r_seq[j], kids) - 0.01 * abs(j - cursor)
         if first < 0 and j >= cursor and s >= MIN_SCORE:

@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from nbdiff.align.fused import FusedGroup, member_name
+from nbdiff.align.fused import FusedGroup, member_name, parent_path
 from nbdiff.align.fused_structure import fused_by_structure
 from nbdiff.align.layer_map import LayerMap
 from nbdiff.align.pairing import Pairing
@@ -28,6 +28,7 @@ from nbdiff.weights.plan import (
     tensors_read_once,
 )
 from nbdiff.weights.rules import covers_sublayers
+from nbdiff.weights.stacked import plan_stacked
 
 __all__ = [
     "assign_weight",
@@ -132,7 +133,28 @@ def plan_pairing(
     bfw: Framework, base: Any, rfw: Framework, raw: Any, pairing: Pairing, strict: bool = True
 ) -> WeightMap:
     """The copy plan of the layer pairs (and fused groups) of a forward pairing."""
-    return plan_pairs(bfw, base, rfw, raw, execution_pairs(pairing), pairing.fused, strict)
+    pairs = execution_pairs(pairing)
+    return plan_pairs(bfw, base, rfw, raw, pairs + _by_place(bfw, base, rfw, raw, pairs), pairing.fused, strict)
+
+
+def _by_place(
+    bfw: Framework, base: Any, rfw: Framework, raw: Any, pairs: list[tuple[str, str]]
+) -> list[tuple[str, str]]:
+    """Layers holding weights that no call paired (a list of experts runs as its experts, never as one
+    call; a router's output is another function of the same weights): each with the raw layer of its
+    attribute name under its parent's counterpart, where that is unpaired too."""
+    partner = dict(reversed(pairs))  # the first pair of each base path
+    paired_r = {rp for _, rp in pairs}
+    rlayers = dict(rfw.named_layers(raw))
+    out = []
+    for path, layer in bfw.named_layers(base):
+        rparent = partner.get(parent_path(path)) if path else None
+        if path in partner or rparent is None or not layer_tensors(bfw, layer, True):
+            continue
+        there = f"{rparent}.{member_name(path)}" if rparent else member_name(path)
+        if there in rlayers and there not in paired_r and layer_tensors(rfw, rlayers[there], True):
+            out.append((path, there))
+    return out
 
 
 def _weight_units(fw: Framework, model: Any) -> list[tuple[str, Any]]:
@@ -206,6 +228,7 @@ def plan_weights(
     if inputs is not None:
         pairing = pair_once(base, raw, inputs, layer_map)
         pairs, fused = execution_pairs(pairing), pairing.fused
+        pairs += _by_place(bfw, base, rfw, raw, pairs)
     with tensors_read_once():
         if inputs is None:
             pairs, fused = _pairs_by_structure(bfw, base, rfw, raw)
@@ -247,7 +270,7 @@ def plan_pairs(
             elif rp in raw_groups:
                 plan = plan_unfused(bfw, bp, bl, raw_groups[rp], rl, rfw)
             else:
-                plan = plan_layer(bfw, bp, bl, rfw, rp, rl)
+                plan = plan_stacked(bfw, bp, bl, rfw, rp, rl) or plan_layer(bfw, bp, bl, rfw, rp, rl)
         except WeightTransferError as exc:
             if not strict:
                 unplanned.append(

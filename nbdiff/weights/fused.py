@@ -144,7 +144,16 @@ def unfused_plan(
     assert layout is not None
 
     def convert(arrays: Arrays) -> Arrays:
-        split = {k: layout.split(v, _axis(bfw, btype, v, sum(layout.sizes))) for k, v in arrays.items()}
+        whole = sum(layout.sizes)
+        split = {}
+        for k, v in arrays.items():
+            axis = _axis(bfw, btype, v, whole)
+            if v.shape[axis] != whole:
+                raise WeightTransferError(
+                    f"Fused base `{bpath}.{k}` {v.shape} does not give the output features {layout.sizes} of raw "
+                    f"{list(group.members)}; pair them in a LayerMap."
+                )
+            split[k] = layout.split(v, axis)
         out: Arrays = {}
         for i, n in enumerate(names):
             out.update({f"{n}.{k}": v for k, v in plans[n].convert({k: p[i] for k, p in split.items()}).items()})

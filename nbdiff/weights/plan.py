@@ -118,7 +118,7 @@ def layer_tensors(fw: Framework, layer: Any, recursive: bool = False) -> dict[st
 def plan_layer(bfw: Framework, bpath: str, blayer: Any, rfw: Framework, rpath: str, rlayer: Any) -> LayerWeights:
     """The copy plan for one pair of layers: a registered rule, or matching by name and shape."""
     btype, rtype = type(blayer).__name__, type(rlayer).__name__
-    by_rule = _rule_plan(bfw.name, bpath, all_class_names(blayer), rfw.name, rpath, all_class_names(rlayer))
+    by_rule = _rule_plan(bfw.name, bpath, _as_rules_know(blayer), rfw.name, rpath, _as_rules_know(rlayer))
     if by_rule is not None:
         return replace(by_rule, base_type=btype, raw_type=rtype)
     if bfw.name == rfw.name:
@@ -133,6 +133,13 @@ def plan_layer(bfw: Framework, bpath: str, blayer: Any, rfw: Framework, rpath: s
             }
         return LayerWeights(bpath, rpath, btype, rtype, SAME_BY_NAME, whole, *rename_rule({}))
     return _by_name_and_shape(bfw, bpath, blayer, rfw, rpath, rlayer)
+
+
+def _as_rules_know(layer: Any) -> list[str]:
+    """The layer's class names, a router's with ``Linear`` after them: transformers' MoE routers
+    (``Qwen2MoeTopKRouter``) hold a Linear's weight, ``[experts, hidden]``, and apply it by ``F.linear``."""
+    names = all_class_names(layer)
+    return [*names, "Linear"] if any(n.endswith("Router") for n in names) else names
 
 
 def plan_by_classes(

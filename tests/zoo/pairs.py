@@ -127,6 +127,39 @@ def qwen2(bug: str | None = None, train: str | None = None) -> Callable[[], tupl
     return build
 
 
+# -- transformers Qwen2-MoE <-> paddleformers Qwen2-MoE: stacked experts against a list of experts ---------
+QWEN2_MOE = dict(
+    vocab_size=96, hidden_size=32, intermediate_size=64, moe_intermediate_size=16, shared_expert_intermediate_size=32,
+    num_experts=4, num_experts_per_tok=2, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+    max_position_embeddings=64, rms_norm_eps=1e-6, tie_word_embeddings=False, decoder_sparse_step=1,
+    norm_topk_prob=False,
+)  # fmt: skip
+
+
+def qwen2_moe(bug: str | None = None) -> Callable[[], tuple[Any, Any, Any, dict[str, Any]]]:
+    """transformers 5 keeps a layer's experts as 3-D ``gate_up_proj``/``down_proj`` beside a router holding
+    ``[experts, hidden]``; paddleformers keeps a ``LayerList`` of expert MLPs (``up_gate_proj`` fused) and a
+    ``Linear`` gate. ``topk``: the port renormalises the top-k routing weights; ``act``: its activation is GELU."""
+
+    def build() -> tuple[Any, Any, Any, dict[str, Any]]:
+        from transformers import Qwen2MoeConfig, Qwen2MoeForCausalLM
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            _paddleformers_qwen2()  # the same fleet-only stand-in
+            from paddleformers.transformers import Qwen2MoeConfig as PConfig
+            from paddleformers.transformers.qwen2_moe.modeling import Qwen2MoeForCausalLMDeprecated as PMoe
+        _seed()
+        base = Qwen2MoeForCausalLM(Qwen2MoeConfig(**QWEN2_MOE))
+        pcfg = dict(QWEN2_MOE, fuse_rms_norm=False, norm_topk_prob=bug == "topk")
+        if bug == "act":
+            pcfg["hidden_act"] = "gelu"
+        raw = PMoe(PConfig(**pcfg))
+        return base, raw, _token_inputs(QWEN2_MOE["vocab_size"]), {}
+
+    return build
+
+
 # -- transformers Qwen3 <-> paddleformers Qwen3: q/k/v and gate/up fused on one side only ----------
 QWEN3 = dict(
     vocab_size=96, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
@@ -590,6 +623,9 @@ CASES: list[Case] = [
     Case("qwen2", qwen2()),
     Case("qwen2 eps", qwen2("eps"), ("forward", "model.layers.0.input_layernorm", None)),
     Case("qwen2 adamw", qwen2(train="adamw"), tags=("train",)),
+    Case("qwen2 moe", qwen2_moe()),
+    Case("qwen2 moe topk", qwen2_moe("topk"), ("forward", "model.layers.0.mlp", None)),
+    Case("qwen2 moe act", qwen2_moe("act"), ("forward", "model.layers.0.mlp.shared_expert.act_fn", None)),
     Case("qwen3", qwen3()),
     Case("qwen3 rope_theta", qwen3("rope_theta"), ("forward", "model.rotary_emb", None)),
     Case("qwen3 act", qwen3("act"), ("forward", "model.layers.0.mlp.act_fn", None)),

@@ -16,6 +16,7 @@ class is named.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -198,7 +199,12 @@ def _score(a: Event, b: Event, kids: dict[int, int] | None = None) -> float:
 def _router(e: Event) -> bool:
     """An MoE router (transformers' ``*TopKRouter``): it holds a Linear's weight (copied as one, see
     :mod:`nbdiff.weights.plan`) but returns routing probabilities, not the Linear's output."""
-    return any(n.endswith("Router") for n in (e.type_name, *e.bases))
+    return _router_class(e.type_name, e.bases)
+
+
+@functools.lru_cache(maxsize=4096)  # asked of every candidate pair, of a few classes
+def _router_class(name: str, bases: tuple[str, ...]) -> bool:
+    return any(n.endswith("Router") for n in (name, *bases))
 
 
 def _wrapper_of_leaf(a: Event, b: Event, kids: dict[int, int]) -> bool:

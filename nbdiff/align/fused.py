@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from nbdiff.align.fused_activation import applied, layer_then_code
 from nbdiff.align.typemap import activation_kind, type_affinity
 from nbdiff.frameworks.base import plain_attr
 from nbdiff.trace.events import Event, TensorRecord
@@ -46,7 +47,6 @@ __all__ = [
     "layout_facts",
     "stand_ins",
     "member_name",
-    "ACTIVATIONS",
 ]
 
 
@@ -272,7 +272,7 @@ def _groups_for(
                 paths = tuple(e.path for e in found_seq)
                 calls = tuple(e.call for e in found_seq)
                 groups.append(FusedGroup(group_path(paths), paths, calls, r.path, None, True, side))
-            elif (alone := _layer_then_code(members_side, r, act, used)) is not None:
+            elif (alone := layer_then_code(members_side, r, act, used)) is not None:
                 used.add(alone.order)
                 kind = activation_kind((act,)) or act
                 groups.append(
@@ -310,56 +310,6 @@ def _layer_then_activation(base: list[Event], r: Event, act: str, used: set[int]
             if activation_kind((a.type_name, *a.bases)) == kind and a.order not in used:
                 return [b, a]
     return None
-
-
-def _layer_then_code(base: list[Event], r: Event, act: str, used: set[int]) -> Event | None:
-    """The first unused call of ``r``'s class and output shape whose next sibling call (if any) is no
-    activation: its side applies ``r``'s activation, if at all, in its own code (a function), which
-    :data:`ACTIVATIONS` repeats on its recorded outputs. Where that code leaves it out, the code after
-    the layer is blamed, as it should be."""
-    if activation_kind((act,)) not in ACTIVATIONS:
-        return None
-    shape = r.outputs[0].shape
-    for i, b in enumerate(base):
-        if b.order in used or not b.outputs or b.outputs[0].shape != shape:
-            continue
-        if type_affinity(b.type_name, b.bases, r.type_name, r.bases) < 2:
-            continue
-        after = next((e for e in base[i + 1 :] if e.parent == b.parent), None)
-        if after is None or activation_kind((after.type_name, *after.bases)) is None:
-            return b
-    return None
-
-
-def _sigmoid(x: np.ndarray) -> np.ndarray:
-    return 1.0 / (1.0 + np.exp(-x))
-
-
-ACTIVATIONS: dict[str, Callable[[np.ndarray], np.ndarray]] = {
-    "relu": lambda x: np.maximum(x, 0),
-    "relu6": lambda x: np.clip(x, 0, 6),
-    "sigmoid": _sigmoid,
-    "tanh": np.tanh,
-    "silu": lambda x: x * _sigmoid(x),
-}
-"""Activations a side may apply as a function after a layer whose counterpart applies it itself, by kind."""
-
-
-def _applied(records: tuple[TensorRecord, ...], kind: str) -> tuple[TensorRecord, ...]:
-    """``records`` with the activation applied (in float64, kept in each one's dtype); none where a value
-    is not kept (a statistics dump: statistics do not carry through an activation, so the layer's output
-    is not compared, and the next layer's input shows what the two sides hand on)."""
-    fn = ACTIVATIONS[kind]
-    out = []
-    for t in records:
-        if t.value is None:
-            return ()
-        if t.value.dtype.kind != "f":
-            out.append(t)
-            continue
-        value = fn(t.value.astype(np.float64)).astype(t.value.dtype)
-        out.append(TensorRecord(t.name, tuple(value.shape), t.dtype, value))
-    return tuple(out)
 
 
 def _next_members(
@@ -443,7 +393,7 @@ def fuse_events(events: list[Event], groups: list[FusedGroup], backward: bool = 
         if g.applied:  # the layer, then its activation as a function: applied to what it gave
             # Backward, the gradient arriving at its output is before the activation on one side, after it on
             # the other: only the gradients leaving its input (and its parameters') compare.
-            inputs, outputs = members[0].inputs, () if backward else _applied(members[0].outputs, g.applied)
+            inputs, outputs = members[0].inputs, () if backward else applied(members[0].outputs, g.applied)
         elif g.layout is None:  # sequential: in at the first member, out at the last
             outputs, inputs = members[-1].outputs, members[0].inputs
         else:

@@ -41,6 +41,28 @@ def test_group_path_names_the_parent_once():
     assert group_path(("gate", "up")) == "gate+up"
 
 
+def _linear_call(order, path, out, weights):
+    from nbdiff.trace.events import Event, Kind, Phase, TensorRecord
+
+    x = TensorRecord("in[0]", (5, 8), "float32", np.zeros((5, 8), "float32"))
+    y = TensorRecord("out[0]", (5, out), "float32", np.zeros((5, out), "float32"))
+    return Event(0, Phase.FORWARD, Kind.LAYER, order, path, "Linear", 0, 2, 0, True, (x,), (y,), weights=weights)
+
+
+def test_a_merged_call_weighs_as_the_one_layer_that_fuses_its_members():
+    # It had no weight shapes, so pairing could not tell a fused gate+up projection from a router's Linear
+    # or an expert's projection of another size: an equivalent MoE pair failed its weight copy.
+    from nbdiff.align.fused import FusedGroup, fuse_events
+
+    calls = [_linear_call(1, "mlp.gate_proj", 6, ((6,), (6, 8))), _linear_call(2, "mlp.up_proj", 6, ((6,), (6, 8)))]
+    group = FusedGroup("mlp.gate_proj+up_proj", ("mlp.gate_proj", "mlp.up_proj"), (0, 0), "mlp.up_gate_proj",
+                       concat_layout((6, 6)), side="raw")  # fmt: skip
+    (merged,) = fuse_events(calls, [group])
+    assert merged.weights == ((8, 12), (12,))
+    odd = [calls[0], _linear_call(2, "mlp.up_proj", 6, ((6, 9),))]  # members whose weights do not line up
+    assert fuse_events(odd, [group])[0].weights == ()
+
+
 # -- models: separate projections against fused ones ----------------------------------------
 def _separate(nn, cat, silu):
     class Separate(nn.Module if hasattr(nn, "Module") else nn.Layer):

@@ -106,3 +106,81 @@ def test_an_equivalent_stacked_port_passes_and_a_wrong_expert_activation_is_foun
     assert result, result.report()
     d = nbdiff.auto_diff(TorchMoE(), PaddleMoE(wrong_act_in=1), X).first_divergence
     assert d is not None and (d.phase.value, d.base_path) == ("forward", ""), d  # the mixture, in the root's code
+
+
+class TorchSharedExpert(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.gate_proj = torch.nn.Linear(H, 2 * I, bias=False)
+        self.up_proj = torch.nn.Linear(H, 2 * I, bias=False)
+        self.down_proj = torch.nn.Linear(2 * I, H, bias=False)
+
+    def forward(self, x):
+        return self.down_proj(torch.nn.functional.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+class TorchSharedMoE(TorchMoE):
+    """transformers' Qwen2-MoE block: the shared expert (gate and up apart) runs first, then the router
+    and the stacked experts, then the shared expert's gate."""
+
+    def __init__(self):
+        super().__init__()
+        self.shared_expert = TorchSharedExpert()
+        self.shared_expert_gate = torch.nn.Linear(H, 1, bias=False)
+
+    def forward(self, x):
+        x = self.proj(x)
+        shared = self.shared_expert(x)
+        out = self.experts(x, self.gate(x))
+        return out + torch.sigmoid(self.shared_expert_gate(x)) * shared
+
+
+class PaddleSharedMoE(PaddleMoE):
+    """paddleformers' block: the router's Linear, the experts one by one, then the shared expert (gate and
+    up fused; its fused weight is as big as an expert's down projection is not, and as the shared
+    expert's down projection is) and its gate."""
+
+    def __init__(self, shared_act=paddle.nn.functional.silu):
+        super().__init__()
+        self.shared_expert = PaddleExpert(shared_act)
+        self.shared_expert.up_gate_proj = paddle.nn.Linear(H, 4 * I, bias_attr=False)
+        self.shared_expert.down_proj = paddle.nn.Linear(2 * I, H, bias_attr=False)
+        self.shared_expert_gate = paddle.nn.Linear(H, 1, bias_attr=False)
+
+    def forward(self, x):
+        out = super().forward(x)
+        x = self.proj(x)
+        return out + paddle.nn.functional.sigmoid(self.shared_expert_gate(x)) * self.shared_expert(x)
+
+
+@pytest.mark.parametrize("reverse", [False, True], ids=["stack is base", "list is base"])
+def test_a_list_of_experts_with_a_shared_expert_pairs_each_call_with_its_own_both_ways(reverse):
+    # The list as the reference paired its router's Linear with the shared expert's fused projection and
+    # an expert's projection with the shared expert's down projection (same class, the weight shapes of a
+    # merged gate+up call unknown): a WeightTransferError on an equivalent pair.
+    torch.manual_seed(0)
+    paddle.seed(0)
+    base, raw = TorchSharedMoE(), PaddleSharedMoE()
+    if reverse:
+        base, raw = raw, base
+    result = nbdiff.auto_diff(base, raw, X)
+    assert result, result.report()
+    paired = {(e.base.path, e.raw.path) for e in result.events if e.base.path.startswith("shared")}
+    assert paired == {
+        ("shared_expert", "shared_expert"),
+        ("shared_expert_gate", "shared_expert_gate"),
+        ("shared_expert.down_proj", "shared_expert.down_proj"),
+        ("shared_expert.up_gate_proj" if reverse else "shared_expert.gate_proj+up_proj",)
+        + ("shared_expert.gate_proj+up_proj" if reverse else "shared_expert.up_gate_proj",),
+    }, paired
+
+
+@pytest.mark.parametrize("reverse", [False, True], ids=["stack is base", "list is base"])
+def test_a_wrong_shared_expert_activation_is_blamed_at_the_shared_expert_both_ways(reverse):
+    torch.manual_seed(0)
+    paddle.seed(0)
+    base, raw = TorchSharedMoE(), PaddleSharedMoE(shared_act=paddle.nn.functional.gelu)
+    if reverse:
+        base, raw = raw, base
+    d = nbdiff.auto_diff(base, raw, X).first_divergence
+    assert d is not None and d.phase.value == "forward" and d.base_path == "shared_expert", d

@@ -371,6 +371,27 @@ def _fused_stats(tensors: tuple[TensorRecord, ...], combine: str) -> TensorRecor
     return TensorRecord(first.name, tuple(shape), first.dtype, None, stats)
 
 
+def _fused_weights(members: list[Event]) -> tuple[tuple[int, ...], ...]:
+    """The weight shapes of the one layer that fuses ``members`` (their output features side by side), so
+    pairing weighs them as it weighs a layer's; ``()`` where the members' weights do not line up."""
+    feats = [_features(e) for e in members]
+    if any(f is None for f in feats) or len({len(e.weights) for e in members}) != 1:
+        return ()
+    out = []
+    for i in range(len(members[0].weights)):
+        rests = []
+        for e, f in zip(members, feats):
+            dims = list(e.weights[i])
+            if f[1] not in dims:  # type: ignore[index]
+                return ()
+            dims.remove(f[1])  # type: ignore[index]
+            rests.append(dims)
+        if any(r != rests[0] for r in rests):
+            return ()
+        out.append(tuple(sorted([*rests[0], sum(f[1] for f in feats)])))  # type: ignore[index]
+    return tuple(sorted(out))
+
+
 def fuse_events(events: list[Event], groups: list[FusedGroup], backward: bool = False) -> list[Event]:
     """``events`` with each group's member calls replaced by one event at the first member's place
     (pass the groups whose members are on the side of ``events``).
@@ -404,13 +425,14 @@ def fuse_events(events: list[Event], groups: list[FusedGroup], backward: bool = 
         if outputs is None or inputs is None:
             continue
         first = min(members, key=lambda e: e.order)
+        weights = _fused_weights(members) if g.layout is not None else ()
         params = tuple(replace(t, name=f"{member_name(e.path)}.{t.name}") for e in members for t in e.params)
         call = calls[g.path] = calls.get(g.path, -1) + 1
         # A sequential group is called as its first member is (its input is that one's): kept for its replay.
         template = first.template if g.layout is None else None
         merged[first.order] = replace(
             first, path=g.path, call=call, inputs=inputs, outputs=outputs, params=params,
-            layer=None, template=template, weights=(),
+            layer=None, template=template, weights=weights,
         )  # fmt: skip
         drop.update(e.order for e in members)
     return [merged.get(e.order, e) for e in events if e.order not in drop or e.order in merged]

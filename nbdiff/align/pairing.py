@@ -16,12 +16,14 @@ class is named.
 
 from __future__ import annotations
 
+import bisect
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from nbdiff.align.fused import FusedGroup, find_fused_groups, fuse_events
 from nbdiff.align.layer_map import LayerMap
 from nbdiff.align.scoring import FULL_NAME, MIN_SCORE, STRONG
+from nbdiff.align.scoring import same_shapes as _same_shapes
 from nbdiff.align.scoring import score as _score
 from nbdiff.align.scoring import unfounded as _unfounded
 from nbdiff.align.spans import unequal_spans
@@ -192,6 +194,7 @@ def _match(
     pairs: list[Pair] = []
     lost_b: list[Event] = []
     cursor = 0  # just after the last paired raw event
+    later = _Later(b_seq)
     for i, a in enumerate(b_seq):
         scope = _paired_ancestor(a.order, b_parent, partner)
         if (
@@ -204,6 +207,8 @@ def _match(
         else:
             ahead = b_seq[i + 1 : i + 1 + AHEAD]
             best = _searched(a, ahead, r_seq, used, cursor, scope, r_parent, kids, forbidden)
+            if best >= 0 and later.owed(a, r_seq[best], i, kids):
+                best = -1
             if best < 0:
                 lost_b.append(a)
                 continue
@@ -252,6 +257,32 @@ def _searched(
     ):
         return -1  # e.g. an extra activation on the base side before a swapped one
     return best
+
+
+class _Later:
+    """Base's calls holding weights by their weight shapes, and by those and their attribute name."""
+
+    def __init__(self, b_seq: list[Event]) -> None:
+        self.b_seq = b_seq
+        self.alike: dict[tuple[tuple[int, ...], ...], list[int]] = {}
+        self.named: dict[tuple[tuple[tuple[int, ...], ...], str], list[int]] = {}
+        for i, e in enumerate(b_seq):
+            if e.weights:
+                self.alike.setdefault(e.weights, []).append(i)
+                self.named.setdefault((e.weights, e.path.rsplit(".", 1)[-1]), []).append(i)
+
+    def owed(self, a: Event, r: Event, i: int, kids: dict[int, int]) -> bool:
+        """Whether ``r`` is better left to a later base call (after ``i``) that it clearly fits better than
+        ``a``: a router's Linear is not the shared expert's fused projection, and an expert's projection
+        (every token routed to it) not the shared expert's down projection, both running after the experts.
+        Looked up by weight shapes, and by those and ``r``'s name, so it stays cheap on repeated blocks."""
+        if not (a.weights and r.weights):
+            return False
+        mine = _score(a, r, kids)
+        alike = self.alike.get(r.weights, [])
+        named = self.named.get((r.weights, r.path.rsplit(".", 1)[-1]), [])
+        later = alike[bisect.bisect_right(alike, i) :][:4] + named[bisect.bisect_right(named, i) :][:1]
+        return any(_score(self.b_seq[k], r, kids) > mine + 1 and _same_shapes(self.b_seq[k], r) for k in later)
 
 
 def _perfect(a: Event, b: Event, scope: int | None, r_parent: dict[int, int | None], kids: dict[int, int]) -> bool:

@@ -15,14 +15,14 @@ import numpy as np
 from nbdiff.align.typemap import canonical_type, type_affinity
 from nbdiff.trace.events import Event, TensorRecord
 
-__all__ = ["score", "unfounded", "FULL_NAME", "MIN_SCORE", "STRONG"]
+__all__ = ["score", "unfounded", "same_shapes", "FULL_NAME", "MIN_SCORE", "STRONG"]
 
 
 def _shapes(e: Event) -> tuple[tuple[int, ...], ...]:
     return tuple(t.shape for t in e.outputs)
 
 
-def _same_shapes(a: Event, b: Event) -> bool:
+def same_shapes(a: Event, b: Event) -> bool:
     sa, sb = _shapes(a), _shapes(b)
     if sa == sb:
         return True
@@ -70,11 +70,18 @@ def unfounded(a: Event, j: int, r_seq: list[Event], used: list[bool], cursor: in
     an FFN's first Linear is not the one after its second, and stacked experts' one activation of
     every token is not an expert's of its own tokens."""
     b = r_seq[j]
-    if a.weights or b.weights or (a.path == b.path and a.call == b.call):
+    if a.path == b.path and a.call == b.call:
         return False  # the same path: a port that kept the names, where independent work ran in another order
-    if any(r_seq[k].weights and not used[k] for k in range(cursor, j)):
+    leaps = any(r_seq[k].weights and not used[k] for k in range(cursor, j))
+    if a.weights and b.weights:
+        # Layers holding weights ran in another order (k before q): alike in weights and shapes, they
+        # still pair. Only alike in class (an expert's projection against the shared expert's), not.
+        return leaps and not (a.weights == b.weights and same_shapes(a, b))
+    if a.weights or b.weights:
+        return False
+    if leaps:
         return True
-    if _same_shapes(a, b):
+    if same_shapes(a, b):
         return False
     x, y = _floats(a.inputs), _floats(b.inputs)
     return bool(x and y) and x[0].shape != y[0].shape
@@ -113,7 +120,7 @@ def score(a: Event, b: Event, kids: dict[int, int] | None = None) -> float:
         return 0.0
     if _router(a) != _router(b):
         return 0.0  # routing probabilities (a softmax, a top-k) against a Linear's logits: another function
-    shapes = _same_shapes(a, b)
+    shapes = same_shapes(a, b)
     same_input = False
     if affinity == 0:
         # A user's own layer in place of a library one (a custom activation, a PyLayer): class

@@ -136,10 +136,11 @@ QWEN2_MOE = dict(
 )  # fmt: skip
 
 
-def qwen2_moe(bug: str | None = None) -> Callable[[], tuple[Any, Any, Any, dict[str, Any]]]:
+def qwen2_moe(bug: str | None = None, reverse: bool = False) -> Callable[[], tuple[Any, Any, Any, dict[str, Any]]]:
     """transformers 5 keeps a layer's experts as 3-D ``gate_up_proj``/``down_proj`` beside a router holding
     ``[experts, hidden]``; paddleformers keeps a ``LayerList`` of expert MLPs (``up_gate_proj`` fused) and a
-    ``Linear`` gate. ``topk``: the port renormalises the top-k routing weights; ``act``: its activation is GELU."""
+    ``Linear`` gate. ``topk``: the port renormalises the top-k routing weights; ``act``: its activation is GELU.
+    ``reverse``: paddleformers is the reference and the bug is transformers'."""
 
     def build() -> tuple[Any, Any, Any, dict[str, Any]]:
         from transformers import Qwen2MoeConfig, Qwen2MoeForCausalLM
@@ -150,12 +151,11 @@ def qwen2_moe(bug: str | None = None) -> Callable[[], tuple[Any, Any, Any, dict[
             from paddleformers.transformers import Qwen2MoeConfig as PConfig
             from paddleformers.transformers.qwen2_moe.modeling import Qwen2MoeForCausalLMDeprecated as PMoe
         _seed()
-        base = Qwen2MoeForCausalLM(Qwen2MoeConfig(**QWEN2_MOE))
-        pcfg = dict(QWEN2_MOE, fuse_rms_norm=False, norm_topk_prob=bug == "topk")
-        if bug == "act":
-            pcfg["hidden_act"] = "gelu"
-        raw = PMoe(PConfig(**pcfg))
-        return base, raw, _token_inputs(QWEN2_MOE["vocab_size"]), {}
+        buggy = dict(QWEN2_MOE, norm_topk_prob=bug == "topk", **({"hidden_act": "gelu"} if bug == "act" else {}))
+        base = Qwen2MoeForCausalLM(Qwen2MoeConfig(**(buggy if reverse else QWEN2_MOE)))
+        raw = PMoe(PConfig(**(QWEN2_MOE if reverse else buggy), fuse_rms_norm=False))
+        inputs = _token_inputs(QWEN2_MOE["vocab_size"])
+        return (raw, base, inputs[::-1], {}) if reverse else (base, raw, inputs, {})
 
     return build
 
@@ -626,6 +626,9 @@ CASES: list[Case] = [
     Case("qwen2 moe", qwen2_moe()),
     Case("qwen2 moe topk", qwen2_moe("topk"), ("forward", "model.layers.0.mlp", None)),
     Case("qwen2 moe act", qwen2_moe("act"), ("forward", "model.layers.0.mlp.shared_expert.act_fn", None)),
+    Case("qwen2 moe reversed", qwen2_moe(reverse=True)),
+    Case("qwen2 moe reversed topk", qwen2_moe("topk", True), ("forward", "model.layers.0.mlp", None)),
+    Case("qwen2 moe reversed act", qwen2_moe("act", True), ("forward", "model.layers.0.mlp.shared_expert.act_fn", None)),
     Case("qwen3", qwen3()),
     Case("qwen3 rope_theta", qwen3("rope_theta"), ("forward", "model.rotary_emb", None)),
     Case("qwen3 act", qwen3("act"), ("forward", "model.layers.0.mlp.act_fn", None)),

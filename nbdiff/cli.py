@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from nbdiff.engine.options import FRAMEWORK_DIFFERENCES
 from nbdiff.errors import NbdiffError
 
 __all__ = ["main"]
@@ -53,6 +54,11 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--rtol", type=float, help="relative tolerance (default: dtype-aware)")
     c.add_argument("--mode", choices=["strict", "mean", "abs_mean"], default="strict", help="compare mode")
     c.add_argument("--ignore-unmatched", action="store_true", help="compare common ranks/steps only")
+    c.add_argument(
+        "--framework-differences", choices=FRAMEWORK_DIFFERENCES, default="report",
+        help="a difference a known framework difference explains (paddle's biased BatchNorm running_var): "
+        "report it (default) or fail on it",
+    )  # fmt: skip
     c.add_argument(
         "--shards", metavar="PATH=RULE", action="append", default=[],
         help="tensor parallelism nobody recorded: layer path pattern and its shard rule "
@@ -99,6 +105,7 @@ def _compare(args: argparse.Namespace) -> int:
     result = compare(
         args.base, args.raw, atol=args.atol, rtol=args.rtol, compare_mode=args.mode,
         ignore_unmatched=args.ignore_unmatched, keep_steps=args.keep_steps, shards=_shards(args.shards),
+        framework_differences=args.framework_differences,
     )  # fmt: skip
     # With --json -, stdout carries the JSON alone (for a pipe); what people read goes to stderr.
     say = sys.stderr if args.json == "-" else sys.stdout

@@ -16,7 +16,7 @@ from nbdiff.align.shards import Gathered
 from nbdiff.engine.driver import Verdict
 from nbdiff.engine.gathered import attributed, whole_dumps
 from nbdiff.engine.kept import KEEP_STEPS, KeptSteps
-from nbdiff.engine.options import check_keep_steps, check_tolerances
+from nbdiff.engine.options import check_framework_differences, check_keep_steps, check_tolerances
 from nbdiff.engine.recorded import RecordedComparer, layer_args
 from nbdiff.errors import DumpError, OptionError
 from nbdiff.judge.blame import EventDiff
@@ -44,6 +44,7 @@ def compare(
     ignore_unmatched: bool = False,
     keep_steps: int = KEEP_STEPS,
     shards: Mapping[str, str] | None = None,
+    framework_differences: str = "report",
 ) -> DiffResult:
     """Compare dump ``dir_b`` (raw) against ``dir_a`` (base): every rank, every step.
 
@@ -58,14 +59,16 @@ def compare(
     whole tensors: each step's shards are gathered (:mod:`nbdiff.align.shards`) by the layouts the
     framework recorded (torch ``DTensor``), the layers' shard rules, and ``shards``
     (``{"layers.*.mlp.up": "column"}``, for layouts nobody recorded); each finding names the rank
-    whose shard differs.
+    whose shard differs. A difference a known framework difference explains is a finding that fails
+    only with ``framework_differences="fail"``.
     """
+    check_framework_differences(framework_differences)
     ranks_a, ranks_b = _ranks_at_the_door(dir_a, dir_b, atol, rtol, compare_mode, keep_steps, ignore_unmatched, shards)
 
     def tol(a: str, b: str) -> Tolerance:
         return resolve_tolerance(atol, rtol, a, b)
 
-    verdict = Verdict(keep_events=False)
+    verdict = Verdict(framework_differences == "fail", keep_events=False)
     kept = KeptSteps(keep_steps)
     unmatched = _Unmatched()
     first: tuple[RankDump, RankDump] | None = None
@@ -97,7 +100,14 @@ def compare(
     return verdict.result(
         (a.framework, b.framework, str(a.meta["model"]), str(b.meta["model"])),
         (tuple(unmatched.base.values()), tuple(unmatched.raw.values())),
-        dict(atol=atol, rtol=rtol, compare_mode=compare_mode, keep_steps=keep_steps, dumps=(str(dir_a), str(dir_b))),
+        dict(
+            atol=atol,
+            rtol=rtol,
+            compare_mode=compare_mode,
+            keep_steps=keep_steps,
+            dumps=(str(dir_a), str(dir_b)),
+            framework_differences=framework_differences,
+        ),  # fmt: skip
         events=kept.events(),
         notes=kept.summarised(),
         step_summary=tuple(kept.rows[k] for k in sorted(kept.rows)),

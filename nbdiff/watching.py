@@ -21,7 +21,13 @@ from nbdiff.align.pairing import Pairing
 from nbdiff.engine.feed import feed_for
 from nbdiff.engine.kept import KEEP_STEPS
 from nbdiff.engine.live import LiveComparer
-from nbdiff.engine.options import check_comparison, check_keep_steps, check_mib, check_recordable
+from nbdiff.engine.options import (
+    check_comparison,
+    check_framework_differences,
+    check_keep_steps,
+    check_mib,
+    check_recordable,
+)
 from nbdiff.engine.progress import counter, progress
 from nbdiff.engine.spill import SPILL_ABOVE_MIB, spilled
 from nbdiff.engine.stepping import StepRecord
@@ -54,6 +60,8 @@ class watch:
     completes. The result keeps every step's worst errors and the events of the first
     ``keep_steps`` steps and of the blamed one; past ``spill_above_mib`` MiB its tensors
     wait in a file (``%%modeldiff``: always, since a notebook keeps what it showed).
+    Running statistics a train-mode step moved are compared after it; a difference a known
+    framework difference explains is a finding that fails only with ``framework_differences="fail"``.
     """
 
     def __init__(
@@ -72,8 +80,10 @@ class watch:
         memory_mib: float | None = MEMORY_MIB,
         keep_steps: int = KEEP_STEPS,
         spill_above_mib: float | None = SPILL_ABOVE_MIB,
+        framework_differences: str = "report",
     ) -> None:
         check_comparison(base, raw, atol, rtol, compare_mode, diff_phase, layer_map)
+        check_framework_differences(framework_differences)
         check_mib(memory_mib=memory_mib, spill_above_mib=spill_above_mib)
         check_keep_steps(keep_steps)
         self.bfw, self.rfw = framework_of(base, "base"), framework_of(raw, "raw")
@@ -82,6 +92,7 @@ class watch:
         self.options = dict(
             atol=atol, rtol=rtol, compare_mode=compare_mode, auto_init=auto_init, diff_phase=diff_phase,
             single_step=single_step, api_level=api_level, keep_steps=keep_steps,
+            framework_differences=framework_differences,
         )  # fmt: skip
         self.layer_map = layer_map
         self._spill_above = spill_above_mib
@@ -101,7 +112,9 @@ class watch:
         self._probing = False
         self._warnings: list[str] = []
         self._seen: Any = None
-        self._steps = WatchedSteps(self._b, self._r, self._cmp, self._optimizers, self._tol, keep_steps)
+        self._steps = WatchedSteps(
+            self._b, self._r, self._cmp, self._optimizers, self._tol, keep_steps, framework_differences == "fail"
+        )
         self._deferred: Exception | None = None  # what went wrong comparing while the code ran
 
     def _tol(self, a: str, b: str) -> Tolerance:

@@ -371,3 +371,18 @@ def test_three_interrupted_cells_leave_the_kernel_within_50_mib_of_the_same_loop
 
     alone, watched = rss("alone"), rss("watched")
     assert watched - alone < 50, f"{watched:.0f} MiB watched, {alone:.0f} MiB alone"
+
+
+def test_a_cell_with_train_mode_batchnorms_compares_running_statistics_and_can_fail_on_framework_differences(ip):
+    # %%modeldiff compared no running statistics, and --framework-differences did not exist.
+    from tests.fault_suite.models import BUILDERS as MODELS
+
+    ip.user_ns.update(tb=MODELS["cnn"]("torch"), pb=MODELS["cnn"]("paddle"), x=inputs("cnn"))
+    cell = "tb.train(); pb.train()\ntb(torch.tensor(x)).mean().backward()\npb(paddle.to_tensor(x)).mean().backward()\n"
+    assert ip.run_cell("%%modeldiff tb pb --out noted\n" + cell).success
+    noted = ip.user_ns["noted"]
+    assert noted and any(f.where == "framework" and f.base_path == "bn1" for f in noted.findings), noted.report()
+    assert ip.run_cell("%%modeldiff tb pb --framework-differences fail --out failed\n" + cell).success
+    failed = ip.user_ns["failed"]
+    assert not failed and failed.first_divergence.where == "framework", failed.report()
+    assert not _hooks_left(ip)

@@ -96,3 +96,42 @@ def test_the_learning_rate_is_the_one_of_the_blamed_step():
             psched.step()
     d = w.result.first_divergence
     assert (d.step, d.phase.value) == (1, "optimizer") and d.why() == "lr: base 0.05, raw 0.09", d.why()
+
+
+def _grouped(fw, model, lr, head_lr):
+    """An SGD whose last layer (``fc3``) is a parameter group of its own learning rate (``None``: one group)."""
+    head = list(model.fc3.parameters())
+    rest = [p for n, p in model.named_parameters() if not n.startswith("fc3.")]
+    if fw == "torch":
+        groups = [{"params": rest}, {"params": head, "lr": head_lr}] if head_lr else model.parameters()
+        return torch.optim.SGD(groups, lr=lr)
+    # paddle: a group's learning_rate scales the optimizer's
+    groups = [{"params": rest}, {"params": head, "learning_rate": head_lr / lr}] if head_lr else model.parameters()
+    return paddle.optimizer.SGD(learning_rate=lr, parameters=groups)
+
+
+@pytest.mark.parametrize("grouped", ["torch", "paddle"])
+@pytest.mark.parametrize("verb", ["auto_diff", "watch"])
+def test_a_learning_rate_set_for_one_parameter_group_is_named_for_every_parameter_of_it(grouped, verb):
+    # Only the optimizer's first group was read (torch), or no parameter was found in paddle's list of
+    # groups: the update was blamed with why() empty and no settings table.
+    t, p = BUILDERS["mlp"]("torch"), BUILDERS["mlp"]("paddle")
+    topt = _grouped("torch", t, 0.1, 0.3 if grouped == "torch" else None)
+    popt = _grouped("paddle", p, 0.1, 0.3 if grouped == "paddle" else None)
+    (base, bopt), (raw, ropt) = ((t, topt), (p, popt)) if grouped == "paddle" else ((p, popt), (t, topt))
+    x = inputs("mlp")
+    if verb == "auto_diff":
+        result = nbdiff.auto_diff(base, raw, x, optimizers=[bopt, ropt], steps=2)
+    else:
+        fws = {id(t): lambda a: torch.tensor(a), id(p): lambda a: paddle.to_tensor(a)}
+        with nbdiff.watch(base, raw) as w:
+            for model, opt in ((base, bopt), (raw, ropt)):
+                model(fws[id(model)](x)).pow(2).mean().backward()
+                opt.step()
+        result = w.result
+    d = result.first_divergence
+    assert (d.phase.value, d.base_path) == ("optimizer", "fc3"), d
+    assert d.why() == "lr: base 0.1, raw 0.3", d.why()
+    rows = result.options["optimizer_settings"]
+    assert ["lr", 0.1, 0.3] in [[k, round(a, 6), round(b, 6)] for k, a, b in rows["fc3"] if k == "lr"]
+    assert ["lr", 0.1, 0.1] in [[k, round(a, 6), round(b, 6)] for k, a, b in rows["fc1"] if k == "lr"]

@@ -308,3 +308,79 @@ def test_keep_steps_is_checked_at_the_door():
     base, raw = _deep("torch", 1), _deep("torch", 1)
     with pytest.raises(nbdiff.OptionError, match="keep_steps=-1"):
         nbdiff.watch(base, raw, keep_steps=-1)
+
+
+def _momentum_pair(bug_in):
+    """The fault suite's CNN in torch and paddle, train mode; ``bug_in``: the side whose BatchNorms got
+    the other framework's meaning of momentum (paddle keeps ``momentum`` of the old value, torch ``1 - m``)."""
+    from tests.fault_suite.models import BUILDERS
+
+    t, p = BUILDERS["cnn"]("torch"), BUILDERS["cnn"]("paddle")
+    for bn in (t.bn1, t.bn2):
+        bn.momentum = 0.9 if bug_in == "torch" else 0.1
+    for bn in (p.bn1, p.bn2):
+        bn._momentum = 0.1 if bug_in == "paddle" else 0.9
+    return t, p
+
+
+def _watched_training(base, raw, steps=3):
+    import paddle
+    import torch
+
+    x = np.random.RandomState(1).randn(4, 3, 8, 8).astype("float32")
+    opts = {}
+    for m in (base, raw):
+        m.train()
+        if isinstance(m, torch.nn.Module):
+            opts[id(m)] = (torch.optim.SGD(m.parameters(), lr=0.05), torch.tensor)
+        else:
+            opts[id(m)] = (paddle.optimizer.SGD(learning_rate=0.05, parameters=m.parameters()), paddle.to_tensor)
+    with nbdiff.watch(base, raw) as w:
+        for _ in range(steps):
+            for m in (base, raw):
+                opt, tensor = opts[id(m)]
+                m(tensor(x)).pow(2).mean().backward()
+                opt.step()
+                opt.clear_grad() if hasattr(opt, "clear_grad") else opt.zero_grad()
+    return w.result
+
+
+@pytest.mark.parametrize("bug_in", ["paddle", "torch"])
+@pytest.mark.parametrize("base_fw", ["torch", "paddle"])
+def test_a_batchnorm_momentum_bug_is_found_by_watch_at_the_running_statistics(bug_in, base_fw):
+    # Running statistics were compared by auto_diff only: watch said SUCCESS, and the models' eval
+    # outputs differed after the loop.
+    t, p = _momentum_pair(bug_in)
+    base, raw = (t, p) if base_fw == "torch" else (p, t)
+    result = _watched_training(base, raw)
+    d = result.first_divergence
+    assert d is not None and (d.step, d.phase.value, d.base_path) == (0, "state", "bn1"), result.report()
+    assert (d.parameter or "").startswith("bn1."), d
+
+
+@pytest.mark.parametrize("base_fw", ["torch", "paddle"])
+def test_a_watched_train_mode_batchnorm_keeps_to_the_framework_difference_over_steps(base_fw):
+    # paddle's biased running_var is a framework difference: verified from raw's own value before each
+    # step (a watched raw keeps its own statistics), it is noted, never a divergence, at every step.
+    t, p = _momentum_pair(None)
+    base, raw = (t, p) if base_fw == "torch" else (p, t)
+    result = _watched_training(base, raw, steps=4)
+    assert result, result.report()
+    noted = {(f.step, f.base_path) for f in result.findings if f.where == "framework"}
+    assert (0, "bn1") in noted, result.report()
+
+
+def test_framework_differences_fail_makes_a_watched_framework_difference_fail():
+    # framework_differences= was auto_diff's only, while every verb's report told the user to set it.
+    t, p = _momentum_pair(None)
+    import paddle
+    import torch
+
+    x = np.random.RandomState(1).randn(4, 3, 8, 8).astype("float32")
+    with nbdiff.watch(t, p, framework_differences="fail") as w:
+        t(torch.tensor(x)).pow(2).mean().backward()
+        p(paddle.to_tensor(x)).pow(2).mean().backward()
+    d = w.result.first_divergence
+    assert not w.result and d is not None and d.where == "framework" and d.base_path == "bn1", w.result.report()
+    with pytest.raises(nbdiff.OptionError, match="framework_differences"):
+        nbdiff.watch(t, p, framework_differences="ignore")

@@ -44,8 +44,8 @@ def optimizer_settings(opt: Any, param: Any = None) -> dict[str, Any]:
         out["weight_decay"] = wd
         out["decay style"] = ("decoupled" if decoupled else "L2") if wd else "none"
         return out
-    # paddle
-    out["lr"] = _num(opt.get_lr()) if hasattr(opt, "get_lr") else None
+    # paddle: a parameter group's learning rate scales the optimizer's, per parameter
+    out["lr"] = _num(opt.get_lr()) * _lr_scale(param) if hasattr(opt, "get_lr") else None
     if hasattr(opt, "_beta1"):
         out["betas"] = (_num(opt._beta1), _num(opt._beta2))
     for key, attr in (("eps", "_epsilon"), ("momentum", "_momentum")):
@@ -64,6 +64,29 @@ def optimizer_settings(opt: Any, param: Any = None) -> dict[str, Any]:
     clip = getattr(opt, "_grad_clip", None)
     out["grad_clip"] = str(clip) if clip is not None else "none"
     return out
+
+
+def _lr_scale(param: Any) -> float:
+    """paddle: the factor a parameter group (or ``ParamAttr(learning_rate=...)``) puts on the learning rate."""
+    scale = (getattr(param, "optimize_attr", None) or {}).get("learning_rate", 1.0)
+    return float(scale) if isinstance(scale, (int, float)) else 1.0
+
+
+def _params(opt: Any) -> list[Any]:
+    """Every parameter an optimizer holds, through its groups (torch's, or paddle's list of dicts)."""
+    if getattr(opt, "param_groups", None):
+        return [p for g in opt.param_groups for p in g["params"]]
+    out: list[Any] = []
+    for p in getattr(opt, "_parameter_list", None) or []:
+        out.extend(p["params"] if isinstance(p, dict) else [p])
+    return out
+
+
+def _group_lrs(opt: Any) -> Any:
+    """The learning rate of each of torch's parameter groups, or paddle's one (scaled per parameter)."""
+    if hasattr(opt, "param_groups"):
+        return tuple(_num(g.get("lr")) for g in opt.param_groups)
+    return _num(opt.get_lr()) if hasattr(opt, "get_lr") else None
 
 
 def _same(a: Any, b: Any) -> bool:
@@ -112,7 +135,7 @@ class OptimizerLog:
     def seen(self, opt: Any, fw: Any = None) -> None:
         if all(o is not opt for o in self.optimizers):
             self.optimizers.append(opt)
-        self._lrs.setdefault(id(opt), []).append(optimizer_settings(opt).get("lr"))
+        self._lrs.setdefault(id(opt), []).append(_group_lrs(opt))
         if fw is not None:
             # The hook runs inside the user's opt.step(): the frames that show where the update happens.
             self._framework[id(opt)] = fw.name
@@ -126,15 +149,19 @@ class OptimizerLog:
                 return stacks[step] if 0 <= step < len(stacks) else ()
         return ()
 
-    def lr_at(self, opt: Any, step: int) -> Any:
+    def lr_at(self, opt: Any, step: int, param: Any = None) -> Any:
+        """The learning rate ``opt`` applied to ``param`` (its group's) at step ``step``."""
         lrs = self._lrs.get(id(opt), [])
-        return lrs[step] if 0 <= step < len(lrs) else None
+        lr = lrs[step] if 0 <= step < len(lrs) else None
+        if not isinstance(lr, tuple):
+            return None if lr is None else lr * _lr_scale(param)
+        groups = getattr(opt, "param_groups", [])
+        at = next((i for i, g in enumerate(groups) if any(p is param for p in g["params"])), 0)
+        return lr[at] if at < len(lr) else None
 
     def owner(self, param_ids: set[int]) -> Any:
         """The first optimizer that holds one of these parameters."""
         for opt in self.optimizers:
-            params = [p for g in getattr(opt, "param_groups", []) for p in g["params"]]
-            params = params or list(getattr(opt, "_parameter_list", None) or [])
-            if any(id(p) in param_ids for p in params if not isinstance(p, dict)):
+            if any(id(p) in param_ids for p in _params(opt)):
                 return opt
         return None

@@ -127,7 +127,7 @@ def _update_settings(
         for fw, found, path in zip(fws, layers, (d.base.path, d.raw.path)):
             own = fw.direct_params(found[path]) if path in found else []
             params.append(own[0][1] if own else None)
-        lrs = (log.lr_at(owners[0], d.base.step), log.lr_at(owners[1], d.base.step))
+        lrs = (log.lr_at(owners[0], d.base.step, params[0]), log.lr_at(owners[1], d.base.step, params[1]))
         a, b = (optimizer_settings(o, p) for o, p in zip(owners, params))
         for side, lr in zip((a, b), lrs):
             side.setdefault("grad_clip", "none")  # torch clips in the loop, not in the optimizer
@@ -153,7 +153,7 @@ def _optimizer_why(
         opts.append(log.owner({id(p) for _, lay in fw.named_layers(model) for _, p in fw.direct_params(lay)}))
     if None in opts:
         return []
-    lrs = (log.lr_at(opts[0], blamed.step), log.lr_at(opts[1], blamed.step))
+    lrs = (log.lr_at(opts[0], blamed.step, params[0]), log.lr_at(opts[1], blamed.step, params[1]))
     found = optimizer_diffs(opts[0], params[0], opts[1], params[1], lrs)
     trainable = [p is not None and fw.is_trainable(p) for fw, p in zip(fws, params)]
     if params[0] is not None and params[1] is not None and trainable[0] != trainable[1]:

@@ -18,7 +18,7 @@ from nbdiff.engine.constants import constant_differences
 from nbdiff.engine.forward import TolFn
 from nbdiff.engine.layouts import records_of
 from nbdiff.engine.replay import Replayer, paired_param_grads
-from nbdiff.engine.state import State, has_state, state_diffs
+from nbdiff.engine.state import State, StepStates, has_state, state_diffs
 from nbdiff.engine.stepping import StepRecord
 from nbdiff.engine.ties import tie_differences
 from nbdiff.engine.updates import GradientSpread, Snapshot, snapshot, snapshot_updates
@@ -200,15 +200,22 @@ class LiveComparer(StepComparer):
                     rfw.set_value(held, g[n])
 
     def compare_state(
-        self, step: int, before: State | None = None, brec: StepRecord | None = None, rrec: StepRecord | None = None
+        self,
+        step: int,
+        before: State | None = None,
+        brec: StepRecord | None = None,
+        rrec: StepRecord | None = None,
+        kept: StepStates | None = None,
     ) -> StepComparison:
         """Running statistics after a train-mode step, then raw's set to base's (as weights are);
         ``before`` and the step's records let known framework differences be verified, and tell a layer
-        that received other inputs (its statistics inherit that) (:mod:`nbdiff.engine.state`)."""
+        that received other inputs (its statistics inherit that) (:mod:`nbdiff.engine.state`). A watched
+        step's are read from ``kept`` and raw's left as the user's code made them."""
         forward = (brec.forward if brec else [], rrec.forward if rrec else [])
         found, diffs = state_diffs(
-            (self.bfw, self.rfw), (self.blayers, self.rlayers), self.plans, self.tol, self.mode, step, before, *forward
-        )
+            (self.bfw, self.rfw), (self.blayers, self.rlayers), self.plans, self.tol, self.mode, step, before,
+            *forward, kept=kept,
+        )  # fmt: skip
         return StepComparison(found, diffs)
 
     def keeps_state(self) -> bool:

@@ -27,7 +27,7 @@ from nbdiff.trace.events import Event, Kind, Phase
 from nbdiff.trace.modes import save_state
 from nbdiff.weights.plan import LayerWeights, layer_tensors
 
-__all__ = ["state_of", "state_diffs", "has_state"]
+__all__ = ["state_of", "state_diffs", "has_state", "StepStates"]
 
 State = dict[int, np.ndarray]
 """``id`` of a non-trainable tensor -> a copy of its value."""
@@ -64,6 +64,7 @@ def state_diffs(
     before: State | None = None,
     forward: tuple[Event, ...] | list[Event] = (),
     raw_forward: tuple[Event, ...] | list[Event] = (),
+    kept: StepStates | None = None,
 ) -> tuple[list[Divergence], list[EventDiff]]:
     """Findings and compared pairs of every planned layer's running statistics after ``step``.
 
@@ -71,55 +72,89 @@ def state_diffs(
     forward events of the step (how many values each call normalised over). With both, a
     difference is checked against the known framework differences. With ``raw_forward`` too, a
     layer whose inputs already differed inherits its statistics' difference: not its own error.
+    Live (``kept`` None), raw's statistics are then set to base's, as weights are; a watched run's
+    are read from ``kept`` (each side's after the step, and raw's before it) and left as they are.
     """
-    bfw, rfw = fws
     diffs, explained = [], []
     inherited: set[int] = set()  # orders of the layers whose inputs differed
     for order, plan in enumerate(plans.values()):
-        bl, rl = layers[0][plan.base_path], layers[1][plan.raw_path]
-        own = _buffers(bfw, bl, plan.recursive)
-        mine = {n: bfw.to_numpy(t).copy() for n, t in own.items()}
-        theirs = _buffers(rfw, rl, plan.recursive)
-        if not mine or not theirs:
+        compared = _layer_state(fws, layers, plan, tol, mode, before, forward, kept)
+        if compared is None:
             continue
-        try:
-            converted = plan.convert(mine)
-            known = before is not None and all(id(t) in before for t in own.values())
-            start = plan.convert({n: before[id(t)] for n, t in own.items()}) if known and before else None
-        except (KeyError, ValueError):
-            continue
-        values = {n: rfw.to_numpy(t).copy() for n, t in theirs.items() if n in converted}
-        # A running mean is a sum that cancels to ~0 behind a centred input: it rounds relative to
-        # the values it was computed from, not to itself.
-        paths = {plan.base_path}
-        if isinstance(bl, FusedLayers):
-            paths |= {_member_path(plan.base_path, bl, m) for m in bl.members.values()}
-        hint = magnitude([t.value for e in forward if e.path in paths for t in e.inputs[:1] if t.value is not None])
-        tensors = []
-        for n, v in values.items():
-            if np.asarray(converted[n]).dtype.kind != "f":
-                continue
-            t = tol(str(converted[n].dtype), str(v.dtype))
-            tensors.append(compare_tensors(n, v, converted[n], t, mode, hint))
-            if not tensors[-1].passed and start is not None and n in start:
-                # A fused group (BatchNorm+ReLU) keeps its members' statistics under their names.
-                member, _, _ = n.rpartition(".")
-                layer = _member(bfw, bl, member)
-                path = _member_path(plan.base_path, bl, layer)
-                update = StateUpdate(
-                    bfw.name, rfw.name, type(layer).__name__, n.rpartition(".")[2], start[n], converted[n],
-                    momentum_of(bfw.name, layer), _count(forward, path, converted[n].size),
-                )  # fmt: skip
-                entry = explaining(update, v, lambda a, b, t=t, n=n: compare_tensors(n, b, a, t, mode).passed)
-                if entry is not None:
-                    explained.append((order, n, entry.sentence.format(base=bfw.name, raw=rfw.name)))
-        for n in values:
-            rfw.set_value(theirs[n], converted[n])
+        mine, values, tensors, why = compared
+        explained += [(order, n, sentence) for n, sentence in why]
         if tensors:
             diffs.append(EventDiff(*param_events(step, Phase.STATE, order, plan, mine, values), tuple(tensors)))
             if not all(t.passed for t in tensors) and _received_differently(plan, forward, raw_forward, tol, mode):
                 inherited.add(order)
     return _findings(diffs, explained, plans, inherited), diffs
+
+
+StepStates = tuple[State, State, State]
+"""A watched step's statistics: base's after it, raw's after it, raw's before it."""
+
+
+def _layer_state(
+    fws: tuple[Framework, Framework],
+    layers: tuple[dict[str, Any], dict[str, Any]],
+    plan: LayerWeights,
+    tol: Any,
+    mode: str,
+    before: State | None,
+    forward: tuple[Event, ...] | list[Event],
+    kept: StepStates | None,
+) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray], list[Any], list[tuple[str, str]]] | None:
+    """One planned layer's statistics compared: base's and raw's values, the comparisons, and the
+    framework differences that explain a failing one (``(name, sentence)``)."""
+    bfw, rfw = fws
+    bl, rl = layers[0][plan.base_path], layers[1][plan.raw_path]
+    own, theirs = _buffers(bfw, bl, plan.recursive), _buffers(rfw, rl, plan.recursive)
+    mine = {n: _value(bfw, t, kept and kept[0]) for n, t in own.items()}
+    if not mine or not theirs or any(v is None for v in mine.values()):
+        return None
+    try:
+        converted = plan.convert(mine)
+        known = before is not None and all(id(t) in before for t in own.values())
+        start = plan.convert({n: before[id(t)] for n, t in own.items()}) if known and before else None
+    except (KeyError, ValueError):
+        return None
+    values = {n: _value(rfw, t, kept and kept[1]) for n, t in theirs.items() if n in converted}
+    values = {n: v for n, v in values.items() if v is not None}
+    raw_start = {n: kept[2].get(id(theirs[n])) for n in values} if kept else {}
+    # A running mean is a sum that cancels to ~0 behind a centred input: it rounds relative to
+    # the values it was computed from, not to itself.
+    paths = {plan.base_path}
+    if isinstance(bl, FusedLayers):
+        paths |= {_member_path(plan.base_path, bl, m) for m in bl.members.values()}
+    hint = magnitude([t.value for e in forward if e.path in paths for t in e.inputs[:1] if t.value is not None])
+    tensors, why = [], []
+    for n, v in values.items():
+        if np.asarray(converted[n]).dtype.kind != "f":
+            continue
+        t = tol(str(converted[n].dtype), str(v.dtype))
+        tensors.append(compare_tensors(n, v, converted[n], t, mode, hint))
+        if not tensors[-1].passed and start is not None and n in start:
+            # A fused group (BatchNorm+ReLU) keeps its members' statistics under their names.
+            layer = _member(bfw, bl, n.rpartition(".")[0])
+            update = StateUpdate(
+                bfw.name, rfw.name, type(layer).__name__, n.rpartition(".")[2], start[n], converted[n],
+                momentum_of(bfw.name, layer), _count(forward, _member_path(plan.base_path, bl, layer), converted[n].size),
+                raw_start.get(n),
+            )  # fmt: skip
+            entry = explaining(update, v, lambda a, b, t=t, n=n: compare_tensors(n, b, a, t, mode).passed)
+            if entry is not None:
+                why.append((n, entry.sentence.format(base=bfw.name, raw=rfw.name)))
+    if kept is None:
+        for n in values:
+            rfw.set_value(theirs[n], converted[n])
+    return mine, values, tensors, why
+
+
+def _value(fw: Framework, t: Any, kept: State | None) -> np.ndarray | None:
+    """A statistic's value: kept at a step's end, or live (a copy)."""
+    if kept is not None:
+        return kept.get(id(t))
+    return fw.to_numpy(t).copy()
 
 
 def _received_differently(

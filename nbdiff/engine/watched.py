@@ -39,9 +39,10 @@ class WatchedSteps:
         optimizers: OptimizerLog,
         tol: TolFn,
         keep_steps: int,
+        framework_fails: bool = False,
     ) -> None:
         self.b, self.r, self.cmp, self.optimizers, self.tol = b, r, cmp, optimizers, tol
-        self.verdict = Verdict(keep_events=False)
+        self.verdict = Verdict(framework_fails, keep_events=False)
         self.kept = KeptSteps(keep_steps, values=True)
         self.done = 0
         """Steps compared so far."""
@@ -77,12 +78,21 @@ class WatchedSteps:
                 k, lambda s: in_raw_layout(cmp.plans, *self._plan_snapshot(s, lambda side: side.grads[s]))
             )
         updates = self._updates(k, now, self._plan_snapshot(k + 1), self._spread if first else None)
-        diverged = verdict.step_done(k, verdict.add(step) + verdict.add(updates))
-        self.kept.add(k, 0, diverged and verdict.at == (k, 0), step.diffs + updates.diffs)
+        state = self._state(k, brec, rrec)
+        diverged = verdict.step_done(k, verdict.add(step) + verdict.add(updates) + verdict.add(state))
+        self.kept.add(k, 0, diverged and verdict.at == (k, 0), step.diffs + updates.diffs + state.diffs)
         self.pairing = pairing
         for side in (self.b, self.r):
             side.let_go(k)
         self.done += 1
+
+    def _state(self, k: int, brec: StepRecord, rrec: StepRecord) -> StepComparison:
+        """The running statistics step ``k`` moved on base's side, against raw's as the user's code left
+        them (raw's own before the step, for a framework difference to be verified)."""
+        b, r = self.b.states, self.r.states
+        if not any(not np.array_equal(v, b[k + 1].get(i, v)) for i, v in b[k].items()):
+            return StepComparison()  # eval mode, or no statistics
+        return self.cmp.compare_state(k, b[k], brec, rrec, kept=(b[k + 1], r[k + 1], r[k]))
 
     def _grads_of(self, k: int) -> ParamGrads:
         # Recorded copies only: the live gradients are a later step's.

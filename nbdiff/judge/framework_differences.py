@@ -36,6 +36,8 @@ class StateUpdate:
     """The weight of the batch's value, in torch's meaning (paddle's ``momentum`` is ``1 - m``)."""
     count: int | None
     """Values per channel the step's single call normalised over (``None``: not one call)."""
+    raw_before: np.ndarray | None = None
+    """What raw's began the step with, where it is not base's (a watched or recorded run keeps its own)."""
 
 
 @dataclass(frozen=True)
@@ -64,7 +66,8 @@ def _batchnorm_variance(u: StateUpdate) -> np.ndarray | None:
         return None
     batch = (u.base_after.astype(np.float64) - (1 - m) * u.before) / m  # base's batch variance
     batch = batch * ((n - 1) / n if biased_r else n / (n - 1))
-    return ((1 - m) * u.before + m * batch).astype(u.base_after.dtype)
+    start = u.before if u.raw_before is None else u.raw_before
+    return ((1 - m) * start + m * batch).astype(u.base_after.dtype)
 
 
 FRAMEWORK_DIFFERENCES: tuple[FrameworkDifference, ...] = (

@@ -17,6 +17,7 @@ from typing import Any, NoReturn
 from IPython.core.magic import Magics, line_cell_magic, magics_class
 
 from nbdiff.engine.kept import KEEP_STEPS
+from nbdiff.engine.options import FRAMEWORK_DIFFERENCES
 from nbdiff.errors import NbdiffError, OptionError
 from nbdiff.trace.interrupts import is_interrupt
 from nbdiff.trace.spool import MEMORY_MIB
@@ -88,6 +89,12 @@ def _parser(cell: bool) -> argparse.ArgumentParser:
     p.add_argument("--opt", nargs=2, metavar=("A", "B"))
     p.add_argument("--no-init", action="store_true")
     p.add_argument("--api", action="store_true", help="also trace framework API calls inside layers")
+    p.add_argument(
+        "--framework-differences",
+        choices=FRAMEWORK_DIFFERENCES,
+        default="report",
+        help="known framework differences (paddle's biased running_var): report them, or fail on them",
+    )
     p.add_argument("--memory-mib", type=_mib, default=MEMORY_MIB, help="recording held in memory (0: bounded)")
     if cell:
         p.add_argument("--keep-steps", type=int, default=KEEP_STEPS, help="steps whose events are kept")
@@ -189,6 +196,7 @@ class ModelDiffMagics(Magics):
             steps=args.steps,
             api_level=args.api,
             memory_mib=args.memory_mib,
+            framework_differences=args.framework_differences,
         )
         if cell is None:
             from nbdiff.diff import auto_diff

@@ -35,6 +35,12 @@ class ModelSession:
         """Trainable tensors at the start of each step, then at the end."""
         self.grads: list[Weights] = []
         """Parameter gradients of each step, summed over its backward passes."""
+        self.states: list[Weights] = []
+        """Non-trainable tensors (running statistics, counters) at the start of each step, then at the end."""
+        self._state_tensors = [
+            t for _, lay in fw.named_layers(model) for _, t in fw.direct_params(lay) + fw.direct_buffers(lay)
+            if not fw.is_trainable(t)
+        ]  # fmt: skip
         self.dropout_off: list[str] = []
         """The dropout rates set to 0 while hooked (``"drop.p=0.3"``): the user's run is not the same."""
 
@@ -54,12 +60,23 @@ class ModelSession:
 
     def begin_step(self) -> None:
         self.weights.append(self.weights_now())
+        self.states.append(self.state_now())
         self.grads.append({})
         self.steps += 1
 
     def end(self) -> None:
-        """Keep the weights as the code left them (the end of the last step)."""
+        """Keep the weights and statistics as the code left them (the end of the last step)."""
         self.weights.append(self.weights_now())
+        self.states.append(self.state_now())
+
+    def state_now(self) -> Weights:
+        """Copies of the non-trainable tensors now: a train-mode step moves running statistics."""
+        out = {}
+        for t in self._state_tensors:
+            value = self.fw.to_numpy(t)
+            if value.size:  # paddle RNN's dropout state reads as (0,)
+                out[id(t)] = value.copy()
+        return out
 
     def weights_now(self, held: bool = True) -> Weights:
         """Copies of the trainable tensors now; ``held=False``: plain copies, not the recording's."""
@@ -69,7 +86,7 @@ class ModelSession:
 
     def let_go(self, k: int) -> None:
         """Step ``k`` is compared: its weights and gradients are not needed again."""
-        self.weights[k], self.grads[k] = {}, {}
+        self.weights[k], self.grads[k], self.states[k] = {}, {}, {}
 
     def grad_hook(self, param: Any) -> Any:
         def hook(grad: Any) -> None:

@@ -143,7 +143,7 @@ def _compare_step(
     cmp: RecordedComparer, k: int, rank: int, verdict: Verdict, gathered: Gathered | None = None
 ) -> tuple[bool, list[EventDiff], Pairing]:
     """Step ``k`` of one rank: forward and backward, then the updates (their gradients folded into
-    the spread until the rank's first divergence)."""
+    the spread until the rank's first divergence), then the running statistics it moved."""
     brec, rrec = cmp.read_step(k, rank)
     pairing, notes = cmp.pair(brec, rrec)
     verdict.warnings += notes
@@ -155,14 +155,15 @@ def _compare_step(
     updates = cmp.compare_updates(
         cmp.updates(pairing, brec, rrec), (lambda: cmp.gradient_spread(k)) if spread else None, step
     )
-    findings = step.findings + updates.findings
+    state = cmp.compare_state(brec, rrec, k)
+    findings = step.findings + updates.findings + state.findings
     if gathered is not None:
         findings = attributed(findings, gathered)
-    verdict.warnings += step.notes + updates.notes
+    verdict.warnings += step.notes + updates.notes + state.notes
     diverged = verdict.step_done(k, findings, rank)
     if diverged:
         cmp.spread = None  # after a divergence, later steps are for the chart
-    return diverged and verdict.at == (k, rank), step.diffs + updates.diffs, pairing
+    return diverged and verdict.at == (k, rank), step.diffs + updates.diffs + state.diffs, pairing
 
 
 def _unfinished(a: RankDump, b: RankDump, rank: int, dirs: tuple[Any, Any], ignore_unmatched: bool) -> list[str]:

@@ -211,6 +211,7 @@ class record:
         for i, (forward, backward, _) in enumerate(session.recorder.take_steps(session.grads)):
             k = first + i
             updates = _updates(self.fw, self._layers, self._params, k, session.weights[k], session.weights[k + 1])
+            updates += _states(self.fw, self._layers, k, session.states[k], session.states[k + 1])
             backward = _with_uncalled_grads(self.fw, self._params, forward, backward, session.grads[k])
             if self.capture.keeps_step(k):
                 # The weights once per run of recorded steps; compare adds the updates up to later ones.
@@ -218,7 +219,7 @@ class record:
                 weights = _weights(self.fw, self._layers, self._params, k, session.weights[k]) if starts else []
                 weights = [e for e in weights if self.capture.keeps_values(e)]
                 self._writer.add_step(self._select(forward + backward + updates + weights))
-            session.weights[k], session.grads[k] = {}, {}  # done with them
+            session.let_go(k)  # done with them
             n += 1
         return n
 
@@ -296,6 +297,24 @@ def _updates(
                 records.append(TensorRecord(name, tuple(delta.shape), fw.dtype_name(p), delta, None, fw.layout_of(p)))
         if records:
             out.append(_param_event(fw, Phase.OPTIMIZER, step, len(out), path, layer, records))
+    return out
+
+
+def _states(fw: Framework, layers: dict[str, Any], step: int, before: Weights, after: Weights) -> list[Event]:
+    """One event per layer whose running statistics the step moved: before it (inputs), after it (outputs)."""
+    out: list[Event] = []
+    for path, layer in layers.items():
+        moved = [
+            (name, before[id(t)], after[id(t)])
+            for name, t in fw.direct_buffers(layer) + fw.direct_params(layer)
+            if not fw.is_trainable(t) and id(t) in before and id(t) in after and fw.is_floating(t)
+            and not np.array_equal(before[id(t)], after[id(t)])
+        ]  # fmt: skip
+        if moved:
+            ins = tuple(TensorRecord(n, tuple(a.shape), str(a.dtype), a) for n, a, _ in moved)
+            outs = tuple(TensorRecord(n, tuple(a.shape), str(a.dtype), a) for n, _, a in moved)
+            e = _param_event(fw, Phase.STATE, step, len(out), path, layer, list(outs))
+            out.append(changed(e, inputs=ins))
     return out
 
 

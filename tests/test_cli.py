@@ -68,3 +68,19 @@ def test_shards_take_path_equals_rule_and_say_what_is_wrong(dumps, capsys):
     assert "--shards 'fc': expected PATH=RULE" in capsys.readouterr().err
     assert main(["compare", str(dumps / "c"), str(dumps / "d"), "--shards", "fc=diagonal"]) == 2
     assert "no shard rule 'diagonal'" in capsys.readouterr().err
+
+
+def test_compare_fails_on_a_verified_framework_difference_only_when_asked(tmp_path, capsys):
+    # --framework-differences was auto_diff's only; the report of every verb told the user to set it.
+    from tests.test_offline import _record_training
+    from tests.test_watching import _momentum_pair
+
+    t, p = _momentum_pair(None)
+    import nbdiff
+
+    nbdiff.assign_weight(t, p)
+    a, b = _record_training(t, tmp_path / "a", "tensor", steps=1), _record_training(p, tmp_path / "b", "tensor", 1)
+    assert main(["compare", str(a), str(b)]) == 0
+    assert main(["compare", str(a), str(b), "--framework-differences", "fail"]) == 1
+    assert "running_var" in capsys.readouterr().out
+    assert main(["compare", str(a), str(b), "--framework-differences", "maybe"]) == 2  # argparse: a bad choice

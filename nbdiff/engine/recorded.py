@@ -20,7 +20,7 @@ from nbdiff.align.fused import FusedGroup, member_name, stand_ins
 from nbdiff.align.pairing import Pair, Pairing
 from nbdiff.align.received import received_pairs
 from nbdiff.engine.backward import GradsOf
-from nbdiff.engine.comparer import Plans, StepComparer
+from nbdiff.engine.comparer import Plans, StepComparer, StepComparison
 from nbdiff.engine.conditioning import MARGIN
 from nbdiff.engine.drift import Explanation, drift_note, followed
 from nbdiff.engine.dump_steps import step_param_grads, subtree_params, updates_by_path
@@ -36,6 +36,7 @@ from nbdiff.engine.rebuilt import (
 )
 from nbdiff.engine.recomputed import BatchNormCall, read_off, recorded_batch_norm, rounding_move
 from nbdiff.engine.replay import compare_param_grads
+from nbdiff.engine.state import recorded_state_diffs
 from nbdiff.engine.stepping import StepRecord
 from nbdiff.engine.updates import GradientSpread, Snapshot, Updates
 from nbdiff.judge.blame import Divergence, EventDiff
@@ -74,7 +75,9 @@ def recorded_step(events: list[Event], rank: int) -> StepRecord:
     if rank:
         events = [replace(e, rank=rank) for e in events]
     phase = lambda ph: [e for e in events if e.phase is ph]  # noqa: E731
-    return StepRecord(phase(Phase.FORWARD), phase(Phase.BACKWARD), [], optimizer=phase(Phase.OPTIMIZER))
+    return StepRecord(
+        phase(Phase.FORWARD), phase(Phase.BACKWARD), [], optimizer=phase(Phase.OPTIMIZER), state=phase(Phase.STATE)
+    )
 
 
 class RecordedComparer(StepComparer):
@@ -417,6 +420,16 @@ class RecordedComparer(StepComparer):
             if be is not None and re_ is not None:
                 out[key] = Updates(be, re_)
         return out
+
+    def compare_state(self, brec: StepRecord, rrec: StepRecord, k: int) -> StepComparison:
+        """The running statistics step ``k`` moved, as the dumps kept them (:mod:`nbdiff.engine.state`)."""
+        if not brec.state:
+            return StepComparison()
+        momenta = {path: args.get("momentum") for path, args in layer_args(self.a).items()}
+        found, diffs = recorded_state_diffs(
+            (self.a.framework, self.b.framework), self.plans, brec, rrec, self.tol, self.mode, k, momenta
+        )
+        return StepComparison(found, diffs)
 
     def gradient_spread(self, k: int) -> GradientSpread | None:
         """How far apart the gradients each optimizer was given were, up to step ``k`` (read once an

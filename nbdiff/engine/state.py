@@ -16,18 +16,18 @@ from typing import Any
 import numpy as np
 
 from nbdiff.align.fused import FusedLayers
-from nbdiff.engine.forward import received_differ
+from nbdiff.engine.forward import received_differ, tensor_diffs
 from nbdiff.engine.replay import magnitude
 from nbdiff.engine.updates import name_parameter, param_events
 from nbdiff.frameworks import Framework
 from nbdiff.judge.blame import Divergence, EventDiff, blame_all, divergence_of
 from nbdiff.judge.framework_differences import StateUpdate, explaining, momentum_of
 from nbdiff.judge.metrics import compare_tensors
-from nbdiff.trace.events import Event, Kind, Phase
+from nbdiff.trace.events import Event, Kind, Phase, TensorRecord
 from nbdiff.trace.modes import save_state
 from nbdiff.weights.plan import LayerWeights, layer_tensors
 
-__all__ = ["state_of", "state_diffs", "has_state", "StepStates"]
+__all__ = ["state_of", "state_diffs", "recorded_state_diffs", "has_state", "StepStates"]
 
 State = dict[int, np.ndarray]
 """``id`` of a non-trainable tensor -> a copy of its value."""
@@ -155,6 +155,71 @@ def _value(fw: Framework, t: Any, kept: State | None) -> np.ndarray | None:
     if kept is not None:
         return kept.get(id(t))
     return fw.to_numpy(t).copy()
+
+
+def recorded_state_diffs(
+    frameworks: tuple[str, str],
+    plans: dict[str, LayerWeights],
+    brec: Any,
+    rrec: Any,
+    tol: Any,
+    mode: str,
+    step: int,
+    momenta: dict[str, Any],
+) -> tuple[list[Divergence], list[EventDiff]]:
+    """:func:`state_diffs` of a recorded step: each side's statistics as its dump kept them (``brec.state``,
+    ``rrec.state``: before and after, per layer). ``momenta``: base's BatchNorm momentum by path (torch's
+    meaning), as the dump's layer arguments keep it, to verify a known framework difference."""
+    by_path = [{e.path: e for e in rec.state} for rec in (brec, rrec)]
+    diffs, explained = [], []
+    inherited: set[int] = set()
+    for order, plan in enumerate(plans.values()):
+        b, r = by_path[0].get(plan.base_path), by_path[1].get(plan.raw_path)
+        want = _as_raw(plan, b.outputs) if b is not None and r is not None else None
+        if want is None:
+            continue
+        got = [t for t in r.outputs if t.name in want]  # type: ignore[union-attr]
+        tensors = tensor_diffs(got, [replace(want[t.name], name=t.name) for t in got], tol, mode)
+        if not tensors:
+            continue
+        start, raw_start = _as_raw(plan, b.inputs), {t.name: t.value for t in r.inputs}  # type: ignore[union-attr]
+        for t, g in zip(tensors, got):
+            if t.passed or start is None or start[g.name].value is None or g.value is None:
+                continue  # statistics only: no value to verify a framework difference from
+            update = StateUpdate(
+                frameworks[0], frameworks[1], b.type_name, g.name, start[g.name].value, want[g.name].value,  # type: ignore[union-attr]
+                momenta.get(plan.base_path), _count(brec.forward, plan.base_path, g.value.size), raw_start.get(g.name),
+            )  # fmt: skip
+            entry = explaining(
+                update, g.value, lambda a, v, t=t, n=g.name: compare_tensors(n, v, a, t.tolerance, mode).passed
+            )
+            if entry is not None:
+                explained.append((order, g.name, entry.sentence.format(base=frameworks[0], raw=frameworks[1])))
+        mine, theirs = {t.name: t.value for t in b.outputs}, {t.name: t.value for t in got}  # type: ignore[union-attr]
+        diffs.append(EventDiff(*param_events(step, Phase.STATE, order, plan, mine, theirs), tuple(tensors)))
+        if not all(t.passed for t in tensors) and _received_differently(plan, brec.forward, rrec.forward, tol, mode):
+            inherited.add(order)
+    return _findings(diffs, explained, plans, inherited), diffs
+
+
+def _as_raw(plan: LayerWeights, records: tuple[TensorRecord, ...]) -> dict[str, TensorRecord] | None:
+    """Base's records under raw's names (their values converted by the plan where the dump kept them):
+    which raw tensor each base one becomes is read from the plan's conversion of numbered stand-ins."""
+    try:
+        marked = plan.convert({t.name: np.full(t.shape, i + 1.0) for i, t in enumerate(records)})
+        values = plan.convert({t.name: t.value for t in records}) if all(t.value is not None for t in records) else {}
+    except (KeyError, ValueError, TypeError, AttributeError):
+        return None
+    out = {}
+    for name, a in marked.items():
+        i = int(round(float(np.asarray(a).flat[0]))) - 1 if np.asarray(a).size else -1
+        if 0 <= i < len(records):
+            src = records[i]
+            v = values.get(name)
+            out[name] = (
+                replace(src, name=name, value=v, shape=tuple(v.shape)) if v is not None else replace(src, name=name)
+            )
+    return out
 
 
 def _received_differently(

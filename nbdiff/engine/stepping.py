@@ -29,6 +29,9 @@ class StepRecord:
     """``id`` of a parameter -> its gradient in this step, the copy the backward events hold."""
     optimizer: list[Event] = field(default_factory=list)
     """The optimizer's updates, as a dump records them (live steps compare weights instead)."""
+    state: list[Event] = field(default_factory=list)
+    """The running statistics the step moved, before (inputs) and after (outputs), as a dump records
+    them (live steps read the models instead)."""
 
     _calls: dict[tuple[str, int], Event] | None = field(default=None, repr=False, compare=False)
 

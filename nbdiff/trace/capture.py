@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from nbdiff.errors import OptionError
-from nbdiff.trace.events import Event, Kind
+from nbdiff.trace.events import Event, Kind, Phase
 
 __all__ = ["Capture", "BATCH_NORMS", "FEW_PER_CHANNEL", "amplifies", "few_per_channel"]
 
@@ -42,7 +42,10 @@ rounding past any tolerance (two per channel at the end of a ResNet run on a bat
 def amplifies(e: Event) -> bool:
     """A BatchNorm call (or its gradient) over at most :data:`FEW_PER_CHANNEL` values per channel:
     every dump keeps its values, which are few, so that compare can recompute it
-    (:mod:`nbdiff.engine.recomputed`) and tell its amplified rounding from a port difference."""
+    (:mod:`nbdiff.engine.recomputed`) and tell its amplified rounding from a port difference. Running
+    statistics (one value per channel) too: a known framework difference is verified from their values."""
+    if e.phase is Phase.STATE:
+        return True
     return e.kind is Kind.LAYER and bool(e.inputs) and few_per_channel(e.type_name, e.inputs[0].shape)
 
 

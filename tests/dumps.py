@@ -65,3 +65,46 @@ def small_events():
         Event(0, Phase.FORWARD, Kind.LAYER, 0, "fc", "Linear", 0, 1, None, True, (TensorRecord("in[0]", (2, 2), "float32", x),),
               (TensorRecord("out", (2, 2), "float32", x * 2),), args=("bias=True",), stack=(Frame("/u/m.py", 3, "forward"),)),
     ]  # fmt: skip
+
+
+def momentum_pair(bug_in):
+    """The fault suite's CNN in torch and paddle, train mode; ``bug_in``: the side whose BatchNorms got
+    the other framework's meaning of momentum (paddle keeps ``momentum`` of the old value, torch ``1 - m``)."""
+    import paddle
+    import torch
+
+    torch.manual_seed(0)
+    paddle.seed(0)
+    t, p = BUILDERS["cnn"]("torch"), BUILDERS["cnn"]("paddle")
+    for bn in (t.bn1, t.bn2):
+        bn.momentum = 0.9 if bug_in == "torch" else 0.1
+    for bn in (p.bn1, p.bn2):
+        bn._momentum = 0.1 if bug_in == "paddle" else 0.9
+    return t, p
+
+
+CNN_X = 10 * np.random.RandomState(1).randn(4, 3, 8, 8).astype("float32")
+"""Large inputs: a batch variance far above the running one, so the biased/unbiased difference (1/256 of
+it) is over the tolerance at every step on any machine, not only where the draw makes it so."""
+
+
+def record_training(model, folder, dump_type, steps=3):
+    """The user's train-mode SGD loop on a CNN, recorded."""
+    import paddle
+    import torch
+
+    x = CNN_X
+    model.train()
+    # A conv bias before a BatchNorm has a gradient of rounding noise alone, which a statistics dump cannot
+    # tell from a port's difference (a known gap, see the issue's note): those biases are not trained here.
+    params = [p for n, p in model.named_parameters() if not (n.startswith("conv") and n.endswith("bias"))]
+    if isinstance(model, torch.nn.Module):
+        opt, tensor, clear = torch.optim.SGD(params, lr=0.05), torch.tensor, "zero_grad"
+    else:
+        opt, tensor, clear = paddle.optimizer.SGD(0.05, parameters=params), paddle.to_tensor, "clear_grad"
+    with nbdiff.record(model, folder, dump_type=dump_type) as rec:
+        for _ in range(steps):
+            model(tensor(x)).pow(2).mean().backward()
+            opt.step()
+            getattr(opt, clear)()
+    return rec.path

@@ -9,7 +9,7 @@ pytest.importorskip("torch")
 pytest.importorskip("paddle")
 
 from nbdiff.cli import main  # noqa: E402
-from tests.dumps import pair, train  # noqa: E402
+from tests.dumps import momentum_pair, pair, record_training, train  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -72,14 +72,11 @@ def test_shards_take_path_equals_rule_and_say_what_is_wrong(dumps, capsys):
 
 def test_compare_fails_on_a_verified_framework_difference_only_when_asked(tmp_path, capsys):
     # --framework-differences was auto_diff's only; the report of every verb told the user to set it.
-    from tests.test_offline import _record_training
-    from tests.test_watching import _momentum_pair
-
-    t, p = _momentum_pair(None)
+    t, p = momentum_pair(None)
     import nbdiff
 
     nbdiff.assign_weight(t, p)
-    a, b = _record_training(t, tmp_path / "a", "tensor", steps=1), _record_training(p, tmp_path / "b", "tensor", 1)
+    a, b = record_training(t, tmp_path / "a", "tensor", steps=1), record_training(p, tmp_path / "b", "tensor", 1)
     assert main(["compare", str(a), str(b)]) == 0
     assert main(["compare", str(a), str(b), "--framework-differences", "fail"]) == 1
     assert "running_var" in capsys.readouterr().out

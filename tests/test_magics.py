@@ -375,9 +375,10 @@ def test_three_interrupted_cells_leave_the_kernel_within_50_mib_of_the_same_loop
 
 def test_a_cell_with_train_mode_batchnorms_compares_running_statistics_and_can_fail_on_framework_differences(ip):
     # %%modeldiff compared no running statistics, and --framework-differences did not exist.
-    from tests.fault_suite.models import BUILDERS as MODELS
+    from tests.dumps import CNN_X, momentum_pair
 
-    ip.user_ns.update(tb=MODELS["cnn"]("torch"), pb=MODELS["cnn"]("paddle"), x=inputs("cnn"))
+    tb, pb = momentum_pair(None)
+    ip.user_ns.update(tb=tb, pb=pb, x=CNN_X)
     cell = "tb.train(); pb.train()\ntb(torch.tensor(x)).mean().backward()\npb(paddle.to_tensor(x)).mean().backward()\n"
     assert ip.run_cell("%%modeldiff tb pb --out noted\n" + cell).success
     noted = ip.user_ns["noted"]

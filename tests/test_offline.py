@@ -8,7 +8,7 @@ pytest.importorskip("paddle")
 
 import nbdiff  # noqa: E402
 from nbdiff.errors import DumpError  # noqa: E402
-from tests.dumps import pair, train  # noqa: E402
+from tests.dumps import momentum_pair, pair, record_training, train  # noqa: E402
 
 
 @pytest.mark.parametrize("base_fw,raw_fw", [("torch", "paddle"), ("paddle", "torch")])
@@ -461,28 +461,6 @@ def test_rounding_amplified_in_channels_the_sample_misses_is_not_blamed_on_the_l
         assert d is not None and (d.phase.value, d.base_path) == ("forward", "3"), result.report()
 
 
-def _record_training(model, folder, dump_type, steps=3):
-    """The user's train-mode SGD loop on a CNN, recorded."""
-    import paddle
-    import torch
-
-    x = np.random.RandomState(1).randn(4, 3, 8, 8).astype("float32")
-    model.train()
-    # A conv bias before a BatchNorm has a gradient of rounding noise alone, which a statistics dump cannot
-    # tell from a port's difference (a known gap, see the issue's note): those biases are not trained here.
-    params = [p for n, p in model.named_parameters() if not (n.startswith("conv") and n.endswith("bias"))]
-    if isinstance(model, torch.nn.Module):
-        opt, tensor, clear = torch.optim.SGD(params, lr=0.05), torch.tensor, "zero_grad"
-    else:
-        opt, tensor, clear = paddle.optimizer.SGD(0.05, parameters=params), paddle.to_tensor, "clear_grad"
-    with nbdiff.record(model, folder, dump_type=dump_type) as rec:
-        for _ in range(steps):
-            model(tensor(x)).pow(2).mean().backward()
-            opt.step()
-            getattr(opt, clear)()
-    return rec.path
-
-
 @pytest.mark.parametrize("dump_type", ["tensor", "statistics"])
 @pytest.mark.parametrize("bug_in", ["paddle", "torch"])
 @pytest.mark.parametrize("base_fw", ["torch", "paddle"])
@@ -491,14 +469,12 @@ def test_recorded_running_statistics_find_a_momentum_bug_and_note_the_framework_
 ):
     # Dumps kept no running statistics: a BatchNorm momentum bug compared as SUCCESS, and the models'
     # eval outputs differed after the loop.
-    from tests.test_watching import _momentum_pair
-
     for bug, folder in ((None, "ok"), (bug_in, "bug")):
-        t, p = _momentum_pair(bug)
+        t, p = momentum_pair(bug)
         nbdiff.assign_weight(t, p)
         base, raw = (t, p) if base_fw == "torch" else (p, t)
-        a = _record_training(base, tmp_path / folder / "a", dump_type)
-        b = _record_training(raw, tmp_path / folder / "b", dump_type)
+        a = record_training(base, tmp_path / folder / "a", dump_type)
+        b = record_training(raw, tmp_path / folder / "b", dump_type)
         result = nbdiff.compare(a, b)
         if bug is None:
             assert result, result.report()

@@ -179,7 +179,9 @@ def recorded_state_diffs(
         if want is None:
             continue
         got = [t for t in r.outputs if t.name in want]  # type: ignore[union-attr]
-        tensors = tensor_diffs(got, [replace(want[t.name], name=t.name) for t in got], tol, mode)
+        # As live: a running mean rounds relative to the inputs it was computed from, not to itself.
+        hint = _input_scale(brec.forward, plan.base_path)
+        tensors = tensor_diffs(got, [replace(want[t.name], name=t.name) for t in got], tol, mode, hint)
         if not tensors:
             continue
         start, raw_start = _as_raw(plan, b.inputs), {t.name: t.value for t in r.inputs}  # type: ignore[union-attr]
@@ -200,6 +202,19 @@ def recorded_state_diffs(
         if not all(t.passed for t in tensors) and _received_differently(plan, brec.forward, rrec.forward, tol, mode):
             inherited.add(order)
     return _findings(diffs, explained, plans, inherited), diffs
+
+
+def _input_scale(forward: Sequence[Event], path: str) -> float:
+    """The largest magnitude of a layer's first inputs in a recorded step (values, else statistics)."""
+    out = 0.0
+    for e in forward:
+        if e.path == path and e.inputs:
+            t = e.inputs[0]
+            if t.value is not None:
+                out = max(out, magnitude([t.value]))
+            elif t.stats is not None:
+                out = max(out, abs(t.stats.min), abs(t.stats.max))
+    return out
 
 
 def _as_raw(plan: LayerWeights, records: tuple[TensorRecord, ...]) -> dict[str, TensorRecord] | None:

@@ -14,10 +14,11 @@ from typing import Any
 from nbdiff.align.pairing import Pairing
 from nbdiff.align.shards import Gathered
 from nbdiff.engine.driver import Verdict
+from nbdiff.engine.dump_steps import layer_args
 from nbdiff.engine.gathered import attributed, whole_dumps
 from nbdiff.engine.kept import KEEP_STEPS, KeptSteps
 from nbdiff.engine.options import check_framework_differences, check_keep_steps, check_tolerances
-from nbdiff.engine.recorded import RecordedComparer, layer_args
+from nbdiff.engine.recorded import RecordedComparer
 from nbdiff.errors import DumpError, OptionError
 from nbdiff.judge.blame import EventDiff
 from nbdiff.judge.tolerance import Tolerance, resolve_tolerance

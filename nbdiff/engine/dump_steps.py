@@ -1,19 +1,24 @@
-"""One recorded step's events looked up by layer: its updates (a fused group's as one event), and its
-parameter gradients (a layer's with its sublayers', or summed over its calls). What
+"""One recorded step's events as a step record, and looked up by layer: its updates (a fused group's as
+one event), and its parameter gradients (a layer's with its sublayers', or summed over its calls); each
+layer's constructor arguments, as the dump keeps them. What
 :class:`nbdiff.engine.recorded.RecordedComparer` reads of a dump besides the events it pairs."""
 
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Any
 
 import numpy as np
 
+from nbdiff.align.arguments import recorded_arguments
 from nbdiff.align.fused import FusedGroup, member_name
 from nbdiff.align.pairing import Pairing
+from nbdiff.engine.stepping import StepRecord
 from nbdiff.trace.events import Event, Phase, TensorRecord, changed
 from nbdiff.trace.layer_paths import relative
+from nbdiff.trace.store import RankDump
 
-__all__ = ["updates_by_path", "subtree_params", "step_param_grads"]
+__all__ = ["updates_by_path", "subtree_params", "step_param_grads", "recorded_step", "layer_args"]
 
 
 def updates_by_path(events: list[Event], pairing: Pairing, side: str) -> dict[str, Event]:
@@ -57,3 +62,18 @@ def step_param_grads(
         if g.side == side and all(m in out for m in g.members):
             out[g.path] = {f"{member_name(m)}.{n}": v for m in g.members for n, v in out[m].items()}
     return out
+
+
+def layer_args(dump: RankDump) -> dict[str, dict[str, Any]]:
+    """Each layer's constructor arguments, as the dump keeps them (none in dumps older than them)."""
+    return {path: recorded_arguments(args) for path, args in dump.meta.get("layer_args", {}).items()}
+
+
+def recorded_step(events: list[Event], rank: int) -> StepRecord:
+    """A step of one rank's dump as a step record (its events carry the rank)."""
+    if rank:
+        events = [replace(e, rank=rank) for e in events]
+    phase = lambda ph: [e for e in events if e.phase is ph]  # noqa: E731
+    return StepRecord(
+        phase(Phase.FORWARD), phase(Phase.BACKWARD), [], optimizer=phase(Phase.OPTIMIZER), state=phase(Phase.STATE)
+    )

@@ -15,7 +15,6 @@ from typing import Any
 
 import numpy as np
 
-from nbdiff.align.arguments import recorded_arguments
 from nbdiff.align.fused import FusedGroup, member_name, stand_ins
 from nbdiff.align.pairing import Pair, Pairing
 from nbdiff.align.received import received_pairs
@@ -23,7 +22,7 @@ from nbdiff.engine.backward import GradsOf
 from nbdiff.engine.comparer import Plans, StepComparer, StepComparison
 from nbdiff.engine.conditioning import MARGIN
 from nbdiff.engine.drift import Explanation, drift_note, followed
-from nbdiff.engine.dump_steps import step_param_grads, subtree_params, updates_by_path
+from nbdiff.engine.dump_steps import layer_args, recorded_step, step_param_grads, subtree_params, updates_by_path
 from nbdiff.engine.forward import TolFn, api_local, by_statistics, received_differ, received_ratio, tensor_diffs
 from nbdiff.engine.layouts import converted, converted_records
 from nbdiff.engine.rebuilt import (
@@ -42,12 +41,12 @@ from nbdiff.engine.updates import GradientSpread, Snapshot, Updates
 from nbdiff.judge.blame import Divergence, EventDiff
 from nbdiff.judge.metrics import TensorDiff
 from nbdiff.trace.capture import BATCH_NORMS
-from nbdiff.trace.events import Event, Phase, TensorRecord
+from nbdiff.trace.events import Event, TensorRecord
 from nbdiff.trace.store import RankDump
 from nbdiff.weights.fused import fused_plan, unfused_plan
 from nbdiff.weights.plan import LayerWeights, plan_by_classes
 
-__all__ = ["RecordedComparer", "recorded_step", "layer_args"]
+__all__ = ["RecordedComparer"]
 
 
 _NOT_REBUILT = {
@@ -61,23 +60,8 @@ JUMP = 100.0
 sublayer, is where a difference came from: rounding grows through code, not by orders of magnitude."""
 
 
-def layer_args(dump: RankDump) -> dict[str, dict[str, Any]]:
-    """Each layer's constructor arguments, as the dump keeps them (none in dumps older than them)."""
-    return {path: recorded_arguments(args) for path, args in dump.meta.get("layer_args", {}).items()}
-
-
 def _value(records: tuple[TensorRecord, ...]) -> np.ndarray | None:
     return records[0].value if records else None
-
-
-def recorded_step(events: list[Event], rank: int) -> StepRecord:
-    """A step of one rank's dump as a step record (its events carry the rank)."""
-    if rank:
-        events = [replace(e, rank=rank) for e in events]
-    phase = lambda ph: [e for e in events if e.phase is ph]  # noqa: E731
-    return StepRecord(
-        phase(Phase.FORWARD), phase(Phase.BACKWARD), [], optimizer=phase(Phase.OPTIMIZER), state=phase(Phase.STATE)
-    )
 
 
 class RecordedComparer(StepComparer):
@@ -425,7 +409,7 @@ class RecordedComparer(StepComparer):
         """The running statistics step ``k`` moved, as the dumps kept them (:mod:`nbdiff.engine.state`)."""
         if not brec.state:
             return StepComparison()
-        momenta = {path: args.get("momentum") for path, args in layer_args(self.a).items()}
+        momenta = {path: args.get("momentum") for path, args in self.arguments[0].items()}
         found, diffs = recorded_state_diffs(
             (self.a.framework, self.b.framework), self.plans, brec, rrec, self.tol, self.mode, k, momenta
         )

@@ -109,7 +109,7 @@ def _layer_state(
     bfw, rfw = fws
     bl, rl = layers[0][plan.base_path], layers[1][plan.raw_path]
     own, theirs = _buffers(bfw, bl, plan.recursive), _buffers(rfw, rl, plan.recursive)
-    mine = {n: _value(bfw, t, kept and kept[0]) for n, t in own.items()}
+    mine = {n: _value(bfw, t, kept[0] if kept else None) for n, t in own.items()}
     if not mine or not theirs or any(v is None for v in mine.values()):
         return None
     try:
@@ -118,7 +118,7 @@ def _layer_state(
         start = plan.convert({n: before[id(t)] for n, t in own.items()}) if known and before else None
     except (KeyError, ValueError):
         return None
-    values = {n: _value(rfw, t, kept and kept[1]) for n, t in theirs.items() if n in converted}
+    values = {n: _value(rfw, t, kept[1] if kept else None) for n, t in theirs.items() if n in converted}
     values = {n: v for n, v in values.items() if v is not None}
     raw_start = {n: kept[2].get(id(theirs[n])) for n in values} if kept else {}
     # A running mean is a sum that cancels to ~0 behind a centred input: it rounds relative to

@@ -18,6 +18,7 @@ from nbdiff.engine.dump_steps import layer_args
 from nbdiff.engine.gathered import attributed, whole_dumps
 from nbdiff.engine.kept import KEEP_STEPS, KeptSteps
 from nbdiff.engine.options import check_framework_differences, check_keep_steps, check_tolerances
+from nbdiff.engine.outside import as_outside, recorded_writes
 from nbdiff.engine.recorded import RecordedComparer
 from nbdiff.errors import DumpError, OptionError
 from nbdiff.judge.blame import EventDiff
@@ -156,6 +157,7 @@ def _compare_step(
     updates = cmp.compare_updates(
         cmp.updates(pairing, brec, rrec), (lambda: cmp.gradient_spread(k)) if spread else None, step
     )
+    updates.findings = as_outside(updates.findings, recorded_writes(brec.optimizer, rrec.optimizer), k)
     state = cmp.compare_state(brec, rrec, k)
     findings = step.findings + updates.findings + state.findings
     if gathered is not None:

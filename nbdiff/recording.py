@@ -20,6 +20,7 @@ import numpy as np
 
 from nbdiff.align.arguments import layer_arguments, recorded_arguments
 from nbdiff.align.fused import layout_facts
+from nbdiff.align.optimizer_settings import optimizer_params
 from nbdiff.engine.options import check_recordable
 from nbdiff.errors import OptionError
 from nbdiff.frameworks import Framework, framework_of
@@ -156,6 +157,10 @@ class record:
             self._session.recorder.on_copy = self._writer.prepare
         try:
             self._session.install(self._stack, self._on_step)
+            # What each optimizer step left: a parameter written after it is the user's write, kept apart.
+            session = self._session
+            stepped = lambda opt: session.stepped({id(p) for p in optimizer_params(opt)})  # noqa: E731
+            self._stack.enter_context(self.fw.optimizer_steps(lambda opt: None, stepped))
         except BaseException:
             self._stack.close()
             self._writer.abandon()
@@ -210,7 +215,14 @@ class record:
         n = 0
         for i, (forward, backward, _) in enumerate(session.recorder.take_steps(session.grads)):
             k = first + i
-            updates = _updates(self.fw, self._layers, self._params, k, session.weights[k], session.weights[k + 1])
+            updates = _updates(
+                self.fw,
+                self._layers,
+                self._params,
+                k,
+                (session.weights[k], session.weights[k + 1]),
+                session.outside[k + 1],
+            )
             updates += _states(self.fw, self._layers, k, session.states[k], session.states[k + 1])
             backward = _with_uncalled_grads(self.fw, self._params, forward, backward, session.grads[k])
             if self.capture.keeps_step(k):
@@ -285,18 +297,29 @@ def _floating_only(e: Event) -> Event:
 
 
 def _updates(
-    fw: Framework, layers: dict[str, Any], params: dict[str, dict[str, Any]], step: int, before: Weights, after: Weights
+    fw: Framework,
+    layers: dict[str, Any],
+    params: dict[str, dict[str, Any]],
+    step: int,
+    weights: tuple[Weights, Weights],
+    written: dict[int, float],
 ) -> list[Event]:
-    """One optimizer event per layer whose own parameters changed during the step."""
+    """One optimizer event per layer whose own parameters changed during the step (``weights``: as it
+    began and as the next began); ``written``: the parameters written after the optimizer stepped, by
+    ``id``, with their norm ratio (the event's ``params``)."""
+    before, after = weights
     out: list[Event] = []
     for path, layer in layers.items():
-        records = []
+        records, writes = [], []
         for name, p in params[path].items():
             if id(p) in before and id(p) in after and not np.array_equal(before[id(p)], after[id(p)]):
                 delta = after[id(p)] - before[id(p)]
                 records.append(TensorRecord(name, tuple(delta.shape), fw.dtype_name(p), delta, None, fw.layout_of(p)))
+                if id(p) in written:
+                    writes.append(TensorRecord(name, (), "float64", np.array(written[id(p)], np.float64)))
         if records:
-            out.append(_param_event(fw, Phase.OPTIMIZER, step, len(out), path, layer, records))
+            e = _param_event(fw, Phase.OPTIMIZER, step, len(out), path, layer, records)
+            out.append(changed(e, params=tuple(writes)) if writes else e)
     return out
 
 

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from nbdiff.align.layer_map import LayerMap
-from nbdiff.align.optimizer_settings import OptimizerLog
+from nbdiff.align.optimizer_settings import OptimizerLog, optimizer_params
 from nbdiff.align.pairing import Pairing
 from nbdiff.engine.feed import feed_for
 from nbdiff.engine.kept import KEEP_STEPS
@@ -129,7 +129,8 @@ class watch:
             for side in (self._b, self._r):
                 side.install(stack, self._on_root(side))
             # The optimizers the cell steps, to name their settings when an update is blamed.
-            self._optimizers.listen(stack, (self.bfw, self.rfw))
+            # ... and what each step left: a parameter written after it is not the optimizer's doing.
+            self._optimizers.listen(stack, (self.bfw, self.rfw), self._stepped)
             seen = counter("nbdiff: steps seen")  # raw's calls, as the user's loop makes them
             self._seen = seen
             stack.callback(seen.close)
@@ -173,6 +174,11 @@ class watch:
             # +1.5 GiB larger after three interrupted 300-step loops, unless it is handed back.
             give_back_heap()
         return self.result
+
+    def _stepped(self, optimizer: Any) -> None:
+        held = {id(p) for p in optimizer_params(optimizer)}
+        for side in (self._b, self._r):
+            side.stepped(held)
 
     def _copy_by_structure(self) -> None:
         try:

@@ -16,9 +16,10 @@ def pair(bug=None, base_fw="torch", raw_fw="paddle"):
     return base, raw
 
 
-def train(model, path, steps=3, lr=0.1, late_bug_at=None, record_steps=None, **options):
+def train(model, path, steps=3, lr=0.1, late_bug_at=None, record_steps=None, after_update=None, **options):
     """Record ``steps`` SGD steps (``record_steps``: record's own ``steps``, the ones written); from step
-    ``late_bug_at`` on, the model's fc2 output is scaled by 1.01."""
+    ``late_bug_at`` on, the model's fc2 output is scaled by 1.01. ``after_update(k, model)``: the user's
+    code after the optimizer stepped in step ``k``."""
     if record_steps is not None:
         options["steps"] = record_steps
     import paddle
@@ -40,11 +41,13 @@ def train(model, path, steps=3, lr=0.1, late_bug_at=None, record_steps=None, **o
     else:
         opt = paddle.optimizer.SGD(learning_rate=lr, parameters=model.parameters())
     with nbdiff.record(model, path, **options) as rec:
-        for _ in range(steps):
+        for k in range(steps):
             x = torch.tensor(X) if is_torch else paddle.to_tensor(X)
             model(x).mean().backward()
             opt.step()
             opt.zero_grad() if is_torch else opt.clear_grad()
+            if after_update is not None:
+                after_update(k, model)
     return rec.path
 
 

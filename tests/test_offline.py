@@ -483,3 +483,30 @@ def test_recorded_running_statistics_find_a_momentum_bug_and_note_the_framework_
         else:
             d = result.first_divergence
             assert d is not None and (d.step, d.phase.value, d.base_path) == (0, "state", "bn1"), result.report()
+
+
+@pytest.mark.parametrize("dump_type", ["tensor", "statistics"])
+@pytest.mark.parametrize("written", ["base", "raw"])
+def test_a_weight_written_outside_the_optimizer_is_found_as_that_write_offline(tmp_path, written, dump_type):
+    # The port scales fc2's weight after step 1's update (clipping, an EMA): the dump keeps that it was
+    # written outside the optimizer, so compare blames the write, not the update or a setting.
+    base, raw = pair()
+
+    import torch
+
+    def scale(k, model):
+        if k == 1:
+            w = model.fc2.weight
+            if hasattr(w, "set_value"):
+                w.set_value(w.numpy() * 1.05)
+            else:
+                with torch.no_grad():
+                    w.mul_(1.05)
+
+    a = train(base, tmp_path / "a", steps=4, after_update=scale if written == "base" else None, dump_type=dump_type)
+    b = train(raw, tmp_path / "b", steps=4, after_update=scale if written == "raw" else None, dump_type=dump_type)
+    result = nbdiff.compare(a.parent, b.parent)
+    d = result.first_divergence
+    assert d is not None and (d.step, d.where, d.parameter) == (1, "outside", "fc2.weight"), result.report()
+    assert f"{written}'s `fc2.weight` changed outside the optimizer" in d.describe(), d.describe()
+    assert "norm x1.05" in d.describe() and not d.arguments

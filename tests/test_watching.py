@@ -158,9 +158,10 @@ def _deep(fw, n, jitter=False):
     return paddle.nn.Sequential(*layers)
 
 
-def _train(models, steps, *, accumulate=1, before_step=lambda k: None):
+def _train(models, steps, *, accumulate=1, before_step=lambda k: None, after_update=lambda k, i, m: None):
     """The user's loop: each step base then raw on a batch drawn from torch's and paddle's global
-    generators, SGD; with ``accumulate`` the gradients of that many calls are summed before one update."""
+    generators, SGD; with ``accumulate`` the gradients of that many calls are summed before one update.
+    ``after_update(k, i, model)``: the user's code after model ``i``'s optimizer stepped in step ``k``."""
     paddle = _paddle() if any(fw == "paddle" for fw, _ in models) else None
     opts, losses = [], []
     for fw, m in models:
@@ -180,6 +181,7 @@ def _train(models, steps, *, accumulate=1, before_step=lambda k: None):
                 pending[i] = 0.0
                 opt.step()
                 opt.clear_grad() if fw == "paddle" else opt.zero_grad()
+                after_update(k, i, m)
     return losses
 
 
@@ -372,3 +374,50 @@ def test_framework_differences_fail_makes_a_watched_framework_difference_fail():
     assert not w.result and d is not None and d.where == "framework" and d.base_path == "bn1", w.result.report()
     with pytest.raises(nbdiff.OptionError, match="framework_differences"):
         nbdiff.watch(t, p, framework_differences="ignore")
+
+
+def _scaled(model, fw, factor):
+    weight = model[2].weight  # the second Linear
+    if fw == "torch":
+        with torch.no_grad():
+            weight.mul_(factor)
+    else:
+        weight.set_value(weight.numpy() * factor)
+
+
+@pytest.mark.parametrize("written", ["base", "raw"])
+@pytest.mark.parametrize("direction", ["torch->paddle", "paddle->torch", "torch->torch"])
+def test_a_weight_written_outside_the_optimizer_is_that_write_not_an_update(direction, written):
+    # The port scales one weight in place after step 1's update (weight clipping, an EMA or spectral norm
+    # code do so): the optimizers agree, so no update and no optimizer setting is to blame.
+    if "paddle" in direction:
+        pytest.importorskip("paddle")
+    fws = direction.split("->")
+    side = 0 if written == "base" else 1
+    base, raw = _deep(fws[0], 3), _deep(fws[1], 3)
+
+    def clip(k, i, m):
+        if k == 1 and i == side:
+            _scaled(m, fws[i], 1.05)
+
+    torch.manual_seed(0)
+    with nbdiff.watch(base, raw, layer_map=None) as w:
+        _train([(fws[0], base), (fws[1], raw)], 4, after_update=clip)
+    d = w.result.first_divergence
+    assert d is not None and d.step == 1 and d.where == "outside", w.result.report()
+    assert d.parameter == "2.weight" and f"{written}'s `2.weight` changed outside the optimizer" in d.describe()
+    assert "between step 1's update and step 2 (norm x1.05)" in d.describe(), d.describe()
+    assert "no optimizer setting" in d.why() and not d.arguments, d.why()
+
+
+def test_the_same_write_on_both_sides_is_not_a_finding():
+    base, raw = _deep("torch", 3), _deep("torch", 3)
+
+    def clip(k, i, m):
+        if k == 1:
+            _scaled(m, "torch", 1.05)
+
+    torch.manual_seed(0)
+    with nbdiff.watch(base, raw, layer_map=None) as w:
+        _train([("torch", base), ("torch", raw)], 4, after_update=clip)
+    assert w.result.first_divergence is None, w.result.report()

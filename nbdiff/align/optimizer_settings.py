@@ -9,14 +9,14 @@ gradient: torch ``Adam(weight_decay=...)``, paddle ``Adam(weight_decay=...)``).
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from contextlib import ExitStack
 from typing import Any
 
 from nbdiff.align.arguments import ArgDiff
 from nbdiff.trace.stack import Frame, tool_roots, user_stack
 
-__all__ = ["optimizer_settings", "optimizer_diffs", "OptimizerLog"]
+__all__ = ["optimizer_settings", "optimizer_diffs", "optimizer_params", "OptimizerLog"]
 
 
 def _num(v: Any) -> Any:
@@ -72,7 +72,7 @@ def _lr_scale(param: Any) -> float:
     return float(scale) if isinstance(scale, (int, float)) else 1.0
 
 
-def _params(opt: Any) -> list[Any]:
+def optimizer_params(opt: Any) -> list[Any]:
     """Every parameter an optimizer holds, through its groups (torch's, or paddle's list of dicts)."""
     if getattr(opt, "param_groups", None):
         return [p for g in opt.param_groups for p in g["params"]]
@@ -127,10 +127,11 @@ class OptimizerLog:
         self._stacks: dict[int, list[tuple[Frame, ...]]] = {}
         self._framework: dict[int, str] = {}
 
-    def listen(self, stack: ExitStack, frameworks: Sequence[Any]) -> None:
-        """Log every optimizer step of these frameworks until ``stack`` closes (each framework once)."""
+    def listen(self, stack: ExitStack, frameworks: Sequence[Any], after: Callable[[Any], None] | None = None) -> None:
+        """Log every optimizer step of these frameworks until ``stack`` closes (each framework once);
+        ``after(optimizer)``: once each step has run."""
         for fw in {id(f): f for f in frameworks}.values():
-            stack.enter_context(fw.optimizer_steps(lambda opt, fw=fw: self.seen(opt, fw)))
+            stack.enter_context(fw.optimizer_steps(lambda opt, fw=fw: self.seen(opt, fw), after))
 
     def seen(self, opt: Any, fw: Any = None) -> None:
         if all(o is not opt for o in self.optimizers):
@@ -162,6 +163,6 @@ class OptimizerLog:
     def owner(self, param_ids: set[int]) -> Any:
         """The first optimizer that holds one of these parameters."""
         for opt in self.optimizers:
-            if any(id(p) in param_ids for p in _params(opt)):
+            if any(id(p) in param_ids for p in optimizer_params(opt)):
                 return opt
         return None

@@ -221,8 +221,11 @@ class Framework(Protocol):
         one layer of the other side does (a norm then its activation), to run again as that one does."""
         ...
 
-    def optimizer_steps(self, callback: Callable[[Any], None]) -> AbstractContextManager[Any]:
-        """Report each optimizer whose ``step`` runs while the block does (to read its settings)."""
+    def optimizer_steps(
+        self, callback: Callable[[Any], None], after: Callable[[Any], None] | None = None
+    ) -> AbstractContextManager[Any]:
+        """Report each optimizer whose ``step`` runs while the block does (to read its settings);
+        ``after``: once that step has run (to see what it left)."""
         ...
 
     def grad_enabled(self) -> bool: ...

@@ -279,12 +279,19 @@ class PaddleFramework:
     def sequence(self, layers: Sequence[Any]) -> Any:
         return paddle.nn.Sequential(*layers)  # the layers keep their own parents; this one is not kept
 
-    def optimizer_steps(self, callback: Any) -> AbstractContextManager[Any]:
+    def optimizer_steps(self, callback: Any, after: Any = None) -> AbstractContextManager[Any]:
         from nbdiff.trace.patching import patched
 
         classes = {paddle.optimizer.Optimizer, *(c for c in vars(paddle.optimizer).values() if isinstance(c, type))}
         targets = [(c, "step", "step") for c in classes if isinstance(c, type) and "step" in vars(c)]
-        return patched(targets, lambda name, args, kwargs, out: callback(args[0]) if args else None)
+
+        def stepped(name: str, args: tuple, kwargs: dict, out: Any) -> None:  # reported once the step ran
+            if args:
+                callback(args[0])
+                if after is not None:
+                    after(args[0])
+
+        return patched(targets, stepped)
 
     def grad_enabled(self) -> bool:
         return bool(paddle.is_grad_enabled())

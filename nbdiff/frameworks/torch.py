@@ -246,14 +246,17 @@ class TorchFramework:
         return torch.nn.Sequential(*layers)  # the layers keep their own parents; this one is not kept
 
     @contextmanager
-    def optimizer_steps(self, callback: Any) -> Iterator[None]:
-        from torch.optim.optimizer import register_optimizer_step_pre_hook
+    def optimizer_steps(self, callback: Any, after: Any = None) -> Iterator[None]:
+        from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 
-        handle = register_optimizer_step_pre_hook(lambda opt, args, kwargs: callback(opt))
+        handles = [register_optimizer_step_pre_hook(lambda opt, args, kwargs: callback(opt))]
+        if after is not None:
+            handles.append(register_optimizer_step_post_hook(lambda opt, args, kwargs: after(opt)))
         try:
             yield
         finally:
-            handle.remove()
+            for h in handles:
+                h.remove()
 
     def grad_enabled(self) -> bool:
         return bool(torch.is_grad_enabled())

@@ -88,7 +88,7 @@ class Divergence:
     where: str
     """``layer``, ``api`` (a framework call in a layer's own code, API-level tracing),
     ``between`` (the layer's own code between two sublayers), ``parameter`` (an
-    optimizer update), ``state`` (a running statistic), ``inputs`` (the models were
+    optimizer update), ``outside`` (a parameter written between two steps, outside the optimizer), ``state`` (a running statistic), ``inputs`` (the models were
     given different inputs), ``nonfinite`` (the first event producing NaN/Inf), ``framework``
     (a known framework difference, verified exactly: not the port's bug) or ``accumulated``."""
     between: tuple[str | None, str | None] = (None, None)
@@ -100,7 +100,8 @@ class Divergence:
     arguments: tuple[ArgDiff, ...] = ()
     """Constructor arguments of the blamed pair that differ (``eps: base 1e-05, raw 0.001``)."""
     explanation: str = ""
-    """For ``framework``: what differs between the frameworks and how it was verified."""
+    """For ``framework``: what differs between the frameworks and how it was verified; for ``outside``:
+    which side wrote which parameter, and by how much."""
     unpaired: tuple[str, ...] = ()
     """For ``between``: the calls that stayed unpaired there (``raw `act` (BadAct)``): the code at fault
     may be theirs."""
@@ -131,6 +132,8 @@ class Divergence:
         head = f"step {self.step}{f', rank {self.rank}' if self.rank else ''}, {self.phase.value}"
         if self.where == "parameter":
             return f"{head}: update of parameter `{self.parameter}` (layer `{b}` ~ raw `{r}`)"
+        if self.where == "outside":
+            return f"{head}: {self.explanation} (layer `{b}` ~ raw `{r}`)"
         if self.where == "framework":
             return f"{head}: framework difference in `{self.parameter}` (layer `{b}` ~ raw `{r}`)"
         if self.where == "state":
@@ -173,6 +176,11 @@ class Divergence:
         """What differs between the blamed pair: constructor arguments, or for an update the optimizer settings; ``""`` when nothing known does."""
         if self.where == "framework":
             return self.explanation
+        if self.where == "outside":
+            return (
+                "no optimizer setting: code between the steps wrote the parameter outside the optimizer (weight "
+                "clipping, an EMA, spectral norm, a manual write); compare that code on both sides"
+            )
         if self.base_type == "Loss" and not self.arguments and self.metrics.note:
             return self.metrics.note  # e.g. the two models return different numbers of outputs
         if self.where == "between" and not self.arguments:

@@ -112,7 +112,9 @@ class Event:
     """Forward: tensors returned. Backward: gradients arriving at the outputs.
     Optimizer: the update (after minus before)."""
     params: tuple[TensorRecord, ...] = ()
-    """Backward: gradients of the layer's own parameters, by parameter name."""
+    """Backward: gradients of the layer's own parameters, by parameter name. Optimizer: the parameters
+    written outside the optimizer after it stepped, before the next step began (clipping, an EMA),
+    each a scalar: its norm after the write over its norm as the optimizer left it."""
     args: tuple[str, ...] = ()
     """Reprs of the non-tensor arguments."""
     stack: tuple[Frame, ...] = ()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import zlib
 from collections.abc import Callable
 from contextlib import ExitStack
 from typing import Any
@@ -41,6 +42,10 @@ class ModelSession:
             t for _, lay in fw.named_layers(model) for _, t in fw.direct_params(lay) + fw.direct_buffers(lay)
             if not fw.is_trainable(t)
         ]  # fmt: skip
+        self.outside: list[dict[int, float]] = []
+        """Per step start (then the end): the parameters an optimizer stepped that were written since,
+        outside it (weight clipping, an EMA, a manual write), each with its norm after over before."""
+        self._stepped: dict[int, tuple[int, float]] = {}  # as the optimizers left them: checksum, norm
         self.dropout_off: list[str] = []
         """The dropout rates set to 0 while hooked (``"drop.p=0.3"``): the user's run is not the same."""
 
@@ -60,6 +65,7 @@ class ModelSession:
 
     def begin_step(self) -> None:
         self.weights.append(self.weights_now())
+        self.outside.append(self._written_since())
         self.states.append(self.state_now())
         self.grads.append({})
         self.steps += 1
@@ -67,7 +73,23 @@ class ModelSession:
     def end(self) -> None:
         """Keep the weights and statistics as the code left them (the end of the last step)."""
         self.weights.append(self.weights_now())
+        self.outside.append(self._written_since())
         self.states.append(self.state_now())
+
+    def stepped(self, param_ids: set[int]) -> None:
+        """An optimizer holding these parameters has just stepped: what it left, to tell a later write."""
+        for p in self.params:
+            if id(p) in param_ids:
+                self._stepped[id(p)] = _fingerprint(self.fw.to_numpy(p))
+
+    def _written_since(self) -> dict[int, float]:
+        """The parameters changed since an optimizer stepped them (read at a step boundary)."""
+        now, out = self.weights[-1], {}
+        for i, (checksum, norm) in self._stepped.items():
+            if i in now and (written := _fingerprint(now[i]))[0] != checksum:
+                out[i] = written[1] / norm if norm > 0 else float("inf")
+        self._stepped = {}
+        return out
 
     def state_now(self) -> Weights:
         """Copies of the non-trainable tensors now: a train-mode step moves running statistics."""
@@ -86,7 +108,7 @@ class ModelSession:
 
     def let_go(self, k: int) -> None:
         """Step ``k`` is compared: its weights and gradients are not needed again."""
-        self.weights[k], self.grads[k], self.states[k] = {}, {}, {}
+        self.weights[k], self.grads[k], self.states[k], self.outside[k] = {}, {}, {}, {}
 
     def grad_hook(self, param: Any) -> Any:
         def hook(grad: Any) -> None:
@@ -104,6 +126,13 @@ class ModelSession:
         for p in self.params:
             if id(p) in weights:
                 self.fw.set_value(p, weights[id(p)])
+
+
+def _fingerprint(value: np.ndarray) -> tuple[int, float]:
+    """A checksum of the bytes (exact, wherever the copy lies in memory) and the norm."""
+    value = np.ascontiguousarray(value)
+    flat = value.ravel()
+    return zlib.crc32(memoryview(value).cast("B")), float(np.sqrt(np.dot(flat, flat)))  # no float64 copy
 
 
 def _remove(handles: list[Handle]) -> None:

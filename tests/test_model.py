@@ -103,6 +103,21 @@ def test_detail_shows_where_each_side_built_the_layer(failed):
         assert "self.norm = " in line and built["function"].endswith(".__init__")
 
 
+def test_a_setting_one_optimizer_lacks_is_not_marked_as_differing_at_its_neutral_value():
+    # torch's SGD has momentum 0, paddle's SGD no momentum at all: only the learning rate differs.
+    import paddle
+    import torch
+
+    tb, pb = BUILDERS["mlp"]("torch"), BUILDERS["mlp"]("paddle")
+    opts = [torch.optim.SGD(tb.parameters(), lr=0.1), paddle.optimizer.SGD(0.3, parameters=pb.parameters())]
+    result = nbdiff.auto_diff(tb, pb, inputs("mlp"), optimizers=opts, steps=2)
+    tree = build_tree(result)
+    detail = node_detail(tree, tree.first)
+    settings = {s["name"]: s for s in detail["settings"]}
+    assert (settings["momentum"]["base"], settings["momentum"]["raw"]) == (0.0, None)
+    assert [s["name"] for s in detail["settings"] if s["differs"]] == ["lr"], detail["settings"]
+
+
 def test_an_update_row_says_update_and_shows_both_optimizers_settings():
     import paddle
     import torch

@@ -135,3 +135,11 @@ def test_a_learning_rate_set_for_one_parameter_group_is_named_for_every_paramete
     rows = result.options["optimizer_settings"]
     assert ["lr", 0.1, 0.3] in [[k, round(a, 6), round(b, 6)] for k, a, b in rows["fc3"] if k == "lr"]
     assert ["lr", 0.1, 0.1] in [[k, round(a, 6), round(b, 6)] for k, a, b in rows["fc1"] if k == "lr"]
+
+
+def test_a_setting_only_one_optimizer_has_differs_only_away_from_its_neutral_value():
+    from nbdiff.align.optimizer_settings import setting_differs
+
+    assert not setting_differs(0.0, None) and not setting_differs(None, "none") and not setting_differs(None, None)
+    assert setting_differs(0.9, None) and setting_differs(None, "ClipGradByNorm")
+    assert not setting_differs(0.1, 0.1 + 1e-12) and setting_differs(0.1, 0.3) and setting_differs("L2", "none")

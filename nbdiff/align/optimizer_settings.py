@@ -16,7 +16,7 @@ from typing import Any
 from nbdiff.align.arguments import ArgDiff
 from nbdiff.trace.stack import Frame, tool_roots, user_stack
 
-__all__ = ["optimizer_settings", "optimizer_diffs", "optimizer_params", "OptimizerLog"]
+__all__ = ["optimizer_settings", "optimizer_diffs", "optimizer_params", "setting_differs", "OptimizerLog"]
 
 
 def _num(v: Any) -> Any:
@@ -87,6 +87,14 @@ def _group_lrs(opt: Any) -> Any:
     if hasattr(opt, "param_groups"):
         return tuple(_num(g.get("lr")) for g in opt.param_groups)
     return _num(opt.get_lr()) if hasattr(opt, "get_lr") else None
+
+
+def setting_differs(a: Any, b: Any) -> bool:
+    """Whether two optimizers' values of one setting differ; ``None``: that optimizer has no such
+    setting, as the neutral value (paddle's SGD has no momentum, torch's has momentum 0)."""
+    if a is None or b is None:
+        return (a if b is None else b) not in (None, 0, 0.0, "none")
+    return not _same(a, b)
 
 
 def _same(a: Any, b: Any) -> bool:

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from nbdiff.align.arguments import argument_diffs
+from nbdiff.align.optimizer_settings import setting_differs
 from nbdiff.judge.blame import EventDiff
 from nbdiff.judge.metrics import TensorDiff
 from nbdiff.result import DiffResult
@@ -313,7 +314,7 @@ def node_detail(tree: TreeData, node_id: int) -> dict[str, Any]:
                 if m is not None:
                     m["name"] = t["name"]
         rows = tree.optimizer_settings.get(d.base.path, [])
-        detail["settings"] = [dict(name=n, base=b, raw=r, differs=b != r) for n, b, r in rows]
+        detail["settings"] = [dict(name=n, base=b, raw=r, differs=setting_differs(b, r)) for n, b, r in rows]
     return detail
 
 

@@ -227,7 +227,8 @@ class record:
             backward = _with_uncalled_grads(self.fw, self._params, forward, backward, session.grads[k])
             if self.capture.keeps_step(k):
                 # The weights once per run of recorded steps; compare adds the updates up to later ones.
-                starts = self.options["dump_type"] == "tensor" and (k == 0 or not self.capture.keeps_step(k - 1))
+                # (a statistics dump keeps their statistics: the magnitude an update's tolerance allows for)
+                starts = k == 0 or not self.capture.keeps_step(k - 1)
                 weights = _weights(self.fw, self._layers, self._params, k, session.weights[k]) if starts else []
                 weights = [e for e in weights if self.capture.keeps_values(e)]
                 self._writer.add_step(self._select(forward + backward + updates + weights))

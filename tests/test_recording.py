@@ -228,8 +228,9 @@ def test_a_long_recording_holds_no_step_in_memory(tmp_path):
 
 
 def test_a_recording_computes_statistics_as_it_copies_not_when_the_step_is_written(tmp_path, monkeypatch):
-    # Only the optimizer's updates (worked out when a step is handed over) are left to the write,
-    # where a writer thread works beside the training (a core is left for it).
+    # Only the optimizer's updates and the weights the first step began with (worked out when a step is
+    # handed over) are left to the write, where a writer thread works beside the training (a core is
+    # left for it).
     from nbdiff.frameworks.torch import TorchFramework
     from nbdiff.trace import events as events_module
     from nbdiff.trace import writer as store
@@ -250,7 +251,12 @@ def test_a_recording_computes_statistics_as_it_copies_not_when_the_step_is_writt
         finally:
             writing[0] = False
         written.append(
-            {id(t.value) for e in events if e.phase.value == "optimizer" for t in e.inputs + e.outputs + e.params}
+            {
+                id(t.value)
+                for e in events
+                if e.phase.value in ("optimizer", "weights")
+                for t in e.inputs + e.outputs + e.params
+            }
         )
 
     monkeypatch.setattr(store, "tensor_stats", counting)

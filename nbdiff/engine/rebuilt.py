@@ -62,6 +62,10 @@ class RebuiltSide:
     """The weights as the step seen last began: (step position, weights by layer path)."""
     _pending: tuple[int, int | None, list[Event]] = (-1, None, [])
     """The step seen last: position, training number, its updates (they lead to the next one's weights)."""
+    scales: dict[str, float] = field(default_factory=dict)
+    """Each layer's largest weight magnitude, at most, after the step seen last: its recorded weights'
+    (values or statistics) plus every update since. An update is the difference of two weights rounded
+    at their magnitude, which its tolerance's floor allows for."""
     _classes: dict[str, Any] = field(default_factory=dict)
     _built: dict[tuple[str, int], tuple[Framework, Any] | str] = field(default_factory=dict)
     """The last layers rebuilt (a layer called several times in a row is built once)."""
@@ -80,6 +84,14 @@ class RebuiltSide:
         if k == 0:
             self.first = held
         self._pending = (k, number, [e for e in events if e.phase is Phase.OPTIMIZER])
+        self._scaled(events)
+
+    def _scaled(self, events: list[Event]) -> None:
+        if any(e.phase is Phase.WEIGHTS for e in events):
+            self.scales = {e.path: _largest(e.outputs) for e in events if e.phase is Phase.WEIGHTS}
+        for e in events:
+            if e.phase is Phase.OPTIMIZER:
+                self.scales[e.path] = self.scales.get(e.path, 0.0) + _largest(e.outputs)
 
     def weights_at(self, k: int) -> Weights | None:
         """Every recorded layer's weights as step position ``k`` began (the step seen last only)."""
@@ -193,8 +205,21 @@ def _number(events: list[Event]) -> int | None:
     return events[0].step if events else None
 
 
+def _largest(records: tuple[TensorRecord, ...]) -> float:
+    """The largest magnitude among ``records``, from their values or their statistics."""
+    out = 0.0
+    for t in records:
+        if t.value is not None and t.value.size:
+            finite = np.abs(t.value[np.isfinite(t.value)]) if not np.isfinite(t.value).all() else np.abs(t.value)
+            out = max(out, float(finite.max(initial=0.0)))
+        elif t.stats is not None:
+            out = max(out, abs(t.stats.min), abs(t.stats.max))
+    return out
+
+
 def _weights_of(events: list[Event]) -> Weights | None:
-    found = [e for e in events if e.phase is Phase.WEIGHTS]
+    """The weights a step's dump keeps (``None``: none, or their statistics only)."""
+    found = [e for e in events if e.phase is Phase.WEIGHTS and any(t.value is not None for t in e.outputs)]
     if not found:
         return None
     # The arrays are added to, never written: no copies.

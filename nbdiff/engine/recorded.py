@@ -395,14 +395,17 @@ class RecordedComparer(StepComparer):
         )
 
     def updates(self, pairing: Pairing, brec: StepRecord, rrec: StepRecord) -> dict[str, Updates]:
-        """The step's optimizer events by plan (a fused group's members' as one): the dump keeps
-        updates, not the weights."""
+        """The step's optimizer events by plan (a fused group's members' as one), with the magnitude of
+        raw's weights they moved (:attr:`RebuiltSide.scales`)."""
         ba, ra = updates_by_path(brec.optimizer, pairing, "base"), updates_by_path(rrec.optimizer, pairing, "raw")
+        scales = self.sides[1].scales
         out = {}
         for key, plan in self.plans.items():
             be, re_ = ba.get(key), ra.get(plan.raw_path)
             if be is not None and re_ is not None:
-                out[key] = Updates(be, re_)
+                under = plan.raw_path + "." if plan.raw_path else ""
+                scale = max((v for p, v in scales.items() if p == plan.raw_path or p.startswith(under)), default=0.0)
+                out[key] = Updates(be, re_, scale)
         return out
 
     def compare_state(self, brec: StepRecord, rrec: StepRecord, k: int) -> StepComparison:

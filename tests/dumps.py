@@ -16,10 +16,10 @@ def pair(bug=None, base_fw="torch", raw_fw="paddle"):
     return base, raw
 
 
-def train(model, path, steps=3, lr=0.1, late_bug_at=None, record_steps=None, after_update=None, **options):
+def train(model, path, steps=3, lr=0.1, late_bug_at=None, record_steps=None, after_update=None, fc3_lr=1.0, **options):
     """Record ``steps`` SGD steps (``record_steps``: record's own ``steps``, the ones written); from step
     ``late_bug_at`` on, the model's fc2 output is scaled by 1.01. ``after_update(k, model)``: the user's
-    code after the optimizer stepped in step ``k``."""
+    code after the optimizer stepped in step ``k``. ``fc3_lr``: fc3's parameter group's learning rate, times ``lr``."""
     if record_steps is not None:
         options["steps"] = record_steps
     import paddle
@@ -36,10 +36,12 @@ def train(model, path, steps=3, lr=0.1, late_bug_at=None, record_steps=None, aft
             return out * 1.01 if calls["n"] > late_bug_at else out
 
         model.fc2.forward = fc2
+    head = [p for n, p in model.named_parameters() if n.startswith("fc3.")]
+    rest = [p for n, p in model.named_parameters() if not n.startswith("fc3.")]
     if is_torch:
-        opt = torch.optim.SGD(model.parameters(), lr=lr)
-    else:
-        opt = paddle.optimizer.SGD(learning_rate=lr, parameters=model.parameters())
+        opt = torch.optim.SGD([{"params": rest}, {"params": head, "lr": lr * fc3_lr}], lr=lr)
+    else:  # paddle: a group's learning rate scales the optimizer's
+        opt = paddle.optimizer.SGD(lr, parameters=[{"params": rest}, {"params": head, "learning_rate": fc3_lr}])
     with nbdiff.record(model, path, **options) as rec:
         for k in range(steps):
             x = torch.tensor(X) if is_torch else paddle.to_tensor(X)

@@ -8,7 +8,8 @@ pytest.importorskip("paddle")
 
 import nbdiff  # noqa: E402
 from nbdiff.errors import DumpError  # noqa: E402
-from tests.dumps import momentum_pair, pair, record_training, train  # noqa: E402
+from tests.dumps import X, momentum_pair, pair, record_training, train  # noqa: E402
+from tests.fault_suite.models import BUILDERS  # noqa: E402
 
 
 @pytest.mark.parametrize("base_fw,raw_fw", [("torch", "paddle"), ("paddle", "torch")])
@@ -549,3 +550,19 @@ def test_updates_one_rounding_of_their_weights_apart_agree_offline(tmp_path, dum
         folders.append(rec.path)
     result = nbdiff.compare(*folders)
     assert result, result.report()
+
+
+@pytest.mark.parametrize("base_fw,raw_fw", [("torch", "paddle"), ("paddle", "torch")])
+def test_a_group_learning_rate_behind_an_upstream_bug_is_found_offline_too(tmp_path, base_fw, raw_fw):
+    # The port has a LayerNorm eps bug and gives fc3's parameter group 3x the learning rate: every
+    # gradient after the norm differs, so fc3's update was read as inheriting the eps bug and the
+    # learning rate went unsaid. Each side's update over its own gradient still tells it (plain SGD).
+    base, raw = BUILDERS["mlp"](base_fw), BUILDERS["mlp"](raw_fw, "eps")
+    nbdiff.assign_weight(base, raw, inputs=X)
+    a, b = train(base, tmp_path / "a"), train(raw, tmp_path / "b", fc3_lr=3.0)
+    result = nbdiff.compare(a.parent, b.parent)
+    found = {(f.step, f.phase.value, f.base_path) for f in result.findings}
+    assert {(0, "forward", "norm"), (0, "optimizer", "fc3")} <= found, result.report()
+    fc3 = next(f for f in result.findings if f.base_path == "fc3")
+    assert "base -0.1, raw -0.3 (x3" in fc3.why(), fc3.why()
+    assert not any(f.phase.value == "optimizer" and f.base_path in ("fc1", "fc2") for f in result.findings)

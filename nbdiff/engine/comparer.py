@@ -19,6 +19,7 @@ from nbdiff.engine.backward import GradsOf, backward_diffs
 from nbdiff.engine.conditioning import MARGIN, Floor, Noise
 from nbdiff.engine.drift import Explanation
 from nbdiff.engine.forward import TolFn, api_local, forward_diffs
+from nbdiff.engine.step_size import noted, step_sizes_apart
 from nbdiff.engine.stepping import StepRecord
 from nbdiff.engine.updates import GradientSpread, Updates, name_parameter, update_diffs
 from nbdiff.errors import PairingError
@@ -222,6 +223,11 @@ class StepComparer:
         the step), where ``grads`` cannot say by how much (a statistics dump)."""
         diffs = update_diffs(self.plans, updates, self.tol, self.mode, grads)
         differed = _differing_gradients(step.diffs) if step is not None else set()
+        if differed and step is not None:
+            # Where the gradients differed, each side's update over its own gradient still tells a
+            # learning rate apart (plain SGD); those updates are the optimizers' own error.
+            apart = step_sizes_apart(self.plans, updates, step.diffs)
+            diffs, differed = noted(diffs, apart), differed - apart.keys()
         own = lambda d: tuple(t for t in d.tensors if (d.raw.path, t.name) not in differed)  # noqa: E731
         found, _ = blame_all(diffs, own, final=lambda d: not all(t.passed for t in own(d)))
         return StepComparison([name_parameter(f, self.plans) for f in found], diffs)

@@ -181,8 +181,9 @@ class Divergence:
                 "no optimizer setting: code between the steps wrote the parameter outside the optimizer (weight "
                 "clipping, an EMA, spectral norm, a manual write); compare that code on both sides"
             )
-        if self.base_type == "Loss" and not self.arguments and self.metrics.note:
-            return self.metrics.note  # e.g. the two models return different numbers of outputs
+        if (self.base_type == "Loss" or self.where == "parameter") and not self.arguments and self.metrics.note:
+            # e.g. the two models return different numbers of outputs; an update's step size read from a dump
+            return self.metrics.note
         if self.where == "between" and not self.arguments:
             prev, nxt = self.between
             place = " and ".join(f"`{x}`" for x in (prev, nxt) if x) or "its sublayers"

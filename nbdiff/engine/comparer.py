@@ -222,7 +222,11 @@ class StepComparer:
         whose parameter's gradient already differed there inherits that (its cause is a finding of
         the step), where ``grads`` cannot say by how much (a statistics dump)."""
         diffs = update_diffs(self.plans, updates, self.tol, self.mode, grads)
-        differed = _differing_gradients(step.diffs) if step is not None else set()
+        compared, differed = _gradients(step.diffs) if step is not None else (set(), set())
+        if differed:
+            # A parameter whose gradients were not compared (its layer has no backward pair) may have
+            # been given what differed too: judged only where it evidently was not.
+            differed |= {(d.raw.path, t.name) for d in diffs for t in d.tensors} - compared
         if differed and step is not None:
             # Where the gradients differed, each side's update over its own gradient still tells a
             # learning rate apart (plain SGD); those updates are the optimizers' own error.
@@ -240,15 +244,28 @@ class StepComparer:
         return kept
 
 
-def _differing_gradients(diffs: list[EventDiff]) -> set[tuple[str, str]]:
-    """``(raw layer path, parameter name)`` of every parameter gradient a step's backward found differing,
-    or near it (within :data:`MARGIN` of its tolerance: an update is judged by its own tolerance)."""
-    out = set()
+def _gradients(diffs: list[EventDiff]) -> tuple[set[tuple[str, str]], set[tuple[str, str]]]:
+    """``(raw layer path, parameter name)`` of every parameter gradient a step's backward compared, and of
+    those it found differing, or near it (within :data:`MARGIN` of its tolerance: an update is judged
+    by its own tolerance)."""
+    compared, differed = set(), set()
     for d in diffs:
-        if d.base.phase is Phase.BACKWARD:
-            names = {t.name for t in d.raw.params}
-            out |= {(d.raw.path, t.name) for t in d.tensors if t.name in names and t.ratio * MARGIN > 1}
-    return out
+        if d.base.phase is not Phase.BACKWARD:
+            continue
+        names = {t.name for t in d.raw.params}
+        for t in d.tensors:
+            if t.name not in names:
+                continue
+            # A sublayer used without being called (MultiheadAttention's out_proj): its gradient is in
+            # its caller's event, its update under its own path.
+            owner, _, leaf = t.name.rpartition(".")
+            keys = {(d.raw.path, t.name)} | (
+                {(f"{d.raw.path}.{owner}" if d.raw.path else owner, leaf)} if owner else set()
+            )
+            compared |= keys
+            if t.ratio * MARGIN > 1:
+                differed |= keys
+    return compared, differed
 
 
 def _explained(found: list[Divergence], why: Explanation | None, notes: list[str]) -> list[Divergence]:

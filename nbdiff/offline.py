@@ -1,7 +1,7 @@
 """``compare``: two dumps written by :func:`nbdiff.record`, every step of every rank.
 
 Each step goes through the same comparisons as a live one (:mod:`nbdiff.engine`), by a
-:class:`~nbdiff.engine.recorded.RecordedComparer` per rank; what the dumps cannot give (a
+:class:`~nbdiff.engine.recorded.comparer.RecordedComparer` per rank; what the dumps cannot give (a
 replay) is judged from what they hold.
 """
 
@@ -14,14 +14,13 @@ from typing import Any
 from nbdiff.align.pairing import Pairing
 from nbdiff.align.shards import Gathered
 from nbdiff.engine.driver import Verdict
-from nbdiff.engine.dump_steps import layer_args
-from nbdiff.engine.gathered import attributed, whole_dumps
 from nbdiff.engine.kept import KEEP_STEPS, KeptSteps
 from nbdiff.engine.options import check_framework_differences, check_keep_steps, check_tolerances
-from nbdiff.engine.outside import as_outside, recorded_writes
-from nbdiff.engine.recorded import RecordedComparer
+from nbdiff.engine.recorded.comparer import RecordedComparer
+from nbdiff.engine.recorded.dump_steps import layer_args
+from nbdiff.engine.recorded.gathered import whole_dumps
+from nbdiff.engine.recorded.steps import compare_recorded_step
 from nbdiff.errors import DumpError, OptionError
-from nbdiff.judge.blame import EventDiff
 from nbdiff.judge.tolerance import Tolerance, resolve_tolerance
 from nbdiff.result import DiffResult
 from nbdiff.trace.events import Event
@@ -85,7 +84,7 @@ def compare(
                     f"rank {rank}, step {k}: cut short by an exception in {', '.join(cut)}; not compared."
                 )
                 continue
-            diverged, diffs, pairing = _compare_step(cmp, k, rank, verdict, gathered)
+            diverged, diffs, pairing = compare_recorded_step(cmp, k, rank, verdict, gathered)
             kept.add(k, rank, diverged, diffs)
             unmatched.add(pairing)
         if gathered is not None:
@@ -139,34 +138,6 @@ def _gathers(ranks_a: dict[int, Any], ranks_b: dict[int, Any], shards: Mapping[s
     return bool(shards) or any(
         manifest_of(folder).get("param_layouts") for ranks in (ranks_a, ranks_b) for folder in ranks.values()
     )
-
-
-def _compare_step(
-    cmp: RecordedComparer, k: int, rank: int, verdict: Verdict, gathered: Gathered | None = None
-) -> tuple[bool, list[EventDiff], Pairing]:
-    """Step ``k`` of one rank: forward and backward, then the updates (their gradients folded into
-    the spread until the rank's first divergence), then the running statistics it moved."""
-    brec, rrec = cmp.read_step(k, rank)
-    pairing, notes = cmp.pair(brec, rrec)
-    verdict.warnings += notes
-    # Weights that drifted through updates that agreed explain what no layer makes on its own, as
-    # live (nbdiff.engine.drift); after a divergence, later steps are for the chart.
-    drift = cmp.drift_at(k) if cmp.spread is not None else None
-    step = cmp.compare(pairing, brec, rrec, drift=drift)
-    spread = cmp.spread
-    updates = cmp.compare_updates(
-        cmp.updates(pairing, brec, rrec), (lambda: cmp.gradient_spread(k)) if spread else None, step
-    )
-    updates.findings = as_outside(updates.findings, recorded_writes(brec.optimizer, rrec.optimizer), k)
-    state = cmp.compare_state(brec, rrec, k)
-    findings = step.findings + updates.findings + state.findings
-    if gathered is not None:
-        findings = attributed(findings, gathered)
-    verdict.warnings += step.notes + updates.notes + state.notes
-    diverged = verdict.step_done(k, findings, rank)
-    if diverged:
-        cmp.spread = None  # after a divergence, later steps are for the chart
-    return diverged and verdict.at == (k, rank), step.diffs + updates.diffs + state.diffs, pairing
 
 
 def _unfinished(a: RankDump, b: RankDump, rank: int, dirs: tuple[Any, Any], ignore_unmatched: bool) -> list[str]:

@@ -18,9 +18,10 @@ import numpy as np
 from nbdiff.align.layer_map import LayerMap
 from nbdiff.align.optimizer_settings import OptimizerLog, optimizer_params
 from nbdiff.align.pairing import Pairing
-from nbdiff.engine.feed import feed_for
 from nbdiff.engine.kept import KEEP_STEPS
-from nbdiff.engine.live import LiveComparer
+from nbdiff.engine.live.comparer import LiveComparer
+from nbdiff.engine.live.feed import feed_for
+from nbdiff.engine.live.watched import WatchedSteps
 from nbdiff.engine.options import (
     check_comparison,
     check_framework_differences,
@@ -31,7 +32,6 @@ from nbdiff.engine.options import (
 from nbdiff.engine.progress import counter, progress
 from nbdiff.engine.spill import SPILL_ABOVE_MIB, spilled
 from nbdiff.engine.stepping import StepRecord
-from nbdiff.engine.watched import WatchedSteps
 from nbdiff.errors import InputError, NbdiffError, WeightTransferError
 from nbdiff.frameworks import framework_of
 from nbdiff.judge.blame import require_compared

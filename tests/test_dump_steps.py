@@ -3,7 +3,7 @@
 import numpy as np
 
 from nbdiff.align.fused import FusedGroup
-from nbdiff.engine.dump_steps import step_param_grads, subtree_params
+from nbdiff.engine.recorded.dump_steps import step_param_grads, subtree_params
 from nbdiff.trace.events import Event, Kind, Phase, TensorRecord
 
 

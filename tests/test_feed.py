@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from nbdiff.engine.feed import path_guess, same_feed
+from nbdiff.engine.live.feed import path_guess, same_feed
 from nbdiff.engine.stepping import StepRecord
 from nbdiff.trace.calls import Feed
 from nbdiff.trace.events import Event, Kind, Phase
@@ -56,15 +56,15 @@ X = np.random.default_rng(0).standard_normal((5, 6)).astype("float32")
 @pytest.fixture()
 def raw_steps(monkeypatch):
     """The steps raw is run for (not counting replays of single layers)."""
-    import nbdiff.diff
+    import nbdiff.engine.live.steps as live_steps
 
-    calls, run_step = [], nbdiff.diff.run_step
+    calls, run_step = [], live_steps.run_step
 
     def counted(*args, **kwargs):
         calls.extend([kwargs["step"]] if kwargs["side"] == "raw" else [])
         return run_step(*args, **kwargs)
 
-    monkeypatch.setattr(nbdiff.diff, "run_step", counted)
+    monkeypatch.setattr(live_steps, "run_step", counted)
     return calls
 
 

@@ -101,3 +101,21 @@ def test_imports_point_one_way_between_the_stages():
         if rank_of(t) > rank_of(mod) and not any(mod == a and t.startswith(b) for a, b in _FACADES)
     ]
     assert wrong == []
+
+
+def test_the_engines_rooms_import_its_spine_and_never_each_other():
+    # Where a step comes from (engine/live: the models; engine/recorded: the dumps) is a room each: the
+    # shared comparison (the engine's other modules) imports neither, and neither imports the other.
+    rooms = ("nbdiff.engine.live", "nbdiff.engine.recorded")
+
+    def room_of(mod: str) -> str | None:
+        return next((r for r in rooms if mod == r or mod.startswith(r + ".")), None)
+
+    wrong = [
+        f"{mod} -> {t}"
+        for mod, targets in _import_graph().items()
+        if mod.startswith("nbdiff.engine")
+        for t in targets
+        if room_of(t) is not None and room_of(t) != room_of(mod)
+    ]
+    assert wrong == []

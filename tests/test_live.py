@@ -3,7 +3,7 @@ import paddle
 import pytest
 import torch
 
-from nbdiff.engine.live import LiveComparer, held_param_grads, live_param_grads
+from nbdiff.engine.live.comparer import LiveComparer, held_param_grads, live_param_grads
 from nbdiff.engine.stepping import run_step
 from nbdiff.frameworks import framework_of
 from nbdiff.judge.tolerance import resolve_tolerance

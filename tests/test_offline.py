@@ -210,7 +210,7 @@ def test_each_steps_gradients_are_read_once_however_many_updates_they_explain(tm
     # a long dump's comparison grew with the square of its length (and held every step read).
     torch = pytest.importorskip("torch")
 
-    from nbdiff.engine import recorded
+    from nbdiff.engine.recorded import comparer as recorded
     from tests.test_drift import models_with_a_noisy_gradient
 
     x = torch.tensor(np.random.RandomState(1).randn(32, 8).astype("float32"))

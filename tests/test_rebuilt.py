@@ -13,7 +13,7 @@ pytest.importorskip("torch")
 pytest.importorskip("paddle")
 
 import nbdiff  # noqa: E402
-from nbdiff.engine.rebuilt import RebuiltSide  # noqa: E402
+from nbdiff.engine.recorded.rebuilt import RebuiltSide  # noqa: E402
 from nbdiff.trace.store import read_dump  # noqa: E402
 from tests.dumps import X, pair, train  # noqa: E402
 

@@ -5,7 +5,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from nbdiff.engine.recomputed import batch_norm_of, rounding_move
+from nbdiff.engine.recorded.recomputed import batch_norm_of, rounding_move
 from nbdiff.trace.events import Event, Kind, Phase, TensorRecord
 
 torch = pytest.importorskip("torch")

@@ -285,7 +285,7 @@ def test_a_bug_that_starts_late_in_a_long_watch_is_blamed_at_its_step(direction)
 
 
 def test_an_error_comparing_while_the_loop_runs_leaves_the_loop_alone_and_is_raised_at_the_end(monkeypatch):
-    from nbdiff.engine.live import LiveComparer
+    from nbdiff.engine.live.comparer import LiveComparer
 
     real = LiveComparer.compare
     seen = []

@@ -3,7 +3,7 @@
 How a step is compared (each stage a module):
 
 1. **Run and record** (:mod:`~nbdiff.engine.stepping`): one model's forward, loss and backward,
-   recorded as events; ``single_step`` feeds raw base's inputs (:mod:`~nbdiff.engine.feed`).
+   recorded as events; ``single_step`` feeds raw base's inputs (:mod:`~nbdiff.engine.live.feed`).
 2. **Pair and plan** (:class:`~nbdiff.engine.comparer.StepComparer`): the two steps' layer calls
    are paired; the first step's pairing decides the weight plans (which tensors of a base layer are
    which of raw's) and notes constants that differ (:mod:`~nbdiff.engine.constants`).
@@ -13,8 +13,8 @@ How a step is compared (each stage a module):
    (:mod:`~nbdiff.engine.layouts`).
 4. **Blame**: every own error is a finding. Its local error comes from the kind of step: a live
    one replays the layer on base's inputs (:mod:`~nbdiff.engine.replay`,
-   :class:`~nbdiff.engine.live.LiveComparer`); a recorded one judges it from the dump
-   (:class:`~nbdiff.engine.recorded.RecordedComparer`). Rounding that a computation amplifies
+   :class:`~nbdiff.engine.live.comparer.LiveComparer`); a recorded one judges it from the dump
+   (:class:`~nbdiff.engine.recorded.comparer.RecordedComparer`). Rounding that a computation amplifies
    (:mod:`~nbdiff.engine.conditioning`) and weights that drifted through agreeing updates
    (:mod:`~nbdiff.engine.drift`) are notes, not findings.
 5. **Verdict** (:class:`~nbdiff.engine.driver.Verdict`): each step's comparison is kept; the first

@@ -1,9 +1,9 @@
 """One step of two models, compared and blamed: pairing, forward, backward, updates, findings.
 
 :class:`StepComparer` is the one comparison every verb runs; the two kinds of step differ only in
-where what is not in the records comes from. A live step (:class:`nbdiff.engine.live.LiveComparer`:
+where what is not in the records comes from. A live step (:class:`nbdiff.engine.live.comparer.LiveComparer`:
 ``auto_diff``, ``watch``) has the models: it measures local errors by replay and reads parameter
-gradients from the layers. A recorded step (:class:`nbdiff.engine.recorded.RecordedComparer`:
+gradients from the layers. A recorded step (:class:`nbdiff.engine.recorded.comparer.RecordedComparer`:
 ``compare``) has the dumps: local errors are judged from what they hold, gradients read from them.
 """
 

@@ -42,7 +42,7 @@ rounding past any tolerance (two per channel at the end of a ResNet run on a bat
 def amplifies(e: Event) -> bool:
     """A BatchNorm call (or its gradient) over at most :data:`FEW_PER_CHANNEL` values per channel:
     every dump keeps its values, which are few, so that compare can recompute it
-    (:mod:`nbdiff.engine.recomputed`) and tell its amplified rounding from a port difference. Running
+    (:mod:`nbdiff.engine.recorded.recomputed`) and tell its amplified rounding from a port difference. Running
     statistics (one value per channel) too: a known framework difference is verified from their values."""
     if e.phase is Phase.STATE:
         return True

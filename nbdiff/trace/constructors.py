@@ -2,7 +2,7 @@
 
 ``repro`` writes them into a script, and ``record`` keeps them in the dump, so that ``compare``
 can rebuild a blamed layer from its class and measure its local error as ``auto_diff`` does
-(:mod:`nbdiff.engine.rebuilt`). Only literal arguments are kept (numbers, strings, booleans and
+(:mod:`nbdiff.engine.recorded.rebuilt`). Only literal arguments are kept (numbers, strings, booleans and
 tuples of them): a layer built from a config object cannot be rebuilt this way.
 """
 

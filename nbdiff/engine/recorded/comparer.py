@@ -22,10 +22,16 @@ from nbdiff.engine.backward import GradsOf
 from nbdiff.engine.comparer import Plans, StepComparer, StepComparison
 from nbdiff.engine.conditioning import MARGIN
 from nbdiff.engine.drift import Explanation, drift_note, followed
-from nbdiff.engine.dump_steps import layer_args, recorded_step, step_param_grads, subtree_params, updates_by_path
 from nbdiff.engine.forward import TolFn, api_local, by_statistics, received_differ, received_ratio, tensor_diffs
 from nbdiff.engine.layouts import converted, converted_records
-from nbdiff.engine.rebuilt import (
+from nbdiff.engine.recorded.dump_steps import (
+    layer_args,
+    recorded_step,
+    step_param_grads,
+    subtree_params,
+    updates_by_path,
+)
+from nbdiff.engine.recorded.rebuilt import (
     RebuiltSide,
     mirrored,
     plan_snapshot,
@@ -33,7 +39,7 @@ from nbdiff.engine.rebuilt import (
     rebuilt_local_backward,
     weightless,
 )
-from nbdiff.engine.recomputed import BatchNormCall, read_off, recorded_batch_norm, rounding_move
+from nbdiff.engine.recorded.recomputed import BatchNormCall, read_off, recorded_batch_norm, rounding_move
 from nbdiff.engine.replay import compare_param_grads
 from nbdiff.engine.state import recorded_state_diffs
 from nbdiff.engine.stepping import StepRecord
@@ -223,7 +229,7 @@ class RecordedComparer(StepComparer):
         return self._own_code(own, kids, "outputs", "inputs")
 
     def _rebuilt(self, d: EventDiff) -> tuple[TensorDiff, ...] | None:
-        """Raw's layer rebuilt from its dump and run on base's inputs (:mod:`nbdiff.engine.rebuilt`)."""
+        """Raw's layer rebuilt from its dump and run on base's inputs (:mod:`nbdiff.engine.recorded.rebuilt`)."""
         local = rebuilt_local(
             d.base, (self.sides[1], d.raw), self.position, self._compare, self._training(d.raw), self._followed(d.base)
         )
@@ -308,7 +314,7 @@ class RecordedComparer(StepComparer):
         return local
 
     def _recomputed(self, d: EventDiff) -> tuple[TensorDiff, ...] | None:
-        """Base's BatchNorm run on raw's inputs (:mod:`nbdiff.engine.recomputed`): its own error, where
+        """Base's BatchNorm run on raw's inputs (:mod:`nbdiff.engine.recorded.recomputed`): its own error, where
         the rounding it amplifies does not explain it."""
         call = self._batch_norm(d.base)
         x = _value(d.raw.inputs)

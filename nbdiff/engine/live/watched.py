@@ -19,7 +19,7 @@ from nbdiff.engine.drift import drift_note, followed
 from nbdiff.engine.driver import Verdict
 from nbdiff.engine.forward import TolFn
 from nbdiff.engine.kept import KeptSteps
-from nbdiff.engine.live import LiveComparer, ParamGrads, held_param_grads
+from nbdiff.engine.live.comparer import LiveComparer, ParamGrads, held_param_grads
 from nbdiff.engine.outside import as_outside, outside_writes
 from nbdiff.engine.stepping import StepRecord
 from nbdiff.engine.updates import GradientSpread, Snapshot, in_raw_layout

@@ -1,7 +1,7 @@
 """One recorded step's events as a step record, and looked up by layer: its updates (a fused group's as
 one event), and its parameter gradients (a layer's with its sublayers', or summed over its calls); each
 layer's constructor arguments, as the dump keeps them. What
-:class:`nbdiff.engine.recorded.RecordedComparer` reads of a dump besides the events it pairs."""
+:class:`nbdiff.engine.recorded.comparer.RecordedComparer` reads of a dump besides the events it pairs."""
 
 from __future__ import annotations
 

@@ -66,6 +66,12 @@ class EventDiff:
         return all(t.passed for t in self.tensors)
 
 
+_WRITTEN_OUTSIDE = (
+    "no optimizer setting: code between the steps wrote the parameter outside the optimizer (weight clipping, an EMA, "
+    "spectral norm, a manual write); compare that code on both sides"
+)
+
+
 @dataclass(frozen=True)
 class Divergence:
     """Where the two models first stop agreeing."""
@@ -87,8 +93,8 @@ class Divergence:
     raw_stack: tuple[Frame, ...]
     where: str
     """``layer``, ``api`` (a framework call in a layer's own code, API-level tracing),
-    ``between`` (the layer's own code between two sublayers), ``parameter`` (an
-    optimizer update), ``outside`` (a parameter written between two steps, outside the optimizer), ``state`` (a running statistic), ``inputs`` (the models were
+    ``between`` (the layer's own code between two sublayers), ``parameter`` (an optimizer update),
+    ``outside`` (a parameter written between two steps), ``state`` (a running statistic), ``inputs`` (the models were
     given different inputs), ``nonfinite`` (the first event producing NaN/Inf), ``framework``
     (a known framework difference, verified exactly: not the port's bug) or ``accumulated``."""
     between: tuple[str | None, str | None] = (None, None)
@@ -100,8 +106,7 @@ class Divergence:
     arguments: tuple[ArgDiff, ...] = ()
     """Constructor arguments of the blamed pair that differ (``eps: base 1e-05, raw 0.001``)."""
     explanation: str = ""
-    """For ``framework``: what differs between the frameworks and how it was verified; for ``outside``:
-    which side wrote which parameter, and by how much."""
+    """``framework``: what differs between the frameworks and how it was verified; ``outside``: who wrote what."""
     unpaired: tuple[str, ...] = ()
     """For ``between``: the calls that stayed unpaired there (``raw `act` (BadAct)``): the code at fault
     may be theirs."""
@@ -154,14 +159,8 @@ class Divergence:
             return f"{head}: API call `{op}` in the code of `{owner or '<root>'}`{swap}"
         if self.where == "between":
             prev, nxt = self.between
-            place = (
-                f"after `{prev}`"
-                if prev and not nxt
-                else f"before `{nxt}`"
-                if nxt and not prev
-                else f"between `{prev}` and `{nxt}`"
-                if prev
-                else "before any sublayer"
+            place = {(True, False): f"after `{prev}`", (False, True): f"before `{nxt}`"}.get(
+                (bool(prev), bool(nxt)), f"between `{prev}` and `{nxt}`" if prev else "before any sublayer"
             )
             found = f"code of `{b}` ({self.base_type}) itself, {place} (raw `{r}`)"
             if self.local_error is None:
@@ -177,10 +176,7 @@ class Divergence:
         if self.where == "framework":
             return self.explanation
         if self.where == "outside":
-            return (
-                "no optimizer setting: code between the steps wrote the parameter outside the optimizer (weight "
-                "clipping, an EMA, spectral norm, a manual write); compare that code on both sides"
-            )
+            return _WRITTEN_OUTSIDE
         if (self.base_type == "Loss" or self.where == "parameter") and not self.arguments and self.metrics.note:
             # e.g. the two models return different numbers of outputs; an update's step size read from a dump
             return self.metrics.note

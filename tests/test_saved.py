@@ -81,7 +81,7 @@ def test_a_save_over_another_cut_short_loads_as_the_old_result_never_a_mix(tmp_p
     def killed(*args, **kwargs):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(saved, "_write_atomic", killed)
+    monkeypatch.setattr(saved, "write_json_atomic", killed)
     with pytest.raises(KeyboardInterrupt):
         new.save(path)
     monkeypatch.undo()

@@ -132,7 +132,7 @@ def test_a_manifest_that_cannot_be_written_names_the_file(tmp_path, monkeypatch)
     def full(*args, **kwargs):
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(writer, "_write_atomic", full)
+    monkeypatch.setattr(writer, "write_json_atomic", full)
     with pytest.raises(DumpError, match=r"rank0/manifest.json: cannot be written \(No space left on device\)"):
         writer.DumpWriter(tmp_path / "rank0", {"framework": "torch", "model": "M", "rank": 0}, {}, "stack")
     assert not (tmp_path / "rank0" / ".nbdiff-writing").exists()  # the folder is free again

@@ -34,7 +34,7 @@ import numpy as np
 
 from nbdiff.errors import DumpError, OptionError
 from nbdiff.trace.events import Event, Phase, TensorRecord, changed
-from nbdiff.trace.stats import Stats
+from nbdiff.trace.stats import Stats, concatenated_stats
 
 __all__ = [
     "SHARD_RULES",
@@ -387,31 +387,12 @@ def _fit(shards: list[TensorRecord], whole: TensorRecord | None) -> str | None:
     return None
 
 
-def _same_shape_as_passed(e: Event, t: TensorRecord, group: str) -> bool:
-    first = (e.inputs if group == "outputs" else e.outputs)[:1]
-    return bool(first) and first[0].shape == t.shape
-
-
 def _joined_stats(shards: list[TensorRecord]) -> Stats | None:
     """Statistics of the concatenation, from each shard's (population) statistics."""
     stats = [s.statistics() for s in shards]
     if any(s is None for s in stats):
         return None
-    counts = [math.prod(s.shape) for s in shards]
-    n = sum(counts)
-    if n == 0:
-        return stats[0]
-    mean = sum(c * s.mean for c, s in zip(counts, stats)) / n
-    second = sum(c * (s.std**2 + s.mean**2) for c, s in zip(counts, stats)) / n
-    return Stats(
-        min(s.min for s in stats),
-        max(s.max for s in stats),
-        mean,
-        math.sqrt(max(second - mean**2, 0.0)),
-        sum(c * s.abs_mean for c, s in zip(counts, stats)) / n,
-        sum(s.nan for s in stats),
-        sum(s.inf for s in stats),
-    )
+    return concatenated_stats([(s, math.prod(t.shape)) for s, t in zip(stats, shards)])  # type: ignore[misc]
 
 
 def shard_slices(layout: str, shards: Sequence[np.ndarray | None], whole: np.ndarray) -> list[np.ndarray] | None:

@@ -28,11 +28,19 @@ from nbdiff.judge.blame import Divergence, EventDiff
 from nbdiff.judge.metrics import TensorDiff
 from nbdiff.judge.tolerance import Tolerance
 from nbdiff.result import DiffResult
+from nbdiff.trace.codec import (
+    event_from_json,
+    event_json,
+    json_float,
+    load_dump_json,
+    read_float,
+    tensor_from_json,
+    tensor_json,
+    write_json_atomic,
+)
 from nbdiff.trace.events import Event, Phase, TensorRecord
 from nbdiff.trace.schema import MAX_DEPTH
 from nbdiff.trace.stack import Frame
-from nbdiff.trace.store import _event, _load_json, _read_float, _tensor
-from nbdiff.trace.writer import _event_json, _json_float, _tensor_json, _write_atomic
 
 __all__ = ["save_result", "load_result", "FORMAT"]
 
@@ -46,14 +54,14 @@ def _diff_json(t: TensorDiff) -> dict[str, Any]:
     d = {f.name: getattr(t, f.name) for f in fields(t) if f.name != "detail"}  # every metric, computed
     d["tolerance"] = asdict(t.tolerance)
     for k in _FLOATS:
-        d[k] = _json_float(d[k])
+        d[k] = json_float(d[k])
     return d
 
 
 def _diff(d: dict[str, Any]) -> TensorDiff:
     d = dict(d)
     for k in _FLOATS:
-        d[k] = _read_float(d[k])
+        d[k] = read_float(d[k])
     d["tolerance"] = Tolerance(**d["tolerance"])
     d["base_shape"], d["raw_shape"] = tuple(d["base_shape"]), tuple(d["raw_shape"])
     return TensorDiff(**d)
@@ -62,7 +70,7 @@ def _diff(d: dict[str, Any]) -> TensorDiff:
 def _plain(v: Any) -> Any:
     """JSON-safe copy of an option value (objects become their repr)."""
     if isinstance(v, float):
-        return _json_float(v)
+        return json_float(v)
     if v is None or isinstance(v, (bool, int, str)):
         return v
     if isinstance(v, (list, tuple)):
@@ -91,12 +99,12 @@ def save_result(result: DiffResult, path: str | os.PathLike[str]) -> Path:
             key = None if t.value is None else f"{prefix}{i}"
             if key is not None:
                 payload[key] = np.require(t.value, requirements="C")
-            out.append(_tensor_json(t, key, {}, keep_stats=True))
+            out.append(tensor_json(t, key, {}, keep_stats=True))
         return out
 
     def event(e: Event, prefix: str) -> dict[str, Any]:
         mine: dict[str, np.ndarray] = {}
-        j = _event_json(e, mine, keep_values=True, keep_stats=True)
+        j = event_json(e, mine, keep_values=True, keep_stats=True)
         for group in ("inputs", "outputs", "params"):
             for t in j[group]:
                 if t["key"] is not None:
@@ -139,7 +147,7 @@ def save_result(result: DiffResult, path: str | os.PathLike[str]) -> Path:
     }
     try:
         save_file(payload, str(out / tensors))
-        _write_atomic(out / _JSON, data)
+        write_json_atomic(out / _JSON, data)
     except (OSError, SafetensorError) as exc:
         (out / tensors).unlink(missing_ok=True)
         raise DumpError(f"{out}: cannot save the result there ({getattr(exc, 'strerror', None) or exc}).") from None
@@ -214,7 +222,7 @@ def _restore_args(v: Any) -> Any:
 def _step_row(r: Any) -> dict[str, Any]:
     if not isinstance(r, dict):
         raise TypeError(f"a step_summary row is {type(r).__name__}, not an object")
-    return {str(k): int(v) if k in ("step", "tokens") else None if v is None else _read_float(v) for k, v in r.items()}
+    return {str(k): int(v) if k in ("step", "tokens") else None if v is None else read_float(v) for k, v in r.items()}
 
 
 def load_result(path: str | os.PathLike[str]) -> DiffResult:
@@ -224,7 +232,7 @@ def load_result(path: str | os.PathLike[str]) -> DiffResult:
 
     folder = Path(path)
     where = folder / _JSON
-    data = _load_json(where, "a saved nbdiff result", written_by="DiffResult.save")
+    data = load_dump_json(where, "a saved nbdiff result", written_by="DiffResult.save")
     if not isinstance(data, dict) or data.get("format") != FORMAT or data.get("version") != VERSION:
         raise DumpError(f'{where}: not a saved nbdiff result (no "format": "{FORMAT}", version {VERSION}).')
     name = data.get("tensors", _TENSORS)
@@ -243,8 +251,8 @@ def load_result(path: str | os.PathLike[str]) -> DiffResult:
                 raise DumpError(
                     f"{where}: an event's depth is {depth!r}; no model nests calls deeper than {MAX_DEPTH}."
                 )
-            e = _event(j, int(j["step"]), payload, where)
-            given = tuple(_tensor(t, payload, where, e.step) for t in j.get("given", ()))
+            e = event_from_json(j, int(j["step"]), payload, where)
+            given = tuple(tensor_from_json(t, payload, where, e.step) for t in j.get("given", ()))
             return replace(e, rank=int(j.get("rank") or 0), given=given) if j.get("rank") or given else e
 
         events = tuple(
@@ -253,7 +261,7 @@ def load_result(path: str | os.PathLike[str]) -> DiffResult:
                 event(p["raw"]),
                 tuple(_diff(t) for t in p["tensors"]),
                 None if p["local"] is None else tuple(_diff(t) for t in p["local"]),
-                tuple(_tensor(t, payload, where, int(p["base"]["step"])) for t in p.get("evidence", ())),
+                tuple(tensor_from_json(t, payload, where, int(p["base"]["step"])) for t in p.get("evidence", ())),
             )
             for p in data["events"]
         )

@@ -19,7 +19,7 @@ from nbdiff.judge.blame import Divergence
 from nbdiff.judge.metrics import TensorDiff
 from nbdiff.report.saved import _plain
 from nbdiff.trace.stack import Frame
-from nbdiff.trace.writer import _json_float
+from nbdiff.trace.codec import json_float
 
 if TYPE_CHECKING:
     from nbdiff.result import DiffResult
@@ -93,7 +93,7 @@ def _measured(d: Divergence) -> bool:
 def _metrics(t: TensorDiff) -> dict[str, Any]:
     return {
         "tensor": t.name,
-        **{k: _json_float(float(getattr(t, k))) for k in _METRICS},
+        **{k: json_float(float(getattr(t, k))) for k in _METRICS},
         "nan": {"base": t.nan_base, "raw": t.nan_raw},
         "inf": {"base": t.inf_base, "raw": t.inf_raw},
         "shape": {"base": list(t.base_shape), "raw": list(t.raw_shape)},

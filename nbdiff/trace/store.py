@@ -22,7 +22,6 @@ file and what is wrong with it.
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -32,11 +31,13 @@ from typing import Any
 import numpy as np
 
 from nbdiff.errors import DumpError
-from nbdiff.trace.events import Event, Kind, Phase, TensorRecord
-from nbdiff.trace.reading import load_json, read_payload, read_text
+from nbdiff.trace.codec import (
+    event_from_json,
+    load_dump_json,
+)
+from nbdiff.trace.events import Event
+from nbdiff.trace.reading import read_payload
 from nbdiff.trace.schema import payload_path, validate_manifest, validate_step
-from nbdiff.trace.stack import Frame
-from nbdiff.trace.stats import Stats, decoded_sample
 
 __all__ = ["FORMAT", "VERSION", "MANIFEST", "DUMP_TYPES", "RankDump", "read_dump", "rank_dirs", "manifest_of"]
 
@@ -71,10 +72,6 @@ class RankDump:
         return str(self.meta["framework"])
 
 
-def _read_float(x: Any) -> float:
-    return float(x)  # float("nan"/"inf") reads the strings back
-
-
 def rank_dirs(dump_dir: str | os.PathLike[str]) -> dict[int, Path]:
     """``{rank: folder}`` of a dump (a folder with ``rank*/manifest.json``, or one rank's folder)."""
     root = Path(dump_dir)
@@ -101,19 +98,6 @@ def rank_dirs(dump_dir: str | os.PathLike[str]) -> dict[int, Path]:
     return found
 
 
-def _load_json(path: Path, what: str, written_by: str = "nbdiff.record") -> Any:
-    try:
-        return load_json(read_text(path))
-    except FileNotFoundError:
-        raise DumpError(f"{path}: missing; is this a folder written by {written_by}?") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise DumpError(f"{path}: not valid JSON ({exc}); the dump is truncated or was edited.") from None
-    except RecursionError:
-        raise DumpError(f"{path}: JSON nested too deeply to be {what}; the dump was edited.") from None
-    except OSError as exc:
-        raise DumpError(f"{path}: cannot be read ({exc.strerror or exc}).") from None
-
-
 def manifest_of(folder: str | os.PathLike[str]) -> dict[str, Any]:
     """One rank folder's manifest, checked."""
     return _manifest(Path(folder))
@@ -121,7 +105,7 @@ def manifest_of(folder: str | os.PathLike[str]) -> dict[str, Any]:
 
 def _manifest(folder: Path) -> dict[str, Any]:
     path = folder / MANIFEST
-    data = _load_json(path, "an nbdiff manifest")
+    data = load_dump_json(path, "an nbdiff manifest")
     if not isinstance(data, dict) or data.get("format") != FORMAT:
         raise DumpError(f'{path}: not an nbdiff dump manifest (no "format": "{FORMAT}").')
     if data.get("version") not in READS:
@@ -143,7 +127,7 @@ def _step_entries(folder: Path, data: dict[str, Any], keep: bool = True) -> list
     entries = []
     while (folder / f"step{len(entries)}.json").is_file():
         path = folder / f"step{len(entries)}.json"
-        step = _load_json(path, "an nbdiff step")
+        step = load_dump_json(path, "an nbdiff step")
         validate_step(step, path)
         entries.append((step if keep else {"complete": step.get("complete")}, path, "the step"))
     if data["steps"] is not None and data["steps"] != len(entries):
@@ -186,7 +170,7 @@ class _StepFiles(Sequence[list[Event]]):
     def __getitem__(self, k: int) -> list[Event]:  # type: ignore[override]
         step, where, key = self._entries[k]
         if step is None:
-            step = _load_json(where, "an nbdiff step")
+            step = load_dump_json(where, "an nbdiff step")
             validate_step(step, where)
         return _load_step(self._folder, step, where, key, k)
 
@@ -203,50 +187,6 @@ def _load_step(folder: Path, step: dict[str, Any], where: Path, key: str, k: int
             raise DumpError(f"{file}: cannot read step {k}'s tensors ({exc}).") from None
     try:
         # "number": the training step it was (a recording that keeps some steps); else its place.
-        return [_event(e, int(step.get("number", k)), payload, where) for e in step["events"]]
+        return [event_from_json(e, int(step.get("number", k)), payload, where) for e in step["events"]]
     except (KeyError, TypeError, ValueError) as exc:
         raise DumpError(f"{where}: step {k} has a malformed event ({exc!r}); the dump was edited.") from None
-
-
-def _tensor(t: dict[str, Any], payload: dict[str, np.ndarray], where: Path, step: int) -> TensorRecord:
-    value = None
-    if t.get("key") is not None:
-        if t["key"] not in payload:
-            raise DumpError(f"{where}: step {step} refers to tensor {t['key']!r}, missing from its payload file.")
-        value = payload[t["key"]]
-        if list(value.shape) != list(t["shape"]):
-            raise DumpError(
-                f"{where}: tensor {t['key']!r} has shape {list(value.shape)} but the manifest says {t['shape']}."
-            )
-    st = t.get("stats")
-    stats = None
-    if st is not None:
-        m = [_read_float(st[f]) for f in ("min", "max", "mean", "std", "abs_mean")]
-        stats = Stats(m[0], m[1], m[2], m[3], m[4], int(st["nan"]), int(st["inf"]))
-    shape = tuple(int(n) for n in t["shape"])
-    sample = None
-    if t.get("sample") is not None:
-        sample = decoded_sample(t["sample"])  # checked by validate_step
-    return TensorRecord(str(t["name"]), shape, str(t["dtype"]), value, stats, str(t.get("layout", "")), sample)
-
-
-def _event(e: dict[str, Any], step: int, payload: dict[str, np.ndarray], where: Path) -> Event:
-    return Event(
-        step=step,
-        phase=Phase(e["phase"]),
-        kind=Kind(e["kind"]),
-        order=int(e["order"]),
-        path=str(e["path"]),
-        type_name=str(e["type"]),
-        call=int(e["call"]),
-        depth=int(e["depth"]),
-        parent=None if e["parent"] is None else int(e["parent"]),
-        library=bool(e["library"]),
-        inputs=tuple(_tensor(t, payload, where, step) for t in e["inputs"]),
-        outputs=tuple(_tensor(t, payload, where, step) for t in e["outputs"]),
-        params=tuple(_tensor(t, payload, where, step) for t in e["params"]),
-        args=tuple(str(a) for a in e.get("args", ())),
-        stack=tuple(Frame(str(f[0]), int(f[1]), str(f[2])) for f in e.get("stack", ())),
-        bases=tuple(str(b) for b in e.get("bases", ())),
-        weights=tuple(tuple(int(n) for n in w) for w in e.get("weights", ())),
-    )

@@ -6,8 +6,6 @@ progress and the one being written. Each step's JSON is written atomically, afte
 
 from __future__ import annotations
 
-import json
-import math
 import os
 import queue
 import threading
@@ -19,102 +17,16 @@ import numpy as np
 
 from nbdiff.errors import DumpError
 from nbdiff.trace.capture import amplifies
-from nbdiff.trace.events import Event, Kind, Phase, TensorRecord
+from nbdiff.trace.codec import (
+    event_json,
+    write_json_atomic,
+)
+from nbdiff.trace.events import Event
 from nbdiff.trace.payload import PayloadFile, header_room
-from nbdiff.trace.stats import Stats, sample_json, tensor_sample, tensor_stats
+from nbdiff.trace.stats import Stats, tensor_stats
 from nbdiff.trace.store import DUMP_TYPES, FORMAT, MANIFEST, VERSION
 
 __all__ = ["DumpWriter", "write_rank"]
-
-_SAMPLED_PHASES = (Phase.FORWARD, Phase.BACKWARD)
-
-
-def _json_float(x: float) -> float | str:
-    return x if math.isfinite(x) else repr(x)  # "nan", "inf", "-inf": JSON has no such numbers
-
-
-def _tensor_json(
-    t: TensorRecord,
-    key: str | None,
-    seen: dict[int, Stats | None],
-    keep_stats: bool,
-    samples: dict[int, dict[str, str] | None] | None = None,
-) -> dict[str, Any]:
-    # A tensor recorded as one layer's output and the next one's input shares its values: the
-    # statistics are computed once (``seen``: id of the values -> statistics, for one step), and
-    # the sample too (``samples``, given where the tensor is sampled).
-    if not keep_stats:
-        st = None
-    elif t.stats is not None or t.value is None:
-        st = t.stats
-    else:
-        st = seen.get(id(t.value))
-        if st is None:
-            st = seen[id(t.value)] = t.statistics()
-    stats = None if st is None else {k: _json_float(v) if isinstance(v, float) else v for k, v in st.as_dict().items()}
-    out = {"name": t.name, "shape": list(t.shape), "dtype": t.dtype, "stats": stats, "key": key}
-    if t.layout:
-        out["layout"] = t.layout
-    # The sample is drawn from the values, or was drawn by the framework as it summarised them.
-    source = t.value if t.value is not None else t.sample
-    if samples is None or st is None or key is not None or source is None:
-        return out
-    if id(source) not in samples:
-        sample = tensor_sample(source) if source is t.value else source
-        samples[id(source)] = None if sample is None else sample_json(sample)
-    if samples[id(source)] is not None:
-        out["sample"] = samples[id(source)]
-    return out
-
-
-def _event_json(
-    e: Event,
-    payload: dict[str, np.ndarray],
-    keep_values: bool,
-    keep_stats: bool,
-    seen: dict[int, Stats | None] | None = None,
-    keys: dict[int, str] | None = None,
-    samples: dict[int, dict[str, str] | None] | None = None,
-) -> dict[str, Any]:
-    seen = {} if seen is None else seen
-    keys = {} if keys is None else keys  # id of the values -> payload key: shared values are stored once
-    samples = {} if samples is None else samples
-
-    # Activations and their gradients keep a sample where their values are not kept; a parameter's
-    # (its gradient, its update) are compared in raw's layout, which a sample's positions do not follow.
-    sampled = keep_stats and e.phase in _SAMPLED_PHASES and e.kind is not Kind.PARAM
-
-    def tensors(group: str, items: tuple[TensorRecord, ...]) -> list[dict[str, Any]]:
-        out = []
-        for t in items:
-            key = None
-            if keep_values and t.value is not None:
-                key = keys.get(id(t.value))
-                if key is None:
-                    key = keys[id(t.value)] = f"{e.phase.value}.{e.order}.{group}.{t.name}"
-                    payload[key] = np.require(t.value, requirements="C")  # ascontiguousarray makes 0-d arrays 1-d
-            out.append(_tensor_json(t, key, seen, keep_stats, samples if sampled and group != "param" else None))
-        return out
-
-    return {
-        "phase": e.phase.value,
-        "kind": e.kind.value,
-        "order": e.order,
-        "path": e.path,
-        "type": e.type_name,
-        "call": e.call,
-        "depth": e.depth,
-        "parent": e.parent,
-        "library": e.library,
-        "bases": list(e.bases),
-        "weights": [list(w) for w in e.weights],
-        "inputs": tensors("in", e.inputs),
-        "outputs": tensors("out", e.outputs),
-        "params": tensors("param", e.params),
-        "args": list(e.args),
-        "stack": [[f.filename, f.lineno, f.function] for f in e.stack],
-    }
-
 
 _LOCK = ".nbdiff-writing"
 """Held by the recording writing a rank folder: the process id of its writer."""
@@ -308,7 +220,7 @@ class DumpWriter:
         kept = self.keeps_values or (lambda e: True)
         # A statistics dump keeps the few values a BatchNorm amplifies the rounding of, for compare to recompute.
         ev_json = [
-            _event_json(
+            event_json(
                 e, payload, (keep_values and kept(e)) or (keep_stats and amplifies(e)), keep_stats, seen, keys, samples
             )
             for e in events
@@ -325,7 +237,7 @@ class DumpWriter:
             save_file(payload, str(self.path / file))
         number = events[0].step if events else k  # the training step, where a recording keeps some
         self._last = {"step": k, "number": number, "payload": file, "events": ev_json, "complete": True}
-        _write_atomic(self.path / f"step{k}.json", self._last)  # after its payload: never a dangling name
+        write_json_atomic(self.path / f"step{k}.json", self._last)  # after its payload: never a dangling name
 
     def close(self, interrupted: bool = False) -> Path:
         """The final manifest, once every step is written. ``interrupted``: an exception cut the
@@ -335,7 +247,7 @@ class DumpWriter:
             self._raise_failure()
             if interrupted and self._last is not None:
                 self._last["complete"] = False
-                _write_atomic(self.path / f"step{self._last['step']}.json", self._last)
+                write_json_atomic(self.path / f"step{self._last['step']}.json", self._last)
             self._last = None
             self._write_manifest(complete=True)
         finally:
@@ -351,20 +263,9 @@ class DumpWriter:
         manifest = {"format": FORMAT, "version": VERSION, **self.meta, "dump_type": self.dump_type}
         manifest.update(complete=complete, layers=self.layers, steps=self.steps if complete else None)
         try:
-            _write_atomic(self.path / MANIFEST, manifest)
+            write_json_atomic(self.path / MANIFEST, manifest)
         except OSError as exc:  # a full disk, a folder made read-only: say where
             raise DumpError(f"{self.path / MANIFEST}: cannot be written ({exc.strerror or exc}).") from None
-
-
-def _write_atomic(path: Path, data: dict[str, Any]) -> None:
-    """A reader never sees half a file, and a crash or kill right after leaves the whole one.
-
-    No ``fsync``: what a killed process wrote stays in the page cache and reaches the disk, and
-    an fsync made ext4 flush the step's whole payload with it (44 ms per step of the benchmark
-    CNN, three times the step). Only an operating-system crash can lose the last steps."""
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(data, separators=(",", ":")))
-    tmp.replace(path)
 
 
 def _is_dump_file(name: str) -> bool:

@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING, Any
 from nbdiff.judge.blame import Divergence
 from nbdiff.judge.metrics import TensorDiff
 from nbdiff.report.saved import _plain
-from nbdiff.trace.stack import Frame
 from nbdiff.trace.codec import json_float
+from nbdiff.trace.stack import Frame
 
 if TYPE_CHECKING:
     from nbdiff.result import DiffResult

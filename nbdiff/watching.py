@@ -31,7 +31,7 @@ from nbdiff.engine.options import (
 )
 from nbdiff.engine.progress import counter, progress
 from nbdiff.engine.spill import SPILL_ABOVE_MIB, spilled
-from nbdiff.engine.stepping import StepRecord
+from nbdiff.engine.types import StepRecord
 from nbdiff.errors import InputError, NbdiffError, WeightTransferError
 from nbdiff.frameworks import framework_of
 from nbdiff.judge.blame import require_compared

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from nbdiff.engine.live.feed import path_guess, same_feed
-from nbdiff.engine.stepping import StepRecord
+from nbdiff.engine.types import StepRecord
 from nbdiff.trace.calls import Feed
 from nbdiff.trace.events import Event, Kind, Phase
 

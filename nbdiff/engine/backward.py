@@ -8,9 +8,9 @@ from collections.abc import Callable, Iterable
 
 from nbdiff.align.fused import fuse_events
 from nbdiff.align.pairing import Pair, Pairing
-from nbdiff.engine.forward import TolFn, at_least_as_loose, tensor_diffs
+from nbdiff.engine.forward import at_least_as_loose, tensor_diffs
 from nbdiff.engine.replay import array_magnitude, largest_shape, param_grad_hint
-from nbdiff.engine.stepping import StepRecord
+from nbdiff.engine.types import StepRecord, TolFn
 from nbdiff.judge.blame import EventDiff
 from nbdiff.trace.events import Event, TensorRecord
 

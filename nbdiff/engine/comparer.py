@@ -18,21 +18,17 @@ from nbdiff.align.pairing import Pairing, pair_forward
 from nbdiff.engine.backward import GradsOf, backward_diffs
 from nbdiff.engine.conditioning import MARGIN, Floor, Noise
 from nbdiff.engine.drift import Explanation
-from nbdiff.engine.forward import TolFn, api_local, forward_diffs
+from nbdiff.engine.forward import api_local, forward_diffs
 from nbdiff.engine.step_size import noted, step_sizes_apart
-from nbdiff.engine.stepping import StepRecord
+from nbdiff.engine.types import Plans, StepRecord, TolFn
 from nbdiff.engine.updates import GradientSpread, Updates, name_parameter, update_diffs
 from nbdiff.errors import PairingError
 from nbdiff.judge.blame import Divergence, EventDiff, blame_all, first_nonfinite
 from nbdiff.judge.metrics import TensorDiff
 from nbdiff.judge.unpaired import with_unpaired
 from nbdiff.trace.events import Event, Kind, Phase
-from nbdiff.weights.plan import LayerWeights
 
-__all__ = ["StepComparer", "StepComparison", "Plans"]
-
-Plans = dict[str, LayerWeights]
-"""Weight plans by base path: how each paired layer's tensors map onto raw's (decided at the first step)."""
+__all__ = ["StepComparer", "StepComparison"]
 
 
 @dataclass

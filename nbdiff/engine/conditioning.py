@@ -19,7 +19,8 @@ from typing import Any
 
 import numpy as np
 
-from nbdiff.engine.stepping import StepRecord, run_step
+from nbdiff.engine.stepping import run_step
+from nbdiff.engine.types import StepRecord
 from nbdiff.frameworks import Framework
 from nbdiff.judge.metrics import TensorDiff
 from nbdiff.trace.events import Event, TensorRecord

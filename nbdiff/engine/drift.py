@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from nbdiff.engine.updates import Snapshot
+from nbdiff.engine.types import Snapshot
 from nbdiff.judge.blame import Divergence
 from nbdiff.judge.metrics import compare_tensors
 from nbdiff.judge.tolerance import Tolerance

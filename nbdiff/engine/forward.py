@@ -15,15 +15,13 @@ from nbdiff.align.calls import api_pairs, under_paired_ancestors
 from nbdiff.align.pairing import Pairing
 from nbdiff.align.received import received_pairs
 from nbdiff.engine.replay import magnitude
-from nbdiff.engine.stepping import StepRecord
+from nbdiff.engine.types import StepRecord, TolFn
 from nbdiff.judge.blame import EventDiff, post_order
 from nbdiff.judge.metrics import BY_STATISTICS, TensorDiff, compare_statistics, compare_tensors
 from nbdiff.judge.tolerance import Tolerance, loosest
 from nbdiff.trace.events import Event, Kind, TensorRecord
 
-__all__ = ["TolFn", "tensor_diffs", "by_statistics", "forward_diffs", "api_local", "at_least_as_loose"]
-
-TolFn = Callable[[str, str], Tolerance]
+__all__ = ["tensor_diffs", "by_statistics", "forward_diffs", "api_local", "at_least_as_loose"]
 
 
 def tensor_diffs(

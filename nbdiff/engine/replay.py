@@ -8,16 +8,16 @@ gradients. Running state (BatchNorm statistics) is restored after every replay.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
 import numpy as np
 
 from nbdiff.align.received import received_pairs
+from nbdiff.engine.types import TolFn
 from nbdiff.frameworks import Framework
 from nbdiff.judge.metrics import TensorDiff, compare_tensors
-from nbdiff.judge.tolerance import Tolerance, summed_terms
+from nbdiff.judge.tolerance import summed_terms
 from nbdiff.trace.calls import input_name
 from nbdiff.trace.events import Event, TensorRecord, dtype_name
 from nbdiff.trace.modes import kept_state
@@ -35,8 +35,6 @@ __all__ = [
     "array_magnitude",
     "param_grad_hint",
 ]
-
-TolFn = Callable[[str, str], Tolerance]
 
 
 def magnitude(arrays: list[np.ndarray], cache: dict[int, tuple[np.ndarray, float]] | None = None) -> float:

@@ -4,44 +4,19 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
+from nbdiff.engine.types import StepRecord
 from nbdiff.errors import InputError, ModelCallError
 from nbdiff.frameworks import Framework
-from nbdiff.trace.events import Event, Kind
 from nbdiff.trace.inputs import CallArgs, call_model
 from nbdiff.trace.nest import flatten
 from nbdiff.trace.recorder import Feed, Recorder
 from nbdiff.trace.spool import Spool, give_back_heap
 
-__all__ = ["StepRecord", "run_step", "run_optimizer", "loss_of", "loss_weights"]
-
-
-@dataclass(frozen=True)
-class StepRecord:
-    forward: list[Event]
-    backward: list[Event]
-    warnings: list[str]
-    param_grads: dict[int, np.ndarray] = field(default_factory=dict)
-    """``id`` of a parameter -> its gradient in this step, the copy the backward events hold."""
-    optimizer: list[Event] = field(default_factory=list)
-    """The optimizer's updates, as a dump records them (live steps compare weights instead)."""
-    state: list[Event] = field(default_factory=list)
-    """The running statistics the step moved, before (inputs) and after (outputs), as a dump records
-    them (live steps read the models instead)."""
-
-    _calls: dict[tuple[str, int], Event] | None = field(default=None, repr=False, compare=False)
-
-    def forward_of(self, bwd: Event) -> Event | None:
-        """The forward layer call whose backward ``bwd`` is (a fused group's has none of its own).
-        Indexed on first use: after a bug upstream, every backward event asks."""
-        if self._calls is None:  # the first call of a (path, call) wins, as a search would find it
-            calls = {(e.path, e.call): e for e in reversed(self.forward) if e.kind is Kind.LAYER}
-            object.__setattr__(self, "_calls", calls)  # a cache: the record itself does not change
-        return self._calls.get((bwd.path, bwd.call))  # type: ignore[union-attr]
+__all__ = ["run_step", "run_optimizer", "loss_of", "loss_weights"]
 
 
 @functools.lru_cache(maxsize=1)  # both sides, every step: the same n

@@ -11,6 +11,7 @@ import numpy as np
 from nbdiff.align.fused import FusedLayers
 from nbdiff.engine.forward import tensor_diffs
 from nbdiff.engine.layouts import converted_records, records_of
+from nbdiff.engine.types import Snapshot, TolFn
 from nbdiff.frameworks import Framework
 from nbdiff.judge.blame import Divergence, EventDiff
 from nbdiff.judge.metrics import TensorDiff, compare_tensors
@@ -19,7 +20,7 @@ from nbdiff.trace.events import Event, Kind, Phase, TensorRecord
 from nbdiff.weights.plan import LayerWeights, layer_tensors
 
 __all__ = [
-    "UPDATE_ATOL", "GRADIENT_SENSITIVITY", "Snapshot", "Updates", "snapshot", "snapshot_updates", "update_tolerance",
+    "UPDATE_ATOL", "GRADIENT_SENSITIVITY", "Updates", "snapshot", "snapshot_updates", "update_tolerance",
     "update_diffs", "param_events",
     "GradientSpread", "in_raw_layout", "discount_updates", "name_parameter",
 ]  # fmt: skip
@@ -42,8 +43,6 @@ its step either way, so no update there is the optimizer's own difference. A lon
 equivalent CNNs false-alarmed on a convolution bias whose gradients were 1e-9 and 78% apart, and on
 a weight element 24% apart whose updates had opposite signs. Wrong settings show where gradients
 agree (rounding leaves them 1e-6 apart)."""
-TolFn = Callable[[str, str], Tolerance]
-Snapshot = dict[str, dict[str, np.ndarray]]
 Spread = tuple[np.ndarray, np.ndarray, float]
 """Per element, the largest gradient difference and the largest gradient so far; and the largest
 gradient of the last step folded in (what an update of that step is proportional to, for SGD)."""

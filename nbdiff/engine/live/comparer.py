@@ -13,15 +13,14 @@ import numpy as np
 from nbdiff.align.layer_map import LayerMap
 from nbdiff.align.pairing import Pair, Pairing
 from nbdiff.engine.backward import GradsOf
-from nbdiff.engine.comparer import Plans, StepComparer, StepComparison
+from nbdiff.engine.comparer import StepComparer, StepComparison
 from nbdiff.engine.constants import constant_differences
-from nbdiff.engine.forward import TolFn
 from nbdiff.engine.layouts import records_of
 from nbdiff.engine.replay import Replayer, paired_param_grads
 from nbdiff.engine.state import State, StepStates, has_state, state_diffs
-from nbdiff.engine.stepping import StepRecord
 from nbdiff.engine.ties import tie_differences
-from nbdiff.engine.updates import GradientSpread, Snapshot, snapshot, snapshot_updates
+from nbdiff.engine.types import Plans, Snapshot, StepRecord, TolFn
+from nbdiff.engine.updates import GradientSpread, snapshot, snapshot_updates
 from nbdiff.frameworks import Framework
 from nbdiff.judge.blame import Divergence, EventDiff
 from nbdiff.judge.metrics import TensorDiff

@@ -8,7 +8,7 @@ import numpy as np
 
 from nbdiff.align.fused import FusedGroup, fuse_events
 from nbdiff.align.pairing import Pairing
-from nbdiff.engine.stepping import StepRecord
+from nbdiff.engine.types import StepRecord
 from nbdiff.trace.calls import Feed
 from nbdiff.trace.events import Event, Kind
 

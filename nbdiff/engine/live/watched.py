@@ -17,12 +17,11 @@ from nbdiff.align.pairing import Pairing
 from nbdiff.engine.comparer import StepComparison
 from nbdiff.engine.drift import drift_note, followed
 from nbdiff.engine.driver import Verdict
-from nbdiff.engine.forward import TolFn
 from nbdiff.engine.kept import KeptSteps
 from nbdiff.engine.live.comparer import LiveComparer, ParamGrads, held_param_grads
 from nbdiff.engine.outside import as_outside, outside_writes
-from nbdiff.engine.stepping import StepRecord
-from nbdiff.engine.updates import GradientSpread, Snapshot, in_raw_layout
+from nbdiff.engine.types import Snapshot, StepRecord, TolFn
+from nbdiff.engine.updates import GradientSpread, in_raw_layout
 from nbdiff.trace.session import ModelSession, Weights
 from nbdiff.weights.plan import layer_tensors
 

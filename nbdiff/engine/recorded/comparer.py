@@ -19,10 +19,10 @@ from nbdiff.align.fused import FusedGroup, member_name, stand_ins
 from nbdiff.align.pairing import Pair, Pairing
 from nbdiff.align.received import received_pairs
 from nbdiff.engine.backward import GradsOf
-from nbdiff.engine.comparer import Plans, StepComparer, StepComparison
+from nbdiff.engine.comparer import StepComparer, StepComparison
 from nbdiff.engine.conditioning import MARGIN
 from nbdiff.engine.drift import Explanation, drift_note, followed
-from nbdiff.engine.forward import TolFn, api_local, by_statistics, received_differ, received_ratio, tensor_diffs
+from nbdiff.engine.forward import api_local, by_statistics, received_differ, received_ratio, tensor_diffs
 from nbdiff.engine.layouts import converted, converted_records
 from nbdiff.engine.recorded.dump_steps import (
     layer_args,
@@ -42,8 +42,8 @@ from nbdiff.engine.recorded.rebuilt import (
 from nbdiff.engine.recorded.recomputed import BatchNormCall, read_off, recorded_batch_norm, rounding_move
 from nbdiff.engine.replay import compare_param_grads
 from nbdiff.engine.state import recorded_state_diffs
-from nbdiff.engine.stepping import StepRecord
-from nbdiff.engine.updates import GradientSpread, Snapshot, Updates
+from nbdiff.engine.types import Plans, Snapshot, StepRecord, TolFn
+from nbdiff.engine.updates import GradientSpread, Updates
 from nbdiff.judge.blame import Divergence, EventDiff
 from nbdiff.judge.metrics import TensorDiff
 from nbdiff.trace.capture import BATCH_NORMS

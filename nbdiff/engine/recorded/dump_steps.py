@@ -13,7 +13,7 @@ import numpy as np
 from nbdiff.align.arguments import recorded_arguments
 from nbdiff.align.fused import FusedGroup, member_name
 from nbdiff.align.pairing import Pairing
-from nbdiff.engine.stepping import StepRecord
+from nbdiff.engine.types import StepRecord
 from nbdiff.trace.events import Event, Phase, TensorRecord, changed
 from nbdiff.trace.layer_paths import relative
 from nbdiff.trace.store import RankDump

@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from nbdiff.engine.updates import Snapshot
+from nbdiff.engine.types import Snapshot
 from nbdiff.frameworks import Framework, known_frameworks
 from nbdiff.judge.metrics import TensorDiff
 from nbdiff.trace.constructors import Constructor

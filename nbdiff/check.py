@@ -12,7 +12,7 @@ from nbdiff.align.arguments import ArgDiff, argument_diffs
 from nbdiff.align.layer_map import LayerMap
 from nbdiff.align.probe import pair_once
 from nbdiff.align.typemap import activation_kind, type_affinity
-from nbdiff.engine.options import check_comparison
+from nbdiff.engine.options import check_models
 from nbdiff.frameworks import Framework, framework_of
 
 __all__ = ["check_config", "ConfigCheck", "ConfigMismatch"]
@@ -87,7 +87,7 @@ def check_config(base: Any, raw: Any, inputs: Any = None, layer_map: LayerMap | 
     Layers pair by structure (the same path and a related class, then in order by class),
     or, with ``inputs``, by one no-grad forward of each model, as ``auto_diff`` pairs them.
     """
-    check_comparison(base, raw, None, None, "strict", "forward", layer_map)
+    check_models(base, raw, layer_map)
     bfw, rfw = framework_of(base, "base"), framework_of(raw, "raw")
     if inputs is not None:
         pairing = pair_once(base, raw, inputs, layer_map)

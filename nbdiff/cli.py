@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from nbdiff.engine.options import FRAMEWORK_DIFFERENCES
+from nbdiff.engine.spec import add_flags, from_flags
 from nbdiff.errors import NbdiffError
 
 __all__ = ["main"]
@@ -50,23 +50,12 @@ def _parser() -> argparse.ArgumentParser:
         help="write the verdict as JSON (format nbdiff-verdict, see the README); '-' prints it instead of the report",
     )  # fmt: skip
     c.add_argument("--csv", metavar="OUTDIR", help="write mapping/forward/backward/optimizer tables per step")
-    c.add_argument("--atol", type=float, help="absolute tolerance (default: dtype-aware, relative to each tensor)")
-    c.add_argument("--rtol", type=float, help="relative tolerance (default: dtype-aware)")
-    c.add_argument("--mode", choices=["strict", "mean", "abs_mean"], default="strict", help="compare mode")
+    add_flags(c, "atol", "rtol", "compare_mode", "framework_differences", "keep_steps")
     c.add_argument("--ignore-unmatched", action="store_true", help="compare common ranks/steps only")
-    c.add_argument(
-        "--framework-differences", choices=FRAMEWORK_DIFFERENCES, default="report",
-        help="a difference a known framework difference explains (paddle's biased BatchNorm running_var): "
-        "report it (default) or fail on it",
-    )  # fmt: skip
     c.add_argument(
         "--shards", metavar="PATH=RULE", action="append", default=[],
         help="tensor parallelism nobody recorded: layer path pattern and its shard rule "
         "(column, row, row_partial, vocab, replicate), e.g. --shards 'layers.*.up=column'; repeatable",
-    )  # fmt: skip
-    c.add_argument(
-        "--keep-steps", type=int, default=4, metavar="N",
-        help="keep the events of the first N steps (and the blamed one); later steps keep their worst errors only",
     )  # fmt: skip
     v = sub.add_parser(
         "view",
@@ -103,10 +92,8 @@ def _compare(args: argparse.Namespace) -> int:
     from nbdiff.offline import compare
 
     result = compare(
-        args.base, args.raw, atol=args.atol, rtol=args.rtol, compare_mode=args.mode,
-        ignore_unmatched=args.ignore_unmatched, keep_steps=args.keep_steps, shards=_shards(args.shards),
-        framework_differences=args.framework_differences,
-    )  # fmt: skip
+        args.base, args.raw, ignore_unmatched=args.ignore_unmatched, shards=_shards(args.shards), **from_flags(args)
+    )
     # With --json -, stdout carries the JSON alone (for a pipe); what people read goes to stderr.
     say = sys.stderr if args.json == "-" else sys.stdout
     print(result.report(), file=say)

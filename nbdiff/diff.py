@@ -12,16 +12,15 @@ from nbdiff.engine.gc_pause import gc_paused
 from nbdiff.engine.live.comparer import LiveComparer
 from nbdiff.engine.live.steps import LiveSteps
 from nbdiff.engine.options import (
-    check_comparison,
-    check_framework_differences,
     check_gradients,
+    check_models,
     check_recordable,
     check_run,
 )
+from nbdiff.engine.spec import Comparison
 from nbdiff.engine.spill import SPILL_ABOVE_MIB, spilled
 from nbdiff.errors import WeightTransferError
 from nbdiff.frameworks import Framework, framework_of
-from nbdiff.judge.tolerance import Tolerance, resolve_tolerance
 from nbdiff.result import DiffResult
 from nbdiff.trace.inputs import split_inputs
 from nbdiff.trace.modes import restore_state, save_weights
@@ -72,9 +71,9 @@ def auto_diff(
     makes it fail. ``result.findings`` lists every own error of the step that diverged.
     Returns a :class:`DiffResult`, truthy when the models agree.
     """
-    check_comparison(base, raw, atol, rtol, compare_mode, diff_phase, layer_map)
+    check_models(base, raw, layer_map)
+    spec = Comparison(atol, rtol, compare_mode, diff_phase, framework_differences)
     check_run(loss_fns, optimizers, diff_phase, steps, spill_above_mib, memory_mib)
-    check_framework_differences(framework_differences)
     bfw, rfw = framework_of(base, "base"), framework_of(raw, "raw")
     check_recordable((bfw, rfw), (base, raw))
     check_gradients((bfw, rfw), (base, raw), diff_phase)
@@ -85,15 +84,12 @@ def auto_diff(
     try:
         copied = _first_copy(bfw, base, rfw, raw, layer_map, inputs) if auto_init else None
 
-        def tol(a: str, b: str) -> Tolerance:
-            return resolve_tolerance(atol, rtol, a, b)
-
         spool = Spool(None if memory_mib is None else int(memory_mib * 2**20))
         run = LiveSteps(
             bfw, base, rfw, raw, calls,
             list(loss_fns) if loss_fns is not None else [None, None],
             list(optimizers) if optimizers is not None else None,
-            LiveComparer(bfw, base, rfw, raw, tol, compare_mode, diff_phase, layer_map, spool, strict=auto_init),
+            LiveComparer(bfw, base, rfw, raw, spec.tol, compare_mode, diff_phase, layer_map, spool, strict=auto_init),
             spool, copied, single_step, diff_phase, api_level, Verdict(framework_differences == "fail"),
         )  # fmt: skip
         run.all_steps(steps)

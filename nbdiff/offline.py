@@ -15,13 +15,12 @@ from nbdiff.align.pairing import Pairing
 from nbdiff.align.shards import Gathered
 from nbdiff.engine.driver import Verdict
 from nbdiff.engine.kept import KEEP_STEPS, KeptSteps
-from nbdiff.engine.options import check_framework_differences, check_keep_steps, check_tolerances
 from nbdiff.engine.recorded.comparer import RecordedComparer
 from nbdiff.engine.recorded.dump_steps import layer_args
 from nbdiff.engine.recorded.gathered import whole_dumps
 from nbdiff.engine.recorded.steps import compare_recorded_step
+from nbdiff.engine.spec import Comparison
 from nbdiff.errors import DumpError, OptionError
-from nbdiff.judge.tolerance import Tolerance, resolve_tolerance
 from nbdiff.result import DiffResult
 from nbdiff.trace.events import Event
 from nbdiff.trace.store import RankDump, manifest_of, rank_dirs, read_dump
@@ -63,11 +62,8 @@ def compare(
     whose shard differs. A difference a known framework difference explains is a finding that fails
     only with ``framework_differences="fail"``.
     """
-    check_framework_differences(framework_differences)
-    ranks_a, ranks_b = _ranks_at_the_door(dir_a, dir_b, atol, rtol, compare_mode, keep_steps, ignore_unmatched, shards)
-
-    def tol(a: str, b: str) -> Tolerance:
-        return resolve_tolerance(atol, rtol, a, b)
+    spec = Comparison(atol, rtol, compare_mode, "both", framework_differences, keep_steps)
+    ranks_a, ranks_b = _ranks_at_the_door(dir_a, dir_b, ignore_unmatched, shards)
 
     verdict = Verdict(framework_differences == "fail", keep_events=False)
     kept = KeptSteps(keep_steps)
@@ -76,7 +72,7 @@ def compare(
     for rank, a, b, gathered in _rank_pairs(ranks_a, ranks_b, shards):
         first = first or (a, b)
         verdict.warnings += _unfinished(a, b, rank, (dir_a, dir_b), ignore_unmatched)
-        cmp = RecordedComparer(a, b, tol, compare_mode)
+        cmp = RecordedComparer(a, b, spec.tol, compare_mode)
         for k in range(min(len(a.steps), len(b.steps))):
             cut = [str(d.path) for d in (a, b) if k in d.incomplete]
             if cut:
@@ -158,12 +154,10 @@ def _unfinished(a: RankDump, b: RankDump, rank: int, dirs: tuple[Any, Any], igno
 
 
 def _ranks_at_the_door(
-    dir_a: Any, dir_b: Any, atol: Any, rtol: Any, mode: Any, keep_steps: Any, ignore_unmatched: bool, shards: Any
+    dir_a: Any, dir_b: Any, ignore_unmatched: bool, shards: Any
 ) -> tuple[dict[int, Any], dict[int, Any]]:
-    """The options checked, and each dump's rank folders (the same ranks unless ``ignore_unmatched``,
+    """``shards`` checked, and each dump's rank folders (the same ranks unless ``ignore_unmatched``,
     or runs of different tensor-parallel degrees)."""
-    check_tolerances(atol, rtol, mode)
-    check_keep_steps(keep_steps)
     if shards is not None and (
         not isinstance(shards, Mapping) or not all(isinstance(k, str) and isinstance(v, str) for k, v in shards.items())
     ):

@@ -23,19 +23,18 @@ from nbdiff.engine.live.comparer import LiveComparer
 from nbdiff.engine.live.feed import feed_for
 from nbdiff.engine.live.watched import WatchedSteps
 from nbdiff.engine.options import (
-    check_comparison,
-    check_framework_differences,
-    check_keep_steps,
     check_mib,
+    check_models,
     check_recordable,
 )
 from nbdiff.engine.progress import counter, progress
+from nbdiff.engine.spec import Comparison
 from nbdiff.engine.spill import SPILL_ABOVE_MIB, spilled
 from nbdiff.engine.types import StepRecord
 from nbdiff.errors import InputError, NbdiffError, WeightTransferError
 from nbdiff.frameworks import framework_of
 from nbdiff.judge.blame import require_compared
-from nbdiff.judge.tolerance import Tolerance, resolve_tolerance
+from nbdiff.judge.tolerance import Tolerance
 from nbdiff.result import DiffResult
 from nbdiff.trace.interrupts import is_interrupt
 from nbdiff.trace.modes import kept_rng
@@ -82,10 +81,9 @@ class watch:
         spill_above_mib: float | None = SPILL_ABOVE_MIB,
         framework_differences: str = "report",
     ) -> None:
-        check_comparison(base, raw, atol, rtol, compare_mode, diff_phase, layer_map)
-        check_framework_differences(framework_differences)
+        check_models(base, raw, layer_map)
+        self.spec = Comparison(atol, rtol, compare_mode, diff_phase, framework_differences, keep_steps)
         check_mib(memory_mib=memory_mib, spill_above_mib=spill_above_mib)
-        check_keep_steps(keep_steps)
         self.bfw, self.rfw = framework_of(base, "base"), framework_of(raw, "raw")
         check_recordable((self.bfw, self.rfw), (base, raw))
         self.base, self.raw = base, raw
@@ -118,7 +116,7 @@ class watch:
         self._deferred: Exception | None = None  # what went wrong comparing while the code ran
 
     def _tol(self, a: str, b: str) -> Tolerance:
-        return resolve_tolerance(self.options["atol"], self.options["rtol"], a, b)  # type: ignore[arg-type]
+        return self.spec.tol(a, b)
 
     # -- recording -------------------------------------------------------------
     def __enter__(self) -> watch:

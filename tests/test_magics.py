@@ -238,7 +238,7 @@ def test_unknown_names_and_bad_flags_get_one_line_and_the_usage(ip, capsys):
 
 def test_parse_flags_defaults():
     args = parse_flags("a b c", cell=False)
-    assert (args.base, args.raw, args.inputs, args.out, args.mode, args.phase) == (
+    assert (args.base, args.raw, args.inputs, args.out, args.compare_mode, args.diff_phase) == (
         "a", "b", "c", "_modeldiff", "strict", "both",
     )  # fmt: skip
     assert np.isclose(parse_flags("a b --atol 1e-3", cell=True).atol, 1e-3)

@@ -13,7 +13,7 @@ from nbdiff.judge.metrics import COMPARE_MODES
 __all__ = [
     "PHASES",
     "FRAMEWORK_DIFFERENCES",
-    "check_comparison",
+    "check_models",
     "check_framework_differences",
     "check_gradients",
     "check_mib",
@@ -24,18 +24,14 @@ __all__ = [
 PHASES = ("both", "forward", "backward")
 
 
-def check_comparison(
-    base: Any, raw: Any, atol: Any, rtol: Any, compare_mode: Any, diff_phase: Any, layer_map: Any
-) -> None:
-    """What ``auto_diff`` and ``watch`` share."""
+def check_models(base: Any, raw: Any, layer_map: Any) -> None:
+    """What ``auto_diff``, ``watch`` and ``check_config`` share besides the options
+    (:class:`~nbdiff.engine.spec.Comparison` checks those): two models, and a map if any."""
     if base is raw:
         raise InputError(
             "base and raw are the same object, so they agree by construction and nothing would be checked. "
             "Compare two models: raw = copy.deepcopy(base), then change raw."
         )
-    check_tolerances(atol, rtol, compare_mode)
-    if diff_phase not in PHASES:
-        raise OptionError(f"diff_phase={diff_phase!r} is not one of {PHASES}.")
     if layer_map is not None and not isinstance(layer_map, LayerMap):
         hint = f"LayerMap({layer_map!r:.80})" if isinstance(layer_map, dict) else "LayerMap({...})"
         raise OptionError(f"layer_map must be a nbdiff.LayerMap, not {type(layer_map).__name__}: use {hint}.")

@@ -16,8 +16,7 @@ from typing import Any, NoReturn
 
 from IPython.core.magic import Magics, line_cell_magic, magics_class
 
-from nbdiff.engine.kept import KEEP_STEPS
-from nbdiff.engine.options import FRAMEWORK_DIFFERENCES
+from nbdiff.engine.spec import add_flags, from_flags
 from nbdiff.errors import NbdiffError, OptionError
 from nbdiff.trace.interrupts import is_interrupt
 from nbdiff.trace.spool import MEMORY_MIB
@@ -81,23 +80,14 @@ def _parser(cell: bool) -> argparse.ArgumentParser:
         p.add_argument("--check", action="store_true", help="list differing layer arguments; runs no training")
     p.add_argument("--single-step", action="store_true")
     p.add_argument("--steps", type=int, default=1)
-    p.add_argument("--atol", type=float)
-    p.add_argument("--rtol", type=float)
-    p.add_argument("--mode", choices=["strict", "mean", "abs_mean"], default="strict")
-    p.add_argument("--phase", choices=["both", "forward", "backward"], default="both")
+    add_flags(
+        p, "atol", "rtol", "compare_mode", "diff_phase", "framework_differences", *(("keep_steps",) if cell else ())
+    )
     p.add_argument("--loss", nargs=2, metavar=("A", "B"))
     p.add_argument("--opt", nargs=2, metavar=("A", "B"))
     p.add_argument("--no-init", action="store_true")
     p.add_argument("--api", action="store_true", help="also trace framework API calls inside layers")
-    p.add_argument(
-        "--framework-differences",
-        choices=FRAMEWORK_DIFFERENCES,
-        default="report",
-        help="known framework differences (paddle's biased running_var): report them, or fail on them",
-    )
     p.add_argument("--memory-mib", type=_mib, default=MEMORY_MIB, help="recording held in memory (0: bounded)")
-    if cell:
-        p.add_argument("--keep-steps", type=int, default=KEEP_STEPS, help="steps whose events are kept")
     p.add_argument("--out", default="_modeldiff")
     return p
 
@@ -186,17 +176,14 @@ class ModelDiffMagics(Magics):
             return found
         if cell is None and args.inputs is None:
             raise OptionError(f"%modeldiff: INPUTS is missing (or pass --check for the pre-flight).\n{USAGE}")
+        flags = {k: v for k, v in from_flags(args).items() if k != "keep_steps"}  # the cell's, given below
         options = dict(
-            atol=args.atol,
-            rtol=args.rtol,
-            compare_mode=args.mode,
             auto_init=not args.no_init,
-            diff_phase=args.phase,
             single_step=args.single_step,
             steps=args.steps,
             api_level=args.api,
             memory_mib=args.memory_mib,
-            framework_differences=args.framework_differences,
+            **flags,
         )
         if cell is None:
             from nbdiff.diff import auto_diff

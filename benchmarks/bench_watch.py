@@ -1,0 +1,105 @@
+"""Cost of ``watch`` (the ``%%modeldiff`` path) relative to the bare loop: both models' steps, back to back.
+
+Run: .venv/bin/python benchmarks/bench_watch.py [--rounds N] [--steps S] [--depth D] [--threads N] [--raw torch|paddle]
+The user's loop: ``D`` x (Linear(32, 32) + Tanh) in torch against the same in paddle (``--raw torch``:
+torch twice), SGD, ``S`` steps of forward, loss, backward and update on a batch of 16, each side
+stepped right after its own call. Bare: the same loop without nbdiff. Watched: inside
+``with nbdiff.watch(base, raw)``, the result compared when the block ends. Rounds alternate bare and
+watched in one process; prints per step the bare time, and min over min (median over median) of the
+watched loop against it, plus the extra peak RSS of the watched loop.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import resource
+import statistics
+import sys
+import time
+import warnings
+from pathlib import Path
+
+if "--threads" in sys.argv:  # before the frameworks load: their thread pools read it once
+    os.environ["OMP_NUM_THREADS"] = sys.argv[sys.argv.index("--threads") + 1]
+
+import numpy as np  # noqa: E402
+import paddle  # noqa: E402
+import torch  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import nbdiff  # noqa: E402
+
+warnings.filterwarnings("ignore")
+
+
+def stack(fw: str, depth: int):
+    rng = np.random.RandomState(0)
+    if fw == "torch":
+        layers = []
+        for _ in range(depth):
+            lin = torch.nn.Linear(32, 32)
+            with torch.no_grad():
+                lin.weight.copy_(torch.from_numpy(rng.randn(32, 32).astype("float32") * 0.2))
+            layers += [lin, torch.nn.Tanh()]
+        return torch.nn.Sequential(*layers)
+    layers = []
+    for _ in range(depth):
+        lin = paddle.nn.Linear(32, 32)
+        lin.weight.set_value(rng.randn(32, 32).astype("float32").T * 0.2)
+        layers += [lin, paddle.nn.Tanh()]
+    return paddle.nn.Sequential(*layers)
+
+
+def loop(models: list[tuple[str, object]], steps: int) -> None:
+    opts = [
+        torch.optim.SGD(m.parameters(), lr=0.01)
+        if fw == "torch"
+        else paddle.optimizer.SGD(0.01, parameters=m.parameters())
+        for fw, m in models
+    ]
+    rng = np.random.RandomState(1)
+    for _ in range(steps):
+        x = rng.randn(16, 32).astype("float32")
+        for (fw, m), opt in zip(models, opts):
+            out = m(torch.tensor(x) if fw == "torch" else paddle.to_tensor(x))
+            (out * out).mean().backward()
+            opt.step()
+            opt.zero_grad() if fw == "torch" else opt.clear_grad()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--steps", type=int, default=20)
+    ap.add_argument("--depth", type=int, default=100)
+    ap.add_argument("--threads", type=int, help="CPU threads for both frameworks (1: steadier on a shared machine)")
+    ap.add_argument("--raw", choices=["paddle", "torch"], default="paddle")
+    args = ap.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    os.environ.setdefault("TQDM_DISABLE", "1")
+    bare, watched, extra = [], [], []
+    for _ in range(args.rounds):
+        models = [("torch", stack("torch", args.depth)), (args.raw, stack(args.raw, args.depth))]
+        t0 = time.perf_counter()
+        loop(models, args.steps)
+        bare.append((time.perf_counter() - t0) / args.steps)
+        models = [("torch", stack("torch", args.depth)), (args.raw, stack(args.raw, args.depth))]
+        rss0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        t0 = time.perf_counter()
+        with nbdiff.watch(models[0][1], models[1][1]) as w:
+            loop(models, args.steps)
+        watched.append((time.perf_counter() - t0) / args.steps)
+        extra.append((resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - rss0) / 1024)
+        assert w.result is not None and w.result.first_divergence is None, w.result.report()
+    lo = min(bare)
+    print(
+        f"watch, {args.depth} x (Linear(32,32)+Tanh), torch vs {args.raw}, SGD, {args.steps} steps, load "
+        f"{os.getloadavg()[0]:.2f}: bare {lo * 1e3:.1f} ms/step | watch {min(watched) / lo:.2f}x "
+        f"({statistics.median(watched) / statistics.median(bare):.2f}x) | extra peak RSS {max(extra):.0f} MiB"
+    )
+
+
+if __name__ == "__main__":
+    main()

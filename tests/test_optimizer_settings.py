@@ -7,7 +7,7 @@ torch = pytest.importorskip("torch")
 paddle = pytest.importorskip("paddle")
 
 import nbdiff  # noqa: E402
-from nbdiff.align.optimizer_settings import optimizer_diffs  # noqa: E402
+from nbdiff.align.optimizer_settings import optimizer_diffs, optimizer_settings  # noqa: E402
 from tests.fault_suite.models import BUILDERS, inputs  # noqa: E402
 
 
@@ -143,3 +143,24 @@ def test_a_setting_only_one_optimizer_has_differs_only_away_from_its_neutral_val
     assert not setting_differs(0.0, None) and not setting_differs(None, "none") and not setting_differs(None, None)
     assert setting_differs(0.9, None) and setting_differs(None, "ClipGradByNorm")
     assert not setting_differs(0.1, 0.1 + 1e-12) and setting_differs(0.1, 0.3) and setting_differs("L2", "none")
+
+
+def test_paddle_settings_are_read_per_parameter_group_even_after_a_step():
+    # paddle writes each group's settings onto the optimizer while it steps: after a step, its attributes
+    # held the last group's, so every parameter read as having the head group's weight decay and beta1.
+    m = paddle.nn.Linear(4, 4)
+    groups = [{"params": [m.weight]}, {"params": [m.bias], "weight_decay": 0.5, "beta1": 0.8}]
+    opt = paddle.optimizer.AdamW(0.1, parameters=groups, weight_decay=0.01)
+    m(paddle.ones([2, 4])).sum().backward()
+    opt.step()
+    body, head = optimizer_settings(opt, m.weight), optimizer_settings(opt, m.bias)
+    assert (body["weight_decay"], body["betas"][0]) == (0.01, 0.9)
+    assert (head["weight_decay"], head["betas"][0]) == (0.5, 0.8)
+    momentum = paddle.optimizer.Momentum(
+        0.1, 0.9, parameters=[{"params": [m.weight]}, {"params": [m.bias], "momentum": 0.5}]
+    )
+    momentum.step()
+    assert (optimizer_settings(momentum, m.weight)["momentum"], optimizer_settings(momentum, m.bias)["momentum"]) == (
+        0.9,
+        0.5,
+    )

@@ -46,13 +46,14 @@ def optimizer_settings(opt: Any, param: Any = None) -> dict[str, Any]:
         return out
     # paddle: a parameter group's learning rate scales the optimizer's, per parameter
     out["lr"] = _num(opt.get_lr()) * _lr_scale(param) if hasattr(opt, "get_lr") else None
+    own = _paddle_setting(opt, param)
     if hasattr(opt, "_beta1"):
-        out["betas"] = (_num(opt._beta1), _num(opt._beta2))
-    for key, attr in (("eps", "_epsilon"), ("momentum", "_momentum")):
+        out["betas"] = (_num(own("beta1", "_beta1")), _num(own("beta2", "_beta2")))
+    for key, group_key, attr in (("eps", "epsilon", "_epsilon"), ("momentum", "momentum", "_momentum")):
         if hasattr(opt, attr):
-            out[key] = _num(getattr(opt, attr))
+            out[key] = _num(own(group_key, attr))
     if name == "AdamW":
-        wd = _num(getattr(opt, "_weight_decay", 0.0)) or 0.0
+        wd = _num(own("weight_decay", "_weight_decay")) or 0.0
         keep = getattr(opt, "_apply_decay_param_fun", None)
         if wd and keep is not None and param is not None and not keep(getattr(param, "name", "")):
             wd = 0.0  # the decay filter leaves this parameter out
@@ -64,6 +65,22 @@ def optimizer_settings(opt: Any, param: Any = None) -> dict[str, Any]:
     clip = getattr(opt, "_grad_clip", None)
     out["grad_clip"] = str(clip) if clip is not None else "none"
     return out
+
+
+def _paddle_setting(opt: Any, param: Any) -> Callable[[str, str], Any]:
+    """paddle: a setting as ``param``'s group gives it, else the optimizer's own. paddle writes each
+    group's settings onto the optimizer while stepping it, so after a step its attributes hold the
+    last group's (a group's AdamW ``weight_decay`` read as the whole optimizer's)."""
+    groups = [g for g in getattr(opt, "_param_groups", None) or [] if isinstance(g, dict)]
+    group = next((g for g in groups if any(p is param for p in g.get("params", ()))), {})
+    defaults = getattr(opt, "_default_dict", None) or {}
+
+    def own(key: str, attr: str) -> Any:
+        if group.get(key) is not None:
+            return group[key]
+        return defaults[key] if defaults.get(key) is not None else getattr(opt, attr, None)
+
+    return own
 
 
 def _lr_scale(param: Any) -> float:

@@ -18,6 +18,7 @@ import numpy as np
 from nbdiff.align.layer_map import LayerMap
 from nbdiff.align.optimizer_settings import OptimizerLog, optimizer_params
 from nbdiff.align.pairing import Pairing
+from nbdiff.engine.gc_pause import gc_paused
 from nbdiff.engine.kept import KEEP_STEPS
 from nbdiff.engine.live.comparer import LiveComparer
 from nbdiff.engine.live.feed import feed_for
@@ -284,7 +285,8 @@ class watch:
         if not (self._b.recorder.settled() and self._r.recorder.settled()):
             return
         now = (self._b.weights_now(held=False), self._r.weights_now(held=False))
-        with kept_rng((self.bfw, self.rfw)), self._paused():
+        # One step's comparison is bounded work: the collector's passes over what it holds find nothing.
+        with kept_rng((self.bfw, self.rfw)), self._paused(), gc_paused():
             try:
                 bsteps = self._b.recorder.take_steps(self._b.grads, keep=1)
                 rsteps = self._r.recorder.take_steps(self._r.grads, keep=1)

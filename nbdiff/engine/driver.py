@@ -15,7 +15,8 @@ from nbdiff.align.optimizer_settings import OptimizerLog
 from nbdiff.engine.comparer import StepComparison
 from nbdiff.engine.explain import explain
 from nbdiff.frameworks import Framework
-from nbdiff.judge.blame import Divergence, EventDiff, inherited_notes, inherited_warning, require_compared
+from nbdiff.judge.blame import Divergence, EventDiff, require_compared
+from nbdiff.judge.inherited import inherited_notes, inherited_warning
 from nbdiff.result import DiffResult
 from nbdiff.trace.events import Event
 

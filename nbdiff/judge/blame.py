@@ -18,7 +18,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from nbdiff.align.arguments import ArgDiff
-from nbdiff.judge.metrics import TensorDiff
+from nbdiff.judge.metrics import TensorDiff, compare_tensors
 from nbdiff.judge.tolerance import Tolerance
 from nbdiff.trace.events import Event, Kind, Phase, TensorRecord
 from nbdiff.trace.stack import Frame, inside_frames
@@ -29,8 +29,6 @@ __all__ = [
     "blame_events",
     "blame_all",
     "first_nonfinite",
-    "inherited_notes",
-    "inherited_warning",
     "worst_of",
     "post_order",
     "divergence_of",
@@ -370,34 +368,6 @@ def _finite(a: np.ndarray) -> bool:
     return a.dtype.kind not in "fc" or bool(np.isfinite(a).all())
 
 
-def inherited_notes(diffs: Sequence[EventDiff]) -> list[str]:
-    """Lines for events over tolerance only by what they inherited, in a step that agrees."""
-    out = []
-    for d in diffs:
-        if not d.passed and d.local_ratio is not None and d.local_ratio <= 1.0:
-            out.append(
-                f"step {d.base.step}, {d.base.phase.value}: `{d.base.path or '<root>'}` is {d.ratio:.3g}x its "
-                f"tolerance by inherited error only (local {d.local_ratio:.3g}x); the results stay within tolerance or "
-                "within the model's own sensitivity to rounding"
-            )
-    return out
-
-
-def inherited_warning(diffs: Sequence[EventDiff]) -> list[str]:
-    """One line for a result that agrees while some rows exceed their tolerance: they are explained
-    (inherited, no own error), and the view draws them so; say it where the user reads warnings."""
-    over = [d for d in diffs if not d.passed and (d.local_ratio is None or d.local_ratio <= 1.0)]
-    if not over:
-        return []
-    worst = max(over, key=lambda d: d.ratio)
-    return [
-        f"{len(over)} compared row(s) exceed their tolerance only by error inherited from earlier events (worst "
-        f"`{worst.base.path or '<root>'}`, step {worst.base.step} {worst.base.phase.value}, {worst.ratio:.3g}x; no "
-        "event's own error does): rounding that grew through the model, or weights that drifted through updates "
-        "that agreed. They do not fail the result; the view draws them as explained"
-    ]
-
-
 def _between(d: EventDiff, kids: list[EventDiff]) -> Divergence:
     """``d``'s own code is at fault around its first failing sublayer call (the last, if none fails).
     Its stacks begin inside ``d``'s code, at the lines that call that sublayer."""
@@ -405,8 +375,8 @@ def _between(d: EventDiff, kids: list[EventDiff]) -> Divergence:
     # (``path:input``); the accumulated run cannot, once the layer's own input already differs.
     handed = {t.name.rpartition(":")[0] for t in d.local or () if not t.passed and ":" in t.name}
     at = next((n for n, k in enumerate(kids) if _label(k) in handed), None)
-    if at is None:
-        at = next((n for n, k in enumerate(kids) if not k.passed), None)
+    if at is None:  # the first sublayer that fails, unless it was handed what base's was (drifted weights)
+        at = next((n for n, k in enumerate(kids) if not k.passed and not _handed_alike(k)), None)
     prev, nxt = (kids[at - 1] if at else None, kids[at]) if at is not None else (kids[-1], None)
     near = nxt or prev
     assert near is not None
@@ -416,6 +386,20 @@ def _between(d: EventDiff, kids: list[EventDiff]) -> Divergence:
         base_stack=inside_frames(d.base.stack, near.base.stack) + d.base.stack,
         raw_stack=inside_frames(d.raw.stack, near.raw.stack) + d.raw.stack,
     )
+
+
+def _handed_alike(k: EventDiff) -> bool:
+    """A sublayer call whose own error was measured and passed, handed the values base's was: what it
+    makes differs by its weights (drifted through earlier updates), not by what the code around it did."""
+    if not k.local or not all(t.passed for t in k.local) or not k.base.inputs or not k.tensors:
+        return False
+    tol = k.tensors[0].tolerance
+    for b, r in zip(k.base.inputs, k.raw.inputs):
+        if b.value is None or r.value is None or b.value.shape != r.value.shape:
+            return False
+        if not compare_tensors(b.name, r.value, b.value, tol, "strict").passed:
+            return False
+    return len(k.base.inputs) == len(k.raw.inputs)
 
 
 def _label(d: EventDiff) -> str:

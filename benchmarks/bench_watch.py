@@ -34,21 +34,9 @@ warnings.filterwarnings("ignore")
 
 
 def stack(fw: str, depth: int):
-    rng = np.random.RandomState(0)
-    if fw == "torch":
-        layers = []
-        for _ in range(depth):
-            lin = torch.nn.Linear(32, 32)
-            with torch.no_grad():
-                lin.weight.copy_(torch.from_numpy(rng.randn(32, 32).astype("float32") * 0.2))
-            layers += [lin, torch.nn.Tanh()]
-        return torch.nn.Sequential(*layers)
-    layers = []
-    for _ in range(depth):
-        lin = paddle.nn.Linear(32, 32)
-        lin.weight.set_value(rng.randn(32, 32).astype("float32").T * 0.2)
-        layers += [lin, paddle.nn.Tanh()]
-    return paddle.nn.Sequential(*layers)
+    """``depth`` Linear(32, 32) + Tanh pairs (watch copies base's weights into raw when it begins)."""
+    nn = torch.nn if fw == "torch" else paddle.nn
+    return nn.Sequential(*[m for _ in range(depth) for m in (nn.Linear(32, 32), nn.Tanh())])
 
 
 def loop(models: list[tuple[str, object]], steps: int) -> None:
@@ -80,6 +68,7 @@ def main() -> None:
         torch.set_num_threads(args.threads)
     os.environ.setdefault("TQDM_DISABLE", "1")
     bare, watched, extra = [], [], []
+    loop([("torch", stack("torch", args.depth)), (args.raw, stack(args.raw, args.depth))], 2)  # warm-up
     for _ in range(args.rounds):
         models = [("torch", stack("torch", args.depth)), (args.raw, stack(args.raw, args.depth))]
         t0 = time.perf_counter()

@@ -62,15 +62,14 @@ def watched(seed: int, lr: float, batch: int, steps: int, late: bool) -> nbdiff.
     t, p = _pair("cnn", seed, late)
     topt, popt = torch.optim.Adam(t.parameters(), lr=lr), paddle.optimizer.Adam(lr, parameters=p.parameters())
     rng, start = np.random.RandomState(seed), int(steps * 0.8) if late else None
+    sides = ((t, topt, torch.tensor, "zero_grad"), (p, popt, paddle.to_tensor, "clear_grad"))
     with nbdiff.watch(t, p) as w:
         for k in range(steps):
             x = _batch(rng, (batch, 3, 8, 8), k, start)
-            t(torch.tensor(x)).pow(2).mean().backward()
-            topt.step()
-            topt.zero_grad()
-            p(paddle.to_tensor(x)).pow(2).mean().backward()
-            popt.step()
-            popt.clear_grad()
+            for model, opt, tensor, clear in sides:  # base's step, then raw's, as a notebook cell runs them
+                model(tensor(x)).pow(2).mean().backward()
+                opt.step()
+                getattr(opt, clear)()
     assert w.result is not None
     return w.result
 

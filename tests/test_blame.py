@@ -92,3 +92,50 @@ def test_a_blame_of_a_layers_own_code_says_what_is_known():
     assert d.where == "between" and d.why().startswith("no constructor argument differs")
     assert "api_level=True" in d.why() and "`fc1` and `fc2`" in d.why()
     assert "why          no constructor argument differs" in result.report()
+
+
+def _custom_backward_model(fw, wrong):
+    """A model whose own forward calls a custom autograd function between two Linears (a port's fused
+    activation written as an autograd Function / PyLayer); ``wrong``: its backward is off by 10%."""
+    from tests.fault_suite.models import _ns
+
+    ns = _ns(fw)
+
+    class Net(ns["Base"]):
+        def __init__(self):
+            super().__init__()
+            self.fc = ns["linear"](8, 16)
+            self.head = ns["linear"](16, 4)
+
+        def forward(self, x):
+            return self.head(ns["tanh_fn"](self.fc(x), wrong))
+
+    return Net()
+
+
+@pytest.mark.parametrize("verb", ["auto_diff", "compare"])
+@pytest.mark.parametrize(("bfw", "rfw"), _DIRECTIONS)
+def test_a_wrong_backward_in_the_models_own_code_is_placed_there_not_at_the_layer_below(bfw, rfw, verb, tmp_path):
+    # The root's backward compares nothing of its own (its inputs take no gradient), so the first failing
+    # gradient (fc's, fine on its own) was blamed as inherited: "layer `fc` … (inherited …)".
+    torch.manual_seed(0)
+    paddle.seed(0)
+    base, raw = _custom_backward_model(bfw, False), _custom_backward_model(rfw, True)
+    nbdiff.assign_weight(base, raw, inputs=X)
+    if verb == "auto_diff":
+        result = nbdiff.auto_diff(base, raw, X)
+    else:
+        paths = []
+        for name, model, fw in (("a", base, bfw), ("b", raw, rfw)):
+            with nbdiff.record(model, tmp_path / name) as rec:
+                x = torch.tensor(X) if fw == "torch" else paddle.to_tensor(X)
+                model(x).pow(2).mean().backward()
+            paths.append(rec.path)
+        result = nbdiff.compare(*paths)
+    d = result.first_divergence
+    assert d is not None and (d.phase.value, d.where, d.base_path, d.between) == (
+        "backward",
+        "between",
+        "",
+        ("head", "fc"),
+    ), result.report()

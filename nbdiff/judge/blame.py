@@ -302,17 +302,13 @@ def _unmeasured_parent(diffs: list[EventDiff], first: int, children: dict[int, l
     if d.local is None or d.local_ratio is None or d.local_ratio > 1.0:
         return None
     parent = next((i for i, kids in children.items() if first in kids), None)
-    # A parent with nothing of its own compared (a model's backward whose inputs take no gradient) is
-    # no more measured than one that could not run again.
-    if parent is None or diffs[parent].local is not None or (diffs[parent].passed and diffs[parent].tensors):
+    if parent is None or diffs[parent].local is not None or diffs[parent].passed:
         return None
     kids = sorted(children[parent], key=lambda k: diffs[k].base.order)
     before = [diffs[k] for k in kids if diffs[k].base.order < d.base.order]
     if any(not k.passed for k in before):
         return None
-    # Its error is measured where it first shows: the sublayer call its code handed it to.
-    owner = diffs[parent] if diffs[parent].tensors else replace(diffs[parent], tensors=d.tensors)
-    return _between(owner, [*before, d])
+    return _between(diffs[parent], [*before, d])
 
 
 def require_compared(diffs: Sequence[EventDiff], base_model: str) -> None:
@@ -395,17 +391,15 @@ def _between(d: EventDiff, kids: list[EventDiff]) -> Divergence:
 def _handed_alike(k: EventDiff) -> bool:
     """A sublayer call whose own error was measured and passed, handed the values base's was: what it
     makes differs by its weights (drifted through earlier updates), not by what the code around it did."""
-    # What a call is handed: its inputs, or in backward the gradients arriving at its outputs.
-    given = (k.base.outputs, k.raw.outputs) if k.base.phase is Phase.BACKWARD else (k.base.inputs, k.raw.inputs)
-    if not k.local or not all(t.passed for t in k.local) or not given[0] or not k.tensors:
+    if not k.local or not all(t.passed for t in k.local) or not k.base.inputs or not k.tensors:
         return False
     tol = k.tensors[0].tolerance
-    for b, r in zip(*given):
+    for b, r in zip(k.base.inputs, k.raw.inputs):
         if b.value is None or r.value is None or b.value.shape != r.value.shape:
             return False
         if not compare_tensors(b.name, r.value, b.value, tol, "strict").passed:
             return False
-    return len(given[0]) == len(given[1])
+    return len(k.base.inputs) == len(k.raw.inputs)
 
 
 def _label(d: EventDiff) -> str:

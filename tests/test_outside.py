@@ -21,27 +21,27 @@ def _update_finding(parameter="blocks.0.fc.weight", raw_name="weight"):
 
 def test_a_write_on_one_side_is_that_sides_finding_named_as_that_side_names_it():
     found = [_update_finding()]
-    raw = as_outside(found, Writes({}, {"layers.0.proj.weight": 1.05}), 1)[0]
+    raw = as_outside(found, Writes({}, {"layers.0.proj.weight": 1.05}))[0]
     assert raw.where == "outside" and raw.parameter == "blocks.0.fc.weight"
     assert (
         "raw's `layers.0.proj.weight` changed outside the optimizer between step 1's update and step 2"
         in raw.describe()
     )
     assert "(norm x1.05)" in raw.describe() and "no optimizer setting" in raw.why()
-    base = as_outside(found, Writes({"blocks.0.fc.weight": 0.5}, {}), 1)[0]
+    base = as_outside(found, Writes({"blocks.0.fc.weight": 0.5}, {}))[0]
     assert base.where == "outside" and "base's `blocks.0.fc.weight`" in base.describe() and "x0.5" in base.describe()
 
 
 def test_the_same_write_on_both_sides_leaves_the_update_to_blame_and_another_parameters_write_changes_nothing():
     found = [_update_finding()]
     alike = Writes({"blocks.0.fc.weight": 1.05}, {"layers.0.proj.weight": 1.05})
-    assert as_outside(found, alike, 1) == found
-    apart = as_outside(found, Writes({"blocks.0.fc.weight": 1.0}, {"layers.0.proj.weight": 1.05}), 1)[0]
+    assert as_outside(found, alike) == found
+    apart = as_outside(found, Writes({"blocks.0.fc.weight": 1.0}, {"layers.0.proj.weight": 1.05}))[0]
     assert (
         apart.where == "outside" and "both sides wrote" in apart.describe() and "base x1, raw x1.05" in apart.describe()
     )
-    assert as_outside(found, Writes({}, {"layers.0.proj.bias": 2.0}), 1) == found
-    assert as_outside(found, Writes({}, {}), 1) == found
+    assert as_outside(found, Writes({}, {"layers.0.proj.bias": 2.0})) == found
+    assert as_outside(found, Writes({}, {})) == found
 
 
 def test_a_dump_keeps_the_writes_with_its_optimizer_events_as_values_or_statistics():

@@ -19,6 +19,7 @@ from nbdiff.engine.backward import GradsOf, backward_diffs
 from nbdiff.engine.conditioning import MARGIN, Floor, Noise
 from nbdiff.engine.drift import Explanation
 from nbdiff.engine.forward import api_local, forward_diffs
+from nbdiff.engine.outside import Writes, as_outside
 from nbdiff.engine.step_size import noted, step_sizes_apart
 from nbdiff.engine.types import Plans, StepRecord, TolFn
 from nbdiff.engine.updates import GradientSpread, Updates, name_parameter, update_diffs
@@ -211,6 +212,7 @@ class StepComparer:
         updates: dict[str, Updates],
         grads: Callable[[], GradientSpread] | None = None,
         step: StepComparison | None = None,
+        writes: Writes | None = None,
     ) -> StepComparison:
         """Optimizer updates per planned layer; every own error names its parameter. ``grads``: how
         far apart the gradients each optimizer was given were, when they differ (not fed base's,
@@ -230,7 +232,9 @@ class StepComparer:
             diffs, differed = noted(diffs, apart), differed - apart.keys()
         own = lambda d: tuple(t for t in d.tensors if (d.raw.path, t.name) not in differed)  # noqa: E731
         found, _ = blame_all(diffs, own, final=lambda d: not all(t.passed for t in own(d)))
-        return StepComparison([name_parameter(f, self.plans) for f in found], diffs)
+        named = [name_parameter(f, self.plans) for f in found]
+        # ``writes``: the parameters written outside the optimizer after this step's update (engine/outside).
+        return StepComparison(as_outside(named, writes) if writes else named, diffs)
 
     def _unless_drift(self, found: list[Divergence], drift: Explanation | None, notes: list[str]) -> list[Divergence]:
         """An error no layer makes on its own, once the weights drifted, is the drift's note (said once:

@@ -67,9 +67,9 @@ def _written(events: list[Event]) -> dict[str, float]:
     return out
 
 
-def as_outside(found: list[Divergence], writes: Writes, step: int) -> list[Divergence]:
-    """Update findings of step ``step`` whose parameter was written outside the optimizer after it,
-    on one side or by different amounts, told as that write."""
+def as_outside(found: list[Divergence], writes: Writes) -> list[Divergence]:
+    """Update findings whose parameter was written outside the optimizer after their step's update, on
+    one side or by different amounts, told as that write."""
     if not writes:
         return found
     out = []
@@ -86,7 +86,7 @@ def as_outside(found: list[Divergence], writes: Writes, step: int) -> list[Diver
             who, size = f"raw's `{raw_name}` changed outside the optimizer", f"norm x{r:.4g}"
         else:
             who, size = f"base's `{f.parameter}` changed outside the optimizer", f"norm x{b:.4g}"
-        said = f"{who} between step {step}'s update and step {step + 1} ({size})"
+        said = f"{who} between step {f.step}'s update and step {f.step + 1} ({size})"
         out.append(replace(f, where="outside", explanation=said))
     return out
 

@@ -47,7 +47,7 @@ def step_size(update: np.ndarray, grad: np.ndarray, floor: float = 0.0) -> float
 
 
 def step_sizes_apart(
-    plans: dict[str, LayerWeights], updates: dict[str, Updates], step: list[EventDiff], floor: float = 0.0
+    plans: dict[str, LayerWeights], updates: dict[str, Updates], step: list[EventDiff]
 ) -> dict[tuple[str, str], str]:
     """``(raw path, parameter name)`` of each update whose side moved its own gradient by another step
     size than the other side, with what was read; ``step``: the step's pairs (their gradients)."""
@@ -63,8 +63,8 @@ def step_sizes_apart(
         base_u, base_g = _values(converted_records(plan, u.base.outputs)), _values(converted_records(plan, bg))
         raw_u, raw_g = _values(u.raw.outputs), _values(rg)
         for name in raw_u.keys() & base_u.keys() & raw_g.keys() & base_g.keys():
-            a = step_size(base_u[name], base_g[name], floor)
-            b = step_size(raw_u[name], raw_g[name], floor)
+            a = step_size(base_u[name], base_g[name])
+            b = step_size(raw_u[name], raw_g[name])
             if a is not None and b is not None and abs(a - b) > STEP_RTOL * max(abs(a), abs(b)):
                 out[(plan.raw_path, name)] = (
                     f"each side's update is its own gradient times one number: base {a:.4g}, raw {b:.4g} "

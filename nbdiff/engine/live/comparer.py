@@ -16,6 +16,7 @@ from nbdiff.engine.backward import GradsOf
 from nbdiff.engine.comparer import StepComparer, StepComparison
 from nbdiff.engine.constants import constant_differences
 from nbdiff.engine.layouts import records_of
+from nbdiff.engine.outside import Writes
 from nbdiff.engine.replay import Replayer, paired_param_grads
 from nbdiff.engine.state import State, StepStates, has_state, state_diffs
 from nbdiff.engine.ties import tie_differences
@@ -228,13 +229,14 @@ class LiveComparer(StepComparer):
         after: tuple[Snapshot, Snapshot],
         stacks: tuple[tuple[Frame, ...], tuple[Frame, ...]] = ((), ()),
         grads: Callable[[], GradientSpread] | None = None,
+        writes: Writes | None = None,
     ) -> StepComparison:
         """The optimizers' updates (after minus before) compared; ``stacks``: where each side's
-        optimizer was stepped, shown for its updates."""
+        optimizer was stepped, shown for its updates; ``writes``: what was written outside them."""
         updates = snapshot_updates(step, self.plans, before, after)
         if stacks != ((), ()):
             updates = {
                 k: replace(u, base=replace(u.base, stack=stacks[0]), raw=replace(u.raw, stack=stacks[1]))
                 for k, u in updates.items()
             }
-        return self.compare_updates(updates, grads)
+        return self.compare_updates(updates, grads, writes=writes)

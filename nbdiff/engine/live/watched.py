@@ -19,7 +19,7 @@ from nbdiff.engine.drift import drift_note, followed
 from nbdiff.engine.driver import Verdict
 from nbdiff.engine.kept import KeptSteps
 from nbdiff.engine.live.comparer import LiveComparer, ParamGrads, held_param_grads
-from nbdiff.engine.outside import as_outside, outside_writes
+from nbdiff.engine.outside import outside_writes
 from nbdiff.engine.types import Snapshot, StepRecord, TolFn
 from nbdiff.engine.updates import GradientSpread, in_raw_layout
 from nbdiff.trace.session import ModelSession, Weights
@@ -120,17 +120,11 @@ class WatchedSteps:
         stacks = (log.stack_at(fws[0].name, k), log.stack_at(fws[1].name, k))
         # Each optimizer stepped from its own model's gradients: the updates may differ by what those did.
         grads = (lambda: spread) if spread is not None else None
-        found = self.cmp.compare_snapshots(k, before, after, stacks, grads)
         # A parameter written after the optimizer stepped (read where step k + 1 began) is that write's doing.
         cmp = self.cmp
-        writes = outside_writes(
-            (self.b.fw, self.r.fw),
-            (cmp.blayers, cmp.rlayers),
-            cmp.plans,
-            (self.b.outside[k + 1], self.r.outside[k + 1]),
-        )
-        found.findings = as_outside(found.findings, writes, k)
-        return found
+        written = (self.b.outside[k + 1], self.r.outside[k + 1])
+        writes = outside_writes((self.b.fw, self.r.fw), (cmp.blayers, cmp.rlayers), cmp.plans, written)
+        return cmp.compare_snapshots(k, before, after, stacks, grads, writes)
 
     def _raw_weights(self, snapshot: Snapshot) -> Weights:
         """Raw's parameters by ``id``, from arrays by plan and raw's names."""

@@ -28,6 +28,7 @@ from typing import Any
 
 import numpy as np
 
+from nbdiff.engine.backward import record_magnitude
 from nbdiff.engine.types import Snapshot
 from nbdiff.frameworks import Framework, known_frameworks
 from nbdiff.judge.metrics import TensorDiff
@@ -88,10 +89,10 @@ class RebuiltSide:
 
     def _scaled(self, events: list[Event]) -> None:
         if any(e.phase is Phase.WEIGHTS for e in events):
-            self.scales = {e.path: _largest(e.outputs) for e in events if e.phase is Phase.WEIGHTS}
+            self.scales = {e.path: record_magnitude(e.outputs, {}) for e in events if e.phase is Phase.WEIGHTS}
         for e in events:
             if e.phase is Phase.OPTIMIZER:
-                self.scales[e.path] = self.scales.get(e.path, 0.0) + _largest(e.outputs)
+                self.scales[e.path] = self.scales.get(e.path, 0.0) + record_magnitude(e.outputs, {})
 
     def weights_at(self, k: int) -> Weights | None:
         """Every recorded layer's weights as step position ``k`` began (the step seen last only)."""
@@ -203,18 +204,6 @@ def _shapes(records: tuple[TensorRecord, ...]) -> tuple[tuple[int, ...], ...]:
 
 def _number(events: list[Event]) -> int | None:
     return events[0].step if events else None
-
-
-def _largest(records: tuple[TensorRecord, ...]) -> float:
-    """The largest magnitude among ``records``, from their values or their statistics."""
-    out = 0.0
-    for t in records:
-        if t.value is not None and t.value.size:
-            finite = np.abs(t.value[np.isfinite(t.value)]) if not np.isfinite(t.value).all() else np.abs(t.value)
-            out = max(out, float(finite.max(initial=0.0)))
-        elif t.stats is not None:
-            out = max(out, abs(t.stats.min), abs(t.stats.max))
-    return out
 
 
 def _weights_of(events: list[Event]) -> Weights | None:

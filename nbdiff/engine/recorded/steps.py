@@ -6,7 +6,7 @@ from __future__ import annotations
 from nbdiff.align.pairing import Pairing
 from nbdiff.align.shards import Gathered
 from nbdiff.engine.driver import Verdict
-from nbdiff.engine.outside import as_outside, recorded_writes
+from nbdiff.engine.outside import recorded_writes
 from nbdiff.engine.recorded.comparer import RecordedComparer
 from nbdiff.engine.recorded.gathered import attributed
 from nbdiff.judge.blame import EventDiff
@@ -27,10 +27,9 @@ def compare_recorded_step(
     drift = cmp.drift_at(k) if cmp.spread is not None else None
     step = cmp.compare(pairing, brec, rrec, drift=drift)
     spread = cmp.spread
-    updates = cmp.compare_updates(
-        cmp.updates(pairing, brec, rrec), (lambda: cmp.gradient_spread(k)) if spread else None, step
-    )
-    updates.findings = as_outside(updates.findings, recorded_writes(brec.optimizer, rrec.optimizer), k)
+    grads = (lambda: cmp.gradient_spread(k)) if spread else None
+    writes = recorded_writes(brec.optimizer, rrec.optimizer)  # parameters written outside the optimizer
+    updates = cmp.compare_updates(cmp.updates(pairing, brec, rrec), grads, step, writes)
     state = cmp.compare_state(brec, rrec, k)
     findings = step.findings + updates.findings + state.findings
     if gathered is not None:

@@ -77,7 +77,7 @@ def auto_diff(
     bfw, rfw = framework_of(base, "base"), framework_of(raw, "raw")
     check_recordable((bfw, rfw), (base, raw))
     check_gradients((bfw, rfw), (base, raw), diff_phase)
-    calls = split_inputs(inputs, bfw, rfw)
+    calls = split_inputs(inputs, bfw, rfw, (base, raw))
     # A failure after the copy (or after training steps) leaves both models as they were given.
     # Base changes only when the optimizers train it: copy it only then (the copies cost memory).
     originals = [save_weights(bfw, base) if optimizers is not None else [], save_weights(rfw, raw)]

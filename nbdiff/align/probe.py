@@ -23,7 +23,7 @@ __all__ = ["pair_once"]
 def pair_once(base: Any, raw: Any, inputs: Any, layer_map: LayerMap | None = None) -> Pairing:
     """The pairing of one forward of each model on ``inputs`` (a pair, or one input for both)."""
     bfw, rfw = framework_of(base, "base"), framework_of(raw, "raw")
-    bcall, rcall = split_inputs(inputs, bfw, rfw)
+    bcall, rcall = split_inputs(inputs, bfw, rfw, (base, raw))
     b = forward_structure(bfw, base, bcall, "base")
     r = forward_structure(rfw, raw, rcall, "raw")
     return pair_forward(b, r, layer_map, dict(bfw.named_layers(base)), dict(rfw.named_layers(raw)))

@@ -52,7 +52,7 @@ def _nudged(fw: Framework, call: CallArgs, seed: int) -> CallArgs | None:
             values.append(t)
             continue
         u = rng.uniform(-1.0, 1.0, a.shape).astype(a.dtype)
-        values.append(fw.from_numpy(a * (1 + np.finfo(a.dtype).eps * u)))
+        values.append(fw.from_numpy(a * (1 + np.finfo(a.dtype).eps * u), device=fw.device_of(t)))
         moved = True
     return unflatten(template, values) if moved else None
 

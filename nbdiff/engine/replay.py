@@ -145,7 +145,7 @@ def _forced(fw: Framework, t: Any, mine: TensorRecord | None, theirs: TensorReco
         value = np.broadcast_to(theirs.value, shape)
     except ValueError:
         return t
-    return fw.from_numpy(value.astype(fw.to_numpy(t).dtype, copy=False))
+    return fw.from_numpy(value.astype(fw.to_numpy(t).dtype, copy=False), device=fw.device_of(t))
 
 
 def _fits(theirs: TensorRecord, mine: TensorRecord, same_kind: bool = True) -> bool:
@@ -180,6 +180,7 @@ class Replayer:
         # side fed the other's sine into its cosine).
         paired = dict((r.name, b) for r, b in zip(*received_pairs(mine_all, theirs_all, _fits)))
         values, fed, kept = [], 0, []
+        device = fw.device_of(template_event.layer) if template_event.layer is not None else None
         for mine in mine_all:
             theirs = paired.get(mine.name)
             if theirs is not None and not _fits(theirs, mine, same_kind=False):
@@ -187,11 +188,11 @@ class Replayer:
             if theirs is None:
                 if grad:
                     return None
-                values.append(fw.from_numpy(mine.data))
+                values.append(fw.from_numpy(mine.data, device=device))
                 kept.append(mine.data)
                 continue
             arr = np.broadcast_to(theirs.data, mine.shape).astype(mine.data.dtype)
-            values.append(fw.from_numpy(arr, requires_grad=grad))
+            values.append(fw.from_numpy(arr, requires_grad=grad, device=device))
             fed += 1
         if not fed or (grad and len(mine_all) != len(theirs_all)):
             return None
@@ -326,7 +327,7 @@ class Replayer:
                 g = by_name.get(name, in_order[i] if len(leaves) == 1 and i < len(in_order) else None)
                 if g is not None and fw.requires_grad(t) and tuple(g.shape) == fw.shape_of(t):
                     outs.append(t)
-                    gouts.append(fw.from_numpy(g.astype(fw.to_numpy(t).dtype, copy=False)))
+                    gouts.append(fw.from_numpy(g.astype(fw.to_numpy(t).dtype, copy=False), device=fw.device_of(t)))
             targets = [x for x in ins if fw.requires_grad(x)] + list(params.values())
             if not outs or not targets:
                 return None

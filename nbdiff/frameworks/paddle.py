@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import itertools
 import math
 import os
 import warnings
@@ -149,10 +150,19 @@ class PaddleFramework:
         # (5.6 µs), and its buffer, paddle's, goes back to paddle's pool once the caller's copy is made.
         return tensor.numpy()
 
-    def from_numpy(self, array: np.ndarray, requires_grad: bool = False) -> Any:
-        t = paddle.to_tensor(np.array(array, order="C"))
+    def from_numpy(self, array: np.ndarray, requires_grad: bool = False, device: Any = None) -> Any:
+        t = paddle.to_tensor(np.array(array, order="C"), place=device)
         t.stop_gradient = not (requires_grad and t.is_floating_point())
         return t
+
+    def device_of(self, obj: Any) -> Any:
+        if not isinstance(obj, paddle.Tensor):
+            named = obj.named_parameters(), obj.named_buffers()
+            first = next(itertools.chain(*named), None) if isinstance(obj, paddle.nn.Layer) else None
+            if first is None:
+                return None
+            obj = first[1]
+        return None if obj.place.is_cpu_place() else obj.place
 
     def set_value(self, tensor: Any, array: np.ndarray) -> None:
         dtype = self.dtype_name(tensor)
@@ -322,7 +332,7 @@ class PaddleFramework:
     def weighted_mean_of(self, tensors: Sequence[Any], weights: np.ndarray) -> Any:
         flat = [t.reshape([-1]).astype("float32") if t.dtype != paddle.float64 else t.reshape([-1]) for t in tensors]
         values = paddle.concat(flat) if len(flat) > 1 else flat[0]
-        return (values * paddle.to_tensor(weights).astype(values.dtype)).mean()
+        return (values * paddle.to_tensor(weights, place=values.place).astype(values.dtype)).mean()
 
     def optimizer_step(self, optimizer: Any) -> None:
         optimizer.step()

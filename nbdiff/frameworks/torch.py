@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import itertools
 import math
 import os
 import threading
@@ -121,11 +122,21 @@ class TorchFramework:
             t = t.float()
         return t.cpu().numpy()
 
-    def from_numpy(self, array: np.ndarray, requires_grad: bool = False) -> Any:
+    def from_numpy(self, array: np.ndarray, requires_grad: bool = False, device: Any = None) -> Any:
         t = torch.from_numpy(np.array(array, copy=True, order="C"))
+        if device is not None:
+            t = t.to(device)
         if requires_grad and t.is_floating_point():
             t.requires_grad_(True)
         return t
+
+    def device_of(self, obj: Any) -> Any:
+        if not isinstance(obj, torch.Tensor):
+            first = next(itertools.chain(obj.parameters(), obj.buffers()), None) if isinstance(obj, _MODULE) else None
+            if first is None:
+                return None
+            obj = first
+        return None if obj.device.type in ("cpu", "meta") else obj.device
 
     def set_value(self, tensor: Any, array: np.ndarray) -> None:
         with torch.no_grad():
@@ -293,7 +304,7 @@ class TorchFramework:
     def weighted_mean_of(self, tensors: Sequence[Any], weights: np.ndarray) -> Any:
         flat = [t.reshape(-1).float() if t.dtype != torch.float64 else t.reshape(-1) for t in tensors]
         values = torch.cat(flat) if len(flat) > 1 else flat[0]
-        return (values * torch.from_numpy(weights).to(values.dtype)).mean()
+        return (values * torch.from_numpy(weights).to(values.device, values.dtype)).mean()
 
     def optimizer_step(self, optimizer: Any) -> None:
         optimizer.step()

@@ -26,17 +26,21 @@ def _as_call(x: Any) -> CallArgs:
     return (x,), {}
 
 
-def _convert(fw: Framework, call: CallArgs) -> CallArgs:
+def _convert(fw: Framework, call: CallArgs, model: Any) -> CallArgs:
     leaves, template = flatten(call, lambda v: isinstance(v, np.ndarray) or fw.is_tensor(v))
-    values = [fw.from_numpy(v) if isinstance(v, np.ndarray) else v for _, v in leaves]
+    device = fw.device_of(model) if model is not None and any(isinstance(v, np.ndarray) for _, v in leaves) else None
+    values = [fw.from_numpy(v, device=device) if isinstance(v, np.ndarray) else v for _, v in leaves]
     return unflatten(template, values)
 
 
-def split_inputs(inputs: Any, base_fw: Framework, raw_fw: Framework) -> tuple[CallArgs, CallArgs]:
+def split_inputs(
+    inputs: Any, base_fw: Framework, raw_fw: Framework, models: tuple[Any, Any] = (None, None)
+) -> tuple[CallArgs, CallArgs]:
     """``(base_call, raw_call)`` from a pair ``(base_inputs, raw_inputs)`` or one numpy array.
 
     Each element is a dict of keyword arguments, a tuple of positional ones or a
-    single tensor; numpy arrays become tensors of the model's framework.
+    single tensor; numpy arrays become tensors of the model's framework, on the device of
+    ``models``' weights.
     """
     if isinstance(inputs, np.ndarray):
         inputs = (inputs, inputs)
@@ -46,7 +50,7 @@ def split_inputs(inputs: Any, base_fw: Framework, raw_fw: Framework) -> tuple[Ca
             f"{type(inputs).__name__}{f' of length {len(inputs)}' if isinstance(inputs, (tuple, list)) else ''}. "
             "Example: inputs=(torch_x, paddle_x) or inputs=({'x': torch_x}, {'x': paddle_x})."
         )
-    calls = _convert(base_fw, _as_call(inputs[0])), _convert(raw_fw, _as_call(inputs[1]))
+    calls = _convert(base_fw, _as_call(inputs[0]), models[0]), _convert(raw_fw, _as_call(inputs[1]), models[1])
     for side, call, fw in (("base", calls[0], base_fw), ("raw", calls[1], raw_fw)):
         tensors = flatten(call, fw.is_tensor)[0]
         if tensors and all(0 in fw.shape_of(t) for _, t in tensors):

@@ -209,7 +209,7 @@ class Recorder:
                 if value is not None and fw.shape_of(t) == value.shape:
                     if fw.is_floating(t):
                         rec.given.append(self._keep(name, t))
-                    base_t = fw.from_numpy(value)
+                    base_t = fw.from_numpy(value, device=fw.device_of(t))
                     self.spool.read(value)
                     t = fw.with_value(t, base_t) if fw.requires_grad(t) else base_t
                     changed = True
@@ -304,7 +304,7 @@ class Recorder:
             if replace is not None and tuple(replace.shape) == fw.shape_of(grad):
                 fed = replace.astype(fw.to_numpy(grad).dtype, copy=False)
                 into[name] = TensorRecord(name, fw.shape_of(grad), fw.dtype_name(grad), fed, None, fw.layout_of(grad))
-                return fw.from_numpy(fed)
+                return fw.from_numpy(fed, device=fw.device_of(grad))
             if self.summarize and fw.whole_gradients and not rec.whole and (s := self._summarized_grad(name, grad)):
                 into[name] = s
                 return None

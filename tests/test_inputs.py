@@ -54,3 +54,34 @@ def test_an_empty_batch_says_so_and_does_not_blame_the_model(side):
     pair = (empty, x) if side == "base" else (x, empty)
     with pytest.raises(InputError, match=rf"the {side} inputs hold no values \(every tensor is empty: \(0, 16\)\)"):
         nbdiff.auto_diff(BUILDERS["mlp"]("torch"), BUILDERS["mlp"]("paddle"), pair)
+
+
+def test_numpy_inputs_go_to_the_device_of_each_models_weights():
+    # A CUDA model was handed host tensors made from the numpy input (its first Linear raised).
+    from nbdiff.frameworks import framework_of
+    from nbdiff.trace.inputs import split_inputs
+
+    base, raw = _models()
+    bfw, rfw = framework_of(base, "base"), framework_of(raw, "raw")
+    placed = []
+
+    class Placing(type(bfw)):
+        def device_of(self, obj):
+            return "device of base" if obj is base else None
+
+        def from_numpy(self, array, requires_grad=False, device=None):
+            placed.append(device)
+            return super().from_numpy(array, requires_grad)
+
+    split_inputs(inputs("mlp"), Placing(), rfw, (base, raw))
+    assert placed == ["device of base"]
+
+
+def test_a_model_on_the_host_is_given_host_tensors():
+    from nbdiff.frameworks import framework_of
+
+    base, raw = _models()
+    for model in (base, raw):
+        fw = framework_of(model, "model")
+        assert fw.device_of(model) is None
+        assert fw.device_of(next(iter(model.parameters()))) is None

@@ -150,3 +150,19 @@ def test_an_sgd_update_late_in_a_run_is_allowed_its_own_gradient_difference():
     assert redone.passed and redone.note.startswith("1 element(s) differ by what the gradients")
     # The same gradients with a learning rate 1% off are not explained.
     assert discount_gradients(_compare(bu, 1.01 * ru), bu, 1.01 * ru, [(early, early), (bg, rg)], "strict").ratio > 1
+
+
+def test_updates_written_over_the_copies_before_are_the_updates_and_take_no_new_array():
+    from nbdiff.engine.updates import _difference
+
+    rng = np.random.RandomState(0)
+    after = rng.randn(64, 32).astype("float32")
+    before = rng.randn(64, 32).astype("float32")
+    expected = after - before
+    got = _difference(after, before, into_before=True)
+    assert got is before and np.array_equal(got, expected)
+    kept = rng.randn(64, 32).astype("float32")
+    kept.flags.writeable = False  # a snapshot the caller still reads (a spooled step's weights)
+    apart = _difference(after, kept, into_before=False)
+    assert apart is not kept and np.array_equal(apart, after - kept)
+    assert _difference(after, kept, into_before=True) is not kept

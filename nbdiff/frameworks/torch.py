@@ -140,7 +140,10 @@ class TorchFramework:
 
     def set_value(self, tensor: Any, array: np.ndarray) -> None:
         with torch.no_grad():
-            tensor.copy_(torch.from_numpy(np.array(array, copy=True, order="C")).to(tensor.dtype))
+            # copy_ reads the array where it lies (and casts, and moves it to the tensor's device): a copy
+            # first only where torch cannot wrap it (read-only, or not C-ordered).
+            writable = array.flags.writeable and array.flags.c_contiguous
+            tensor.copy_(torch.from_numpy(array if writable else np.array(array, copy=True, order="C")))
 
     def grad_of(self, param: Any) -> Any | None:
         return param.grad

@@ -172,10 +172,14 @@ class LiveComparer(StepComparer):
             self.spool.trim()
 
     # -- between steps ---------------------------------------------------------
-    def snapshot(self) -> tuple[Snapshot, Snapshot]:
-        """Trainable tensors of every planned layer, both sides, as copies."""
+    def snapshot(self, copy: bool = True) -> tuple[Snapshot, Snapshot]:
+        """Trainable tensors of every planned layer, both sides, as copies (``copy=False``: as the
+        frameworks hand them, for reading at once)."""
         plans = self.plans
-        return snapshot(self.bfw, self.blayers, plans, "base"), snapshot(self.rfw, self.rlayers, plans, "raw")
+        return (
+            snapshot(self.bfw, self.blayers, plans, "base", copy),
+            snapshot(self.rfw, self.rlayers, plans, "raw", copy),
+        )
 
     def feed_optimizer(self, grads: ParamGrads | None = live_param_grads) -> None:
         """Give raw base's weights and gradients (converted), so both optimizers step from the same
@@ -230,10 +234,12 @@ class LiveComparer(StepComparer):
         stacks: tuple[tuple[Frame, ...], tuple[Frame, ...]] = ((), ()),
         grads: Callable[[], GradientSpread] | None = None,
         writes: Writes | None = None,
+        into_before: bool = False,
     ) -> StepComparison:
         """The optimizers' updates (after minus before) compared; ``stacks``: where each side's
-        optimizer was stepped, shown for its updates; ``writes``: what was written outside them."""
-        updates = snapshot_updates(step, self.plans, before, after)
+        optimizer was stepped, shown for its updates; ``writes``: what was written outside them;
+        ``into_before``: the updates may be written over ``before``'s arrays."""
+        updates = snapshot_updates(step, self.plans, before, after, into_before)
         if stacks != ((), ()):
             updates = {
                 k: replace(u, base=replace(u.base, stack=stacks[0]), raw=replace(u.raw, stack=stacks[1]))

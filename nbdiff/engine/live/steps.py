@@ -132,7 +132,9 @@ class LiveSteps:
         run_optimizer(self.bfw, opts[0], "base")
         run_optimizer(self.rfw, opts[1], "raw")
         stacks = (log.stack_at(self.bfw.name, step), log.stack_at(self.rfw.name, step))
-        return self.verdict.add(cmp.compare_snapshots(step, before, cmp.snapshot(), stacks))
+        # The weights as they are now, read at once, and the updates written over ``before``'s copies.
+        after = cmp.snapshot(copy=False)
+        return self.verdict.add(cmp.compare_snapshots(step, before, after, stacks, into_before=True))
 
     def _fresh(self, side: int, step: int) -> None:
         fw, model = ((self.bfw, self.base), (self.rfw, self.raw))[side]

@@ -94,7 +94,7 @@ def compare(
             "Check the recording's mode/scope, and that each dump holds a complete step."
         )
     a, b = first
-    return verdict.result(
+    return verdict.finish(
         (a.framework, b.framework, str(a.meta["model"]), str(b.meta["model"])),
         (tuple(unmatched.base.values()), tuple(unmatched.raw.values())),
         dict(

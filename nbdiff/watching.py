@@ -348,7 +348,7 @@ class watch:
         if not kept.outputs:
             require_compared((), type(self.base).__name__)
         pairing = self._steps.pairing
-        result = verdict.result(
+        result = verdict.finish(
             (self.bfw.name, self.rfw.name, type(self.base).__name__, type(self.raw).__name__),
             (pairing.unmatched_base, pairing.unmatched_raw) if pairing else ((), ()),
             dict(self.options, weight_map=self._copied),

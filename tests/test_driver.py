@@ -41,3 +41,19 @@ def test_comparisons_leave_their_pairs_and_notes_with_the_verdict():
     assert verdict.add(step) == step.findings and kept_apart.add(step) == step.findings
     assert (verdict.events, verdict.warnings) == (["pair"], ["a note"])
     assert (kept_apart.events, kept_apart.warnings) == ([], ["a note"])
+
+
+def test_a_whole_step_taken_keeps_every_part_and_judges_its_findings_or_those_the_caller_placed():
+    from nbdiff.engine.comparer import WholeStep
+
+    fwd, update = _finding("layer", "fc"), _finding("parameter", "fc.weight")
+    whole = WholeStep(
+        "pairing", (StepComparison(notes=["paired"]), StepComparison([fwd], ["d"]), StepComparison([update], [], ["u"]))
+    )
+    verdict = Verdict()
+    assert verdict.take(0, whole)
+    assert verdict.divergence is fwd and verdict.findings == [fwd, update]
+    assert (verdict.events, verdict.warnings) == (["d"], ["paired", "u"])
+    placed = _finding("layer", "fc on rank 1")
+    other = Verdict()
+    assert other.take(0, whole, rank=1, findings=[placed]) and other.divergence is placed and other.at == (0, 1)

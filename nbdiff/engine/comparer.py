@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from nbdiff.align.layer_map import LayerMap
 from nbdiff.align.pairing import Pairing, pair_forward
@@ -29,7 +29,7 @@ from nbdiff.judge.metrics import TensorDiff
 from nbdiff.judge.unpaired import with_unpaired
 from nbdiff.trace.events import Event, Kind, Phase
 
-__all__ = ["StepComparer", "StepComparison"]
+__all__ = ["StepComparer", "StepComparison", "StepSource", "WholeStep", "BeforeCompare"]
 
 
 @dataclass
@@ -41,6 +41,58 @@ class StepComparison:
     diffs: list[EventDiff] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     """What is not a divergence (conditioning, drift, the first step's plan), for the result's warnings."""
+
+
+@dataclass(frozen=True)
+class WholeStep:
+    """One step compared whole (:meth:`StepComparer.whole_step`): its pairing, and each part in order:
+    the pairing's notes, forward and backward, the optimizers' updates, the running statistics."""
+
+    pairing: Pairing
+    parts: tuple[StepComparison, ...]
+
+    @property
+    def findings(self) -> list[Divergence]:
+        return [f for p in self.parts for f in p.findings]
+
+    @property
+    def diffs(self) -> list[EventDiff]:
+        return [d for p in self.parts for d in p.diffs]
+
+    @property
+    def notes(self) -> list[str]:
+        return [n for p in self.parts for n in p.notes]
+
+
+@dataclass(frozen=True)
+class BeforeCompare:
+    """What a step's forward and backward comparison is given (see :meth:`StepComparer.compare`)."""
+
+    grads: Any = None
+    floor: Callable[[], Floor | None] | None = None
+    drift: Explanation | None = None
+    every: bool = True
+
+
+class StepSource(Protocol):
+    """What one loop knows of step ``k`` beyond its records (``auto_diff`` has the models, ``watch`` the
+    weights each step ran with, ``compare`` the dumps): each part of :meth:`StepComparer.whole_step`
+    asks it in turn, so a comparison added to the whole step reaches every verb."""
+
+    def before_compare(self, k: int, pairing: Pairing, brec: StepRecord, rrec: StepRecord) -> BeforeCompare:
+        """Set up for the step's forward and backward comparison (a replay's weights), and what it is given."""
+        ...
+
+    def updates(
+        self, k: int, pairing: Pairing, brec: StepRecord, rrec: StepRecord, step: StepComparison
+    ) -> StepComparison:
+        """The optimizers' updates of step ``k`` compared (none where no optimizer ran); ``step``: its
+        forward and backward comparison, whose differing gradients an update inherits."""
+        ...
+
+    def state(self, k: int, brec: StepRecord, rrec: StepRecord) -> StepComparison:
+        """The running statistics step ``k`` moved, compared (framework differences among them)."""
+        ...
 
 
 class StepComparer:
@@ -206,6 +258,20 @@ class StepComparer:
         if noise is not None and noise.dismissed:
             out.notes += [_conditioning_note(e, err, limit) for e, err, limit in noise.dismissed[:3]]
         return out
+
+    def whole_step(
+        self, k: int, brec: StepRecord, rrec: StepRecord, source: StepSource, pairing: Pairing | None = None
+    ) -> WholeStep:
+        """Step ``k`` compared whole, in the order every verb shares: pair (and plan, at the first step),
+        forward, backward, the updates, the running statistics. ``pairing``: the step's, where the loop
+        paired it already (``single_step`` feeds raw by it)."""
+        notes: list[str] = []
+        if pairing is None:
+            pairing, notes = self.pair(brec, rrec)
+        given = source.before_compare(k, pairing, brec, rrec)
+        step = self.compare(pairing, brec, rrec, given.grads, given.floor, given.drift, given.every)
+        updates = source.updates(k, pairing, brec, rrec, step)
+        return WholeStep(pairing, (StepComparison(notes=notes), step, updates, source.state(k, brec, rrec)))
 
     def compare_updates(
         self,

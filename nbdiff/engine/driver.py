@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from nbdiff.align.optimizer_settings import OptimizerLog
-from nbdiff.engine.comparer import StepComparison
+from nbdiff.engine.comparer import StepComparison, WholeStep
 from nbdiff.engine.explain import explain
 from nbdiff.frameworks import Framework
 from nbdiff.judge.blame import Divergence, EventDiff, require_compared
@@ -44,6 +44,14 @@ class Verdict:
         self.warnings += comparison.notes
         return comparison.findings
 
+    def take(self, step: int, whole: WholeStep, rank: int = 0, findings: Sequence[Divergence] | None = None) -> bool:
+        """A step compared whole (:meth:`~nbdiff.engine.comparer.StepComparer.whole_step`): each part's
+        pairs and notes kept, its findings (``findings``: those, as the caller placed them) judged;
+        whether it diverged."""
+        for part in whole.parts:
+            self.add(part)
+        return self.step_done(step, whole.findings if findings is None else findings, rank)
+
     def step_done(self, step: int, findings: Sequence[Divergence], rank: int = 0) -> bool:
         """Every finding of one step (of one rank); whether it diverged."""
         self.steps = max(self.steps, step + 1)
@@ -73,7 +81,7 @@ class Verdict:
     def diverged(self) -> bool:
         return self.divergence is not None
 
-    def result(
+    def finish(
         self,
         names: tuple[str, str, str, str],
         unmatched: tuple[Sequence[Event], Sequence[Event]],
@@ -84,7 +92,7 @@ class Verdict:
         recorded_arguments: tuple[Mapping[str, Any], Mapping[str, Any]] = ({}, {}),
         **more: Any,
     ) -> DiffResult:
-        """The answer: ``names`` are base's and raw's frameworks then models; ``explained_by`` (live
+        """The answer, as every verb gives it: ``names`` are base's and raw's frameworks then models; ``explained_by`` (live
         runs): what finds the arguments and optimizer settings that differ; ``recorded_arguments``
         (recorded runs): each side's layer arguments by path, as the dumps keep them. Nothing compared is an
         error, never agreement."""

@@ -14,6 +14,7 @@ from typing import Any
 
 from nbdiff.align.optimizer_settings import OptimizerLog
 from nbdiff.align.pairing import Pairing
+from nbdiff.engine.comparer import BeforeCompare, StepComparison, WholeStep
 from nbdiff.engine.conditioning import Floor, measure_floor
 from nbdiff.engine.driver import Verdict
 from nbdiff.engine.live.comparer import LiveComparer, live_param_grads
@@ -23,7 +24,6 @@ from nbdiff.engine.state import state_of
 from nbdiff.engine.stepping import run_optimizer, run_step
 from nbdiff.engine.types import StepRecord
 from nbdiff.frameworks import Framework
-from nbdiff.judge.blame import Divergence
 from nbdiff.result import DiffResult
 from nbdiff.trace.calls import Feed
 from nbdiff.trace.modes import kept_rng, no_dropout, restore_state, save_state, training_flags
@@ -50,6 +50,7 @@ class LiveSteps:
         self.pairing: Pairing | None = None
         self.wmap: WeightMap | None = None
         self.initial: list[Any] = []
+        self._state_before: Any = None  # base's running statistics as the step being compared began
         self.log = OptimizerLog()  # the optimizers that step, and their learning rates, to say why an update differs
 
     def hold(self, stack: ExitStack) -> None:
@@ -74,33 +75,41 @@ class LiveSteps:
         with ExitStack() as stack:
             self.hold(stack)
             for step in progress(range(steps), "nbdiff: steps", total=steps):
-                self.verdict.step_done(step, self.step(step))
+                self.verdict.take(step, self.step(step))
 
-    def step(self, step: int) -> list[Divergence]:
-        """Run, compare, train and check one step; its findings."""
+    def step(self, step: int) -> WholeStep:
+        """Run both models' step, then compare, train and check it whole."""
         cmp, verdict = self.cmp, self.verdict
         if step and self.training:
             # Each step starts where base's does: the last update's own error was compared, and
             # weights drifted by it (Adam: lr-sized) would flip ReLU masks and fail the next step.
             cmp.feed_optimizer(grads=None)
-        state_before = state_of(self.bfw, self.base)
+        self._state_before = state_of(self.bfw, self.base)
         brec, rrec = self._run_pair(step)
         if self.wmap is None:
             brec, rrec = self._copy_by_plan(step, brec, rrec)
         assert self.pairing is not None
         verdict.warnings += [f"base: {w}" for w in brec.warnings] + [f"raw: {w}" for w in rrec.warnings]
-        floor = (
-            None
-            if self.single_step
-            else _floor_of(self.bfw, self.base, self.calls[0], self.losses[0], brec, cmp, self.backward)
+        return cmp.whole_step(step, brec, rrec, self, self.pairing)
+
+    # -- what a live step gives its comparison (a StepSource) ------------------------
+    def before_compare(self, k: int, pairing: Pairing, brec: StepRecord, rrec: StepRecord) -> BeforeCompare:
+        if self.single_step:  # raw ran on base's values: no rounding of base's to measure
+            return BeforeCompare()
+        return BeforeCompare(
+            floor=_floor_of(self.bfw, self.base, self.calls[0], self.losses[0], brec, self.cmp, self.backward)
         )
-        findings = verdict.add(cmp.compare(self.pairing, brec, rrec, floor=floor))
-        if self.training:
-            findings += self._train(step)
-        if cmp.keeps_state():
-            # Running statistics move in any train-mode forward, with or without optimizers.
-            findings += verdict.add(cmp.compare_state(step, state_before, brec, rrec))
-        return findings
+
+    def updates(
+        self, k: int, pairing: Pairing, brec: StepRecord, rrec: StepRecord, step: StepComparison
+    ) -> StepComparison:
+        return self._train(k) if self.training else StepComparison()
+
+    def state(self, k: int, brec: StepRecord, rrec: StepRecord) -> StepComparison:
+        if not self.cmp.keeps_state():
+            return StepComparison()
+        # Running statistics move in any train-mode forward, with or without optimizers.
+        return self.cmp.compare_state(k, self._state_before, brec, rrec)
 
     def _copy_by_plan(self, step: int, brec: StepRecord, rrec: StepRecord) -> tuple[StepRecord, StepRecord]:
         """Weights pair by execution order: step 0's plan (the comparer's) decides. A structure copy that
@@ -123,7 +132,7 @@ class LiveSteps:
         self.wmap = wmap
         return brec, rrec
 
-    def _train(self, step: int) -> list[Divergence]:
+    def _train(self, step: int) -> StepComparison:
         """Both optimizers step from base's weights and gradients; their updates compared."""
         cmp, opts, log = self.cmp, self.opts, self.log
         assert opts is not None
@@ -134,7 +143,7 @@ class LiveSteps:
         stacks = (log.stack_at(self.bfw.name, step), log.stack_at(self.rfw.name, step))
         # The weights as they are now, read at once, and the updates written over ``before``'s copies.
         after = cmp.snapshot(copy=False)
-        return self.verdict.add(cmp.compare_snapshots(step, before, after, stacks, into_before=True))
+        return cmp.compare_snapshots(step, before, after, stacks, into_before=True)
 
     def _fresh(self, side: int, step: int) -> None:
         fw, model = ((self.bfw, self.base), (self.rfw, self.raw))[side]
@@ -181,7 +190,7 @@ class LiveSteps:
         if self.spool.failure:
             self.verdict.warnings.append(f"{self.spool.failure}: the rest of the recording was held in memory")
         pairing = self.pairing
-        return self.verdict.result(
+        return self.verdict.finish(
             (self.bfw.name, self.rfw.name, type(self.base).__name__, type(self.raw).__name__),
             (pairing.unmatched_base, pairing.unmatched_raw) if pairing else ((), ()),
             options,

@@ -14,7 +14,7 @@ import numpy as np
 
 from nbdiff.align.optimizer_settings import OptimizerLog
 from nbdiff.align.pairing import Pairing
-from nbdiff.engine.comparer import StepComparison
+from nbdiff.engine.comparer import BeforeCompare, StepComparison
 from nbdiff.engine.drift import drift_note, followed
 from nbdiff.engine.driver import Verdict
 from nbdiff.engine.kept import KeptSteps
@@ -49,44 +49,50 @@ class WatchedSteps:
         self.pairing: Pairing | None = None
         """The last compared step's."""
         self._start: tuple[Snapshot, Snapshot] | None = None  # the weights the first step began with
+        self._now: tuple[Snapshot, Snapshot] = ({}, {})  # those the step being compared began with
         self._spread = GradientSpread()  # the gradients each optimizer was given, until the first divergence
 
     def compare(self, brec: StepRecord, rrec: StepRecord) -> None:
         """The next step as the user ran it: replays on the weights it ran with, then its updates.
         Every step is compared, so the error's growth can be seen (``result.plot()``); after the first
         divergence only for the chart. Its weights and gradients are let go after."""
-        k, cmp, verdict = self.done, self.cmp, self.verdict
-        pairing, notes = cmp.pair(brec, rrec)
-        verdict.warnings += notes
-        # Both sides' weights as step k began: where step k - 1 ended.
-        now = self._plan_snapshot(k)
+        k, verdict = self.done, self.verdict
+        whole = self.cmp.whole_step(k, brec, rrec, self)
+        diverged = verdict.take(k, whole)
+        self.kept.add(k, 0, diverged and verdict.at == (k, 0), whole.diffs)
+        self.pairing = whole.pairing
+        for side in (self.b, self.r):
+            side.let_go(k)
+        self.done += 1
+
+    # -- what a watched step gives its comparison (a StepSource) ---------------------
+    def before_compare(self, k: int, pairing: Pairing, brec: StepRecord, rrec: StepRecord) -> BeforeCompare:
+        """Both models loaded with the weights step ``k`` ran with; raw's, after step 0, with those its
+        updates would have given had they been base's (:mod:`nbdiff.engine.drift`)."""
+        cmp = self.cmp
+        self._now = now = self._plan_snapshot(k)  # both sides' weights as step k began: where k - 1 ended
         self._start = self._start or now
-        # Replays run on the weights this step ran with; raw's, after step 0, on those its
-        # updates would have given had they been base's (nbdiff.engine.drift).
         self.b.load(self.b.weights[k])
         replay_weights, drift = self.r.weights[k], None
         if k > 0:
             follow = followed(cmp.plans, self._start[0], now[0], self._start[1])
             replay_weights = {**replay_weights, **self._raw_weights(follow)}
             # Only updates that agreed make drift; after a divergence its steps are for the chart.
-            drift = drift_note(k, follow, now[1], self.tol) if not verdict.diverged else None
+            drift = drift_note(k, follow, now[1], self.tol) if not self.verdict.diverged else None
         self.r.load(replay_weights)
-        first = not verdict.diverged
-        step = cmp.compare(pairing, brec, rrec, self._grads_of(k), drift=drift, every=first)
-        if first:  # folded now: this step's gradients are let go below
+        return BeforeCompare(self._grads_of(k), drift=drift, every=not self.verdict.diverged)
+
+    def updates(
+        self, k: int, pairing: Pairing, brec: StepRecord, rrec: StepRecord, step: StepComparison
+    ) -> StepComparison:
+        first, cmp = not self.verdict.diverged, self.cmp
+        if first:  # folded now: this step's gradients are let go once it is compared
             self._spread.catch_up(
                 k, lambda s: in_raw_layout(cmp.plans, *self._plan_snapshot(s, lambda side: side.grads[s]))
             )
-        updates = self._updates(k, now, self._plan_snapshot(k + 1), self._spread if first else None)
-        state = self._state(k, brec, rrec)
-        diverged = verdict.step_done(k, verdict.add(step) + verdict.add(updates) + verdict.add(state))
-        self.kept.add(k, 0, diverged and verdict.at == (k, 0), step.diffs + updates.diffs + state.diffs)
-        self.pairing = pairing
-        for side in (self.b, self.r):
-            side.let_go(k)
-        self.done += 1
+        return self._updates(k, self._now, self._plan_snapshot(k + 1), self._spread if first else None, step)
 
-    def _state(self, k: int, brec: StepRecord, rrec: StepRecord) -> StepComparison:
+    def state(self, k: int, brec: StepRecord, rrec: StepRecord) -> StepComparison:
         """The running statistics step ``k`` moved on base's side, against raw's as the user's code left
         them (raw's own before the step, for a framework difference to be verified)."""
         b, r = self.b.states, self.r.states
@@ -104,6 +110,7 @@ class WatchedSteps:
         before: tuple[Snapshot, Snapshot],
         after: tuple[Snapshot, Snapshot],
         spread: GradientSpread | None,
+        step: StepComparison | None = None,
     ) -> StepComparison:
         """What the optimizers changed during step ``k`` (``before``, ``after``: the weights it began
         and ended with); nothing when no optimizer ran. ``spread``: the gradients each optimizer was
@@ -124,7 +131,7 @@ class WatchedSteps:
         cmp = self.cmp
         written = (self.b.outside[k + 1], self.r.outside[k + 1])
         writes = outside_writes((self.b.fw, self.r.fw), (cmp.blayers, cmp.rlayers), cmp.plans, written)
-        return cmp.compare_snapshots(k, before, after, stacks, grads, writes)
+        return cmp.compare_snapshots(k, before, after, stacks, grads, writes, compared=step)
 
     def _raw_weights(self, snapshot: Snapshot) -> Weights:
         """Raw's parameters by ``id``, from arrays by plan and raw's names."""

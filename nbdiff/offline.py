@@ -11,18 +11,15 @@ import os
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from nbdiff.align.pairing import Pairing
 from nbdiff.align.shards import Gathered
 from nbdiff.engine.driver import Verdict
 from nbdiff.engine.kept import KEEP_STEPS, KeptSteps
-from nbdiff.engine.recorded.comparer import RecordedComparer
 from nbdiff.engine.recorded.dump_steps import layer_args
 from nbdiff.engine.recorded.gathered import whole_dumps
-from nbdiff.engine.recorded.steps import compare_recorded_step
+from nbdiff.engine.recorded.steps import compare_ranks
 from nbdiff.engine.spec import Comparison
 from nbdiff.errors import DumpError, OptionError
 from nbdiff.result import DiffResult
-from nbdiff.trace.events import Event
 from nbdiff.trace.store import RankDump, manifest_of, rank_dirs, read_dump
 
 __all__ = ["compare"]
@@ -67,24 +64,9 @@ def compare(
 
     verdict = Verdict(framework_differences == "fail", keep_events=False)
     kept = KeptSteps(keep_steps)
-    unmatched = _Unmatched()
-    first: tuple[RankDump, RankDump] | None = None
-    for rank, a, b, gathered in _rank_pairs(ranks_a, ranks_b, shards):
-        first = first or (a, b)
-        verdict.warnings += _unfinished(a, b, rank, (dir_a, dir_b), ignore_unmatched)
-        cmp = RecordedComparer(a, b, spec.tol, compare_mode)
-        for k in range(min(len(a.steps), len(b.steps))):
-            cut = [str(d.path) for d in (a, b) if k in d.incomplete]
-            if cut:
-                verdict.warnings.append(
-                    f"rank {rank}, step {k}: cut short by an exception in {', '.join(cut)}; not compared."
-                )
-                continue
-            diverged, diffs, pairing = compare_recorded_step(cmp, k, rank, verdict, gathered)
-            kept.add(k, rank, diverged, diffs)
-            unmatched.add(pairing)
-        if gathered is not None:
-            verdict.warnings += gathered.notes
+    unfinished = lambda a, b, rank: _unfinished(a, b, rank, (dir_a, dir_b), ignore_unmatched)  # noqa: E731
+    ranks = _rank_pairs(ranks_a, ranks_b, shards)
+    first, unmatched = compare_ranks(ranks, spec.tol, compare_mode, verdict, kept, unfinished)
     if first is None:
         raise DumpError(f"{dir_a} and {dir_b} have no rank in common.")
     if not kept.compared:
@@ -180,16 +162,3 @@ def _ranks_at_the_door(
             "record every rank, or pass ignore_unmatched=True to compare the common ones."
         )
     return ranks_a, ranks_b
-
-
-class _Unmatched:
-    """Events left unpaired, each layer call once, however many steps it went unpaired in."""
-
-    def __init__(self) -> None:
-        self.base: dict[tuple[int, str, str, int], Event] = {}
-        self.raw: dict[tuple[int, str, str, int], Event] = {}
-
-    def add(self, pairing: Pairing) -> None:
-        for into, events in ((self.base, pairing.unmatched_base), (self.raw, pairing.unmatched_raw)):
-            for e in events:
-                into.setdefault((e.rank, e.phase.value, e.path, e.call), e)

@@ -119,3 +119,16 @@ def test_the_engines_rooms_import_its_spine_and_never_each_other():
         if room_of(t) is not None and room_of(t) != room_of(mod)
     ]
     assert wrong == []
+
+
+def test_the_verbs_stay_thin_and_watchs_hooks_only_record():
+    # A verb checks options, copies weights and hands steps to the engine: pairing, the pairing probe,
+    # feeding raw base's values and comparing a step happen there (watch's at the step boundary,
+    # nbdiff.engine.live.boundary), never in the verb's module or inside its hooks.
+    graph = _import_graph()
+    engine_work = {
+        "nbdiff.align.pairing", "nbdiff.align.probe", "nbdiff.engine.live.feed", "nbdiff.trace.structure",
+        "nbdiff.engine.comparer", "nbdiff.engine.recorded.comparer",
+    }  # fmt: skip
+    verbs = ("nbdiff.watching", "nbdiff.diff", "nbdiff.offline")
+    assert {v: sorted(graph[v] & engine_work) for v in verbs} == {v: [] for v in verbs}

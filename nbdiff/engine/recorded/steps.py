@@ -3,17 +3,22 @@ written outside the optimizer, and the running statistics, into the verdict (``c
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
+
 from nbdiff.align.pairing import Pairing
 from nbdiff.align.shards import Gathered
 from nbdiff.engine.comparer import BeforeCompare, StepComparison
 from nbdiff.engine.driver import Verdict
+from nbdiff.engine.kept import KeptSteps
 from nbdiff.engine.outside import recorded_writes
 from nbdiff.engine.recorded.comparer import RecordedComparer
 from nbdiff.engine.recorded.gathered import attributed
-from nbdiff.engine.types import StepRecord
+from nbdiff.engine.types import StepRecord, TolFn
 from nbdiff.judge.blame import EventDiff
+from nbdiff.trace.events import Event
+from nbdiff.trace.store import RankDump
 
-__all__ = ["compare_recorded_step"]
+__all__ = ["compare_recorded_step", "compare_ranks", "Unmatched"]
 
 
 class _Recorded:
@@ -51,3 +56,48 @@ def compare_recorded_step(
     if diverged:
         cmp.spread = None  # after a divergence, later steps are for the chart
     return diverged and verdict.at == (k, rank), whole.diffs, whole.pairing
+
+
+def compare_ranks(
+    ranks: Iterable[tuple[int, RankDump, RankDump, Gathered | None]],
+    tol: TolFn,
+    mode: str,
+    verdict: Verdict,
+    kept: KeptSteps,
+    checked: Callable[[RankDump, RankDump, int], list[str]],
+) -> tuple[tuple[RankDump, RankDump] | None, Unmatched]:
+    """Every step of every rank pair, in order, into ``verdict`` and ``kept``; ``checked`` says what is
+    wrong with a rank pair's dumps (warnings; raising where it may not be compared). The first rank
+    pair (``None``: no rank in common), and the calls left unpaired."""
+    first: tuple[RankDump, RankDump] | None = None
+    unmatched = Unmatched()
+    for rank, a, b, gathered in ranks:
+        first = first or (a, b)
+        verdict.warnings += checked(a, b, rank)
+        cmp = RecordedComparer(a, b, tol, mode)
+        for k in range(min(len(a.steps), len(b.steps))):
+            cut = [str(d.path) for d in (a, b) if k in d.incomplete]
+            if cut:
+                verdict.warnings.append(
+                    f"rank {rank}, step {k}: cut short by an exception in {', '.join(cut)}; not compared."
+                )
+                continue
+            diverged, diffs, pairing = compare_recorded_step(cmp, k, rank, verdict, gathered)
+            kept.add(k, rank, diverged, diffs)
+            unmatched.add(pairing)
+        if gathered is not None:
+            verdict.warnings += gathered.notes
+    return first, unmatched
+
+
+class Unmatched:
+    """Events left unpaired, each layer call once, however many steps it went unpaired in."""
+
+    def __init__(self) -> None:
+        self.base: dict[tuple[int, str, str, int], Event] = {}
+        self.raw: dict[tuple[int, str, str, int], Event] = {}
+
+    def add(self, pairing: Pairing) -> None:
+        for into, events in ((self.base, pairing.unmatched_base), (self.raw, pairing.unmatched_raw)):
+            for e in events:
+                into.setdefault((e.rank, e.phase.value, e.path, e.call), e)

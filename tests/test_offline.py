@@ -3,8 +3,8 @@
 import numpy as np
 import pytest
 
-pytest.importorskip("torch")
-pytest.importorskip("paddle")
+torch = pytest.importorskip("torch")
+paddle = pytest.importorskip("paddle")
 
 import nbdiff  # noqa: E402
 from nbdiff.errors import DumpError  # noqa: E402
@@ -566,3 +566,42 @@ def test_a_group_learning_rate_behind_an_upstream_bug_is_found_offline_too(tmp_p
     fc3 = next(f for f in result.findings if f.base_path == "fc3")
     assert "base -0.1, raw -0.3 (x3" in fc3.why(), fc3.why()
     assert not any(f.phase.value == "optimizer" and f.base_path in ("fc1", "fc2") for f in result.findings)
+
+
+@pytest.mark.parametrize("dump_type", ["tensor", "statistics"])
+@pytest.mark.parametrize("base_fw,raw_fw", [("torch", "paddle"), ("paddle", "torch")])
+def test_a_three_bug_port_recorded_in_a_notebook_is_found_whole_or_says_what_it_cannot_tell(
+    tmp_path, base_fw, raw_fw, dump_type
+):
+    # A LayerNorm eps (forward), a user's activation with a wrong gradient (backward only) and a group
+    # learning rate, recorded and compared: a tensor dump finds the three; a statistics dump finds the
+    # eps, and says that the backward and updates it makes differ cannot be judged by statistics (it
+    # said nothing: the other two bugs went unmentioned).
+    from tests.structure_models import sgd, three_bugs
+
+    torch.manual_seed(0)
+    paddle.seed(0)
+    base, raw = three_bugs(base_fw), three_bugs(raw_fw, ("eps", "grad"))
+    x = np.random.RandomState(0).randn(4, 8).astype("float32")
+    nbdiff.assign_weight(base, raw, inputs=x)
+    folders = []
+    for model, fw, opt, name in ((base, base_fw, sgd(base), "a"), (raw, raw_fw, sgd(raw, head_lr=0.2), "b")):
+        with nbdiff.record(model, tmp_path / name, dump_type=dump_type) as rec:
+            for _ in range(2):
+                out = model(torch.tensor(x) if fw == "torch" else paddle.to_tensor(x))
+                (out * out).mean().backward()
+                opt.step()
+                opt.zero_grad() if fw == "torch" else opt.clear_grad()
+        folders.append(rec.path)
+    result = nbdiff.compare(*folders)
+    found = {(f.phase.value, f.raw_path) for f in result.findings if f.step == 0}
+    said = [w for w in result.warnings if "statistics dump cannot tell" in w]
+    if dump_type == "tensor":
+        assert {("forward", "blocks.0.ln"), ("backward", "blocks.2.act"), ("optimizer", "head")} <= found, (
+            result.report()
+        )
+        assert not said
+    else:
+        assert ("forward", "blocks.0.ln") in found, result.report()
+        assert len(said) == 1 and "step 0" in said[0] and "dump_type='tensor'" in said[0], result.warnings
+    assert not {p for _, p in found} & {"blocks.0.fc1", "blocks.0.fc2", "head.fc1", "emb"}, result.report()

@@ -7,7 +7,7 @@ from collections.abc import Callable, Iterable
 
 from nbdiff.align.pairing import Pairing
 from nbdiff.align.shards import Gathered
-from nbdiff.engine.comparer import BeforeCompare, StepComparison
+from nbdiff.engine.comparer import BeforeCompare, StepComparison, WholeStep
 from nbdiff.engine.driver import Verdict
 from nbdiff.engine.kept import KeptSteps
 from nbdiff.engine.outside import recorded_writes
@@ -15,7 +15,7 @@ from nbdiff.engine.recorded.comparer import RecordedComparer
 from nbdiff.engine.recorded.gathered import attributed
 from nbdiff.engine.types import StepRecord, TolFn
 from nbdiff.judge.blame import EventDiff
-from nbdiff.trace.events import Event
+from nbdiff.trace.events import Event, Phase
 from nbdiff.trace.store import RankDump
 
 __all__ = ["compare_recorded_step", "compare_ranks", "Unmatched"]
@@ -53,9 +53,38 @@ def compare_recorded_step(
     whole = cmp.whole_step(k, brec, rrec, _Recorded(cmp))
     findings = attributed(whole.findings, gathered) if gathered is not None else None
     diverged = verdict.take(k, whole, rank, findings)
+    if diverged and verdict.at == (k, rank):  # said of the step the answer is about
+        verdict.warnings += untold(whole, k, rank)
     if diverged:
         cmp.spread = None  # after a divergence, later steps are for the chart
     return diverged and verdict.at == (k, rank), whole.diffs, whole.pairing
+
+
+def untold(whole: WholeStep, k: int, rank: int) -> list[str]:
+    """What a statistics dump cannot tell after a forward divergence, said: the backward and update
+    events that differ there may only inherit it, or add errors of their own (a custom layer's wrong
+    gradient, a learning rate), which only values could tell apart (a tensor dump rebuilds each layer
+    and runs it on base's inputs; a statistics dump has no inputs to run it on)."""
+    if not any(f.phase is Phase.FORWARD for f in whole.findings):
+        return []
+    found = {(f.phase, f.raw_path) for f in whole.findings}
+    unjudged = [
+        d
+        for d in whole.diffs
+        if d.base.phase in (Phase.BACKWARD, Phase.OPTIMIZER)
+        and not d.passed
+        and (d.base.phase, d.raw.path) not in found
+        and any(t.value is None for t in (*d.raw.outputs, *d.raw.inputs))
+    ]
+    if not unjudged:
+        return []
+    backward = sum(d.base.phase is Phase.BACKWARD for d in unjudged)
+    return [
+        f"rank {rank}, step {k}: after the forward divergence, {backward} backward and {len(unjudged) - backward} "
+        "optimizer event(s) differ too; a statistics dump cannot tell whether any of them adds an error of its own "
+        "to what it inherits (a custom layer's wrong gradient, a learning rate). To check, record this step again "
+        f"with dump_type='tensor' (steps=[{k}]) and compare."
+    ]
 
 
 def compare_ranks(

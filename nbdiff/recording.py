@@ -24,10 +24,10 @@ from nbdiff.align.optimizer_settings import optimizer_params
 from nbdiff.engine.options import check_recordable
 from nbdiff.errors import OptionError
 from nbdiff.frameworks import Framework, framework_of
+from nbdiff.frameworks.interrupts import interrupts_deferred
 from nbdiff.trace.capture import BATCH_NORMS, Capture
 from nbdiff.trace.constructors import NotRebuildable, constructor_of
 from nbdiff.trace.events import Event, Kind, Phase, TensorRecord, changed
-from nbdiff.trace.interrupts import interrupts_deferred
 from nbdiff.trace.layer_paths import relative
 from nbdiff.trace.session import ModelSession, Weights
 from nbdiff.trace.store import DUMP_TYPES

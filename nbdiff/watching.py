@@ -28,10 +28,10 @@ from nbdiff.engine.spill import SPILL_ABOVE_MIB, spilled
 from nbdiff.engine.types import StepRecord
 from nbdiff.errors import InputError, NbdiffError, WeightTransferError
 from nbdiff.frameworks import framework_of
+from nbdiff.frameworks.interrupts import is_interrupt
 from nbdiff.judge.blame import require_compared
 from nbdiff.judge.tolerance import Tolerance
 from nbdiff.result import DiffResult
-from nbdiff.trace.interrupts import is_interrupt
 from nbdiff.trace.session import ModelSession
 from nbdiff.trace.spool import MEMORY_MIB, Spool, give_back_heap
 from nbdiff.weights.assign import plan_weights, write_weights

@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 
 import nbdiff
-from nbdiff.trace.patching import active_patches
+from nbdiff.frameworks.patching import active_patches
 
 torch = pytest.importorskip("torch")
 paddle = pytest.importorskip("paddle")

@@ -5,7 +5,7 @@ import signal
 
 import pytest
 
-from nbdiff.trace.interrupts import interrupts_deferred
+from nbdiff.frameworks.interrupts import interrupts_deferred
 
 
 def test_a_ctrl_c_during_the_block_is_raised_after_it_ran_to_its_end():

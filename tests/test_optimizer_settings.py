@@ -71,7 +71,7 @@ def test_watch_finds_the_optimizers_the_cell_steps():
     lines = open(__file__).read().splitlines()
     assert "base's step" in lines[d.base_stack[0].lineno - 1] and "raw's step" in lines[d.raw_stack[0].lineno - 1]
     # the hooks that found them are gone
-    from nbdiff.trace.patching import active_patches
+    from nbdiff.frameworks.patching import active_patches
 
     assert active_patches() == 0
 

@@ -4,7 +4,7 @@ import types
 
 import pytest
 
-from nbdiff.trace.patching import active_patches, patched
+from nbdiff.frameworks.patching import active_patches, patched
 
 
 def test_patched_reports_the_outermost_call_and_restores_even_on_error():

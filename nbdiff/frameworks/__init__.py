@@ -1,7 +1,9 @@
 """Framework adapters, chosen by the type of the object, never by strings.
 
 A framework is only considered if the user already imported it (``sys.modules``),
-so importing nbdiff never imports torch or paddle.
+so importing nbdiff never imports torch or paddle. Beside the adapters, what every stage above
+uses to change a framework's objects and undo it whole: :mod:`.patching` (wrapped framework
+functions) and :mod:`.interrupts` (the undo, safe from Ctrl-C).
 """
 
 from __future__ import annotations

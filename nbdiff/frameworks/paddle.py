@@ -290,7 +290,7 @@ class PaddleFramework:
         return paddle.nn.Sequential(*layers)  # the layers keep their own parents; this one is not kept
 
     def optimizer_steps(self, callback: Any, after: Any = None) -> AbstractContextManager[Any]:
-        from nbdiff.trace.patching import patched
+        from nbdiff.frameworks.patching import patched
 
         classes = {paddle.optimizer.Optimizer, *(c for c in vars(paddle.optimizer).values() if isinstance(c, type))}
         targets = [(c, "step", "step") for c in classes if isinstance(c, type) and "step" in vars(c)]

@@ -18,7 +18,7 @@ from IPython.core.magic import Magics, line_cell_magic, magics_class
 
 from nbdiff.engine.spec import add_flags, from_flags
 from nbdiff.errors import NbdiffError, OptionError
-from nbdiff.trace.interrupts import is_interrupt
+from nbdiff.frameworks.interrupts import is_interrupt
 from nbdiff.trace.spool import MEMORY_MIB
 
 __all__ = ["ModelDiffMagics", "USAGE", "parse_flags", "CellFailed", "CellInterrupted"]

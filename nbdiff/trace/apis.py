@@ -12,8 +12,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from nbdiff.frameworks.patching import ApiCallback, patched
 from nbdiff.trace.events import Event
-from nbdiff.trace.patching import ApiCallback, patched
 
 __all__ = [
     "canonical_op",

@@ -8,7 +8,7 @@ import numpy as np
 
 from nbdiff.errors import InputError, ModelCallError
 from nbdiff.frameworks import Framework
-from nbdiff.trace.interrupts import is_interrupt
+from nbdiff.frameworks.interrupts import is_interrupt
 from nbdiff.trace.nest import flatten, unflatten
 
 __all__ = ["CallArgs", "split_inputs", "call_model"]

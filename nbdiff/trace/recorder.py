@@ -18,11 +18,11 @@ import numpy as np
 
 from nbdiff.frameworks import Framework, Handle
 from nbdiff.frameworks.base import plain_attr
+from nbdiff.frameworks.interrupts import interrupts_deferred, lost_interrupts_kept, raise_lost_interrupt
 from nbdiff.trace.apis import SKIPPED_OPS, canonical_op
 from nbdiff.trace.build import build_events
 from nbdiff.trace.calls import Call, Feed, input_name
 from nbdiff.trace.events import Event, TensorRecord, changed
-from nbdiff.trace.interrupts import interrupts_deferred, lost_interrupts_kept, raise_lost_interrupt
 from nbdiff.trace.nest import ONE_TENSOR_CALL, describe_non_tensors, flatten, flatten_call, unflatten
 from nbdiff.trace.recent import RecentGradients
 from nbdiff.trace.spool import Spool

@@ -15,7 +15,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from nbdiff.trace.interrupts import interrupts_deferred
+from nbdiff.frameworks.interrupts import interrupts_deferred
 
 __all__ = ["patched", "ApiCallback", "active_patches"]
 

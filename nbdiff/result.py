@@ -7,6 +7,7 @@ from typing import Any
 
 from nbdiff.judge.blame import Divergence, EventDiff
 from nbdiff.judge.generation import Generation, generation, sequence_length
+from nbdiff.judge.metrics import worst_ratio
 from nbdiff.trace.events import Event, Kind, Phase
 
 __all__ = ["DiffResult", "step_error_rows"]
@@ -187,5 +188,5 @@ def step_error_rows(
         if key is None or not d.tensors:
             continue
         row = rows.setdefault(e.step, dict(step=e.step, outputs=None, loss=None, gradients=None, updates=None))
-        row[key] = max(row[key] or 0.0, d.ratio)
+        row[key] = worst_ratio(d.tensors, row[key] or 0.0)
     return [rows[k] for k in sorted(rows)]

@@ -170,3 +170,25 @@ def test_small_and_large_tensors_are_measured_alike(size):
         else:
             assert got.ratio > 1.0
     assert compare_tensors("x", nan, b, tol).nan_raw == 1
+
+
+def test_the_worst_ratio_of_many_computes_only_the_deferred_ratios_that_could_be_the_worst():
+    # The step chart and the update check asked every lazily passed tensor its ratio: each one's full
+    # metrics (four passes over it) for a maximum that the bounds of most could never reach.
+    from nbdiff.judge.metrics import worst_ratio
+    from nbdiff.judge.tolerance import resolve_tolerance
+
+    tol = resolve_tolerance(None, None, "float32")
+    rng = np.random.RandomState(0)
+    b = rng.randn(64, 32).astype("float32")
+    tensors = [
+        compare_tensors(f"t{i}", b + np.float32(scale) * rng.randn(64, 32).astype("float32"), b, tol, lazy=True)
+        for i, scale in enumerate((1e-8, 1e-7, 1e-6, 1e-8))
+    ]
+    exact = max(compare_tensors("x", t.detail._arrays[0], t.detail._arrays[1], tol).ratio for t in tensors)
+    assert all(t.ratio_bound >= 0 for t in tensors)
+    assert worst_ratio(tensors) == pytest.approx(exact, rel=1e-6)
+    computed = [t.detail._arrays is None for t in tensors]
+    assert computed[2] and not computed[0] and not computed[3], computed  # the small ones stay deferred
+    assert all(t.ratio <= t.ratio_bound * (1 + 1e-6) for t in tensors)
+    assert worst_ratio([], 0.5) == 0.5

@@ -329,7 +329,7 @@ def _gradients(diffs: list[EventDiff]) -> tuple[set[tuple[str, str]], set[tuple[
                 {(f"{d.raw.path}.{owner}" if d.raw.path else owner, leaf)} if owner else set()
             )
             compared |= keys
-            if t.ratio * MARGIN > 1:
+            if t.ratio_bound * MARGIN > 1 and t.ratio * MARGIN > 1:
                 differed |= keys
     return compared, differed
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from nbdiff.align.arguments import ArgDiff
-from nbdiff.judge.metrics import TensorDiff, compare_tensors
+from nbdiff.judge.metrics import TensorDiff, compare_tensors, worst_ratio
 from nbdiff.judge.tolerance import Tolerance
 from nbdiff.trace.events import Event, Kind, Phase, TensorRecord
 from nbdiff.trace.stack import Frame, inside_frames
@@ -53,7 +53,7 @@ class EventDiff:
     @property
     def ratio(self) -> float:
         """Worst accumulated error over what tolerance allows (above 1 diverges)."""
-        return max((t.ratio for t in self.tensors), default=0.0)
+        return worst_ratio(self.tensors)
 
     @property
     def local_ratio(self) -> float | None:

@@ -6,7 +6,7 @@ Nothing here loops over elements in Python.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, fields
 from typing import Any
 
@@ -134,6 +134,14 @@ class TensorDiff:
     def passed(self) -> bool:
         return self.detail is not None or self.ratio <= 1.0
 
+    @property
+    def ratio_bound(self) -> float:
+        """At least :attr:`ratio`, without computing a deferred one: a tensor decided lazily passed
+        with every difference within ``atol``, so its ratio is at most ``max_abs / atol``."""
+        if "ratio" not in self.__dict__ and self.detail is not None and self.detail.atol > 0:
+            return self.max_abs / self.detail.atol
+        return self.ratio
+
     def rebind_arrays(self, read: Callable[[np.ndarray], np.ndarray]) -> None:
         """Replace the arrays a passing comparison keeps for its deferred metrics by ``read(array)``,
         the same values held elsewhere (a result's tensors moved to a file)."""
@@ -150,12 +158,29 @@ class TensorDiff:
 _DEFERRED = frozenset({"ratio", "max_rel", "mean_abs", "cosine"})
 
 
+def worst_ratio(tensors: Iterable[TensorDiff], at_least: float = 0.0) -> float:
+    """``max(at_least, *(t.ratio for t in tensors))``, computing a deferred ratio only where its bound
+    (:attr:`TensorDiff.ratio_bound`) could beat the rest: the step chart and the update check ask it
+    of every event of every step, and most tensors pass lazily, far below the worst."""
+    best, deferred = at_least, []
+    for t in tensors:
+        if "ratio" in t.__dict__ or t.detail is None:
+            best = max(best, t.ratio)
+        else:
+            deferred.append((t.ratio_bound, t))
+    for bound, t in sorted(deferred, key=lambda x: -x[0]):  # the likeliest worst first
+        if bound <= best:
+            break
+        best = max(best, t.ratio)
+    return best
+
+
 class _Detail:
     """The full metrics of a passing comparison, computed once, when first asked for."""
 
     def __init__(self, a: np.ndarray, b: np.ndarray, atol: float, rtol: float) -> None:
         self._arrays: tuple[np.ndarray, np.ndarray] | None = (a, b)
-        self._atol, self._rtol = atol, rtol
+        self.atol, self._rtol = atol, rtol
         self._values: dict[str, float] = {}
 
     def rebind(self, read: Callable[[np.ndarray], np.ndarray]) -> None:
@@ -169,7 +194,7 @@ class _Detail:
             d = np.abs(a - b)
             absb = np.abs(b)
             self._values = {
-                "ratio": float((d / (absb * self._rtol + max(self._atol, _TINY))).max()),
+                "ratio": float((d / (absb * self._rtol + max(self.atol, _TINY))).max()),
                 "mean_abs": float(d.mean()),
                 "cosine": cosine(a, b),
             }

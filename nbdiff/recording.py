@@ -21,6 +21,7 @@ import numpy as np
 from nbdiff.align.arguments import layer_arguments, recorded_arguments
 from nbdiff.align.fused import layout_facts
 from nbdiff.align.optimizer_settings import optimizer_params
+from nbdiff.engine.gc_pause import gc_frozen
 from nbdiff.engine.options import check_recordable
 from nbdiff.errors import OptionError
 from nbdiff.frameworks import Framework, framework_of
@@ -161,6 +162,8 @@ class record:
             session = self._session
             stepped = lambda opt: session.stepped({id(p) for p in optimizer_params(opt)})  # noqa: E731
             self._stack.enter_context(self.fw.optimizer_steps(lambda opt: None, stepped))
+            # What lives now is out of the collector's passes while the loop records (engine/gc_pause).
+            self._stack.enter_context(gc_frozen())
         except BaseException:
             self._stack.close()
             self._writer.abandon()

@@ -13,6 +13,7 @@ from typing import Any
 
 from nbdiff.align.layer_map import LayerMap
 from nbdiff.align.optimizer_settings import OptimizerLog, optimizer_params
+from nbdiff.engine.gc_pause import gc_frozen
 from nbdiff.engine.kept import KEEP_STEPS
 from nbdiff.engine.live.boundary import StepBoundary
 from nbdiff.engine.live.comparer import LiveComparer
@@ -120,6 +121,8 @@ class watch:
             seen = counter("nbdiff: steps seen")  # raw's calls, as the user's loop makes them
             self._boundary.seen = seen
             stack.callback(seen.close)
+            # What lives now is out of the collector's passes while the loop runs (engine/gc_pause).
+            stack.enter_context(gc_frozen())
         except BaseException:
             stack.close()
             raise

@@ -7,7 +7,7 @@ loss, backward and optimizer steps, in any arrangement after that).
 
 from __future__ import annotations
 
-import functools
+from collections.abc import Callable
 from contextlib import ExitStack
 from typing import Any
 
@@ -114,7 +114,7 @@ class watch:
             if self.options["auto_init"]:
                 self._copy_by_structure()
             for side in (self._b, self._r):
-                side.install(stack, functools.partial(_begins, self._boundary, side))
+                side.install(stack, _begins(self._boundary, side))
             # The optimizers the cell steps, to name their settings when an update is blamed.
             # ... and what each step left: a parameter written after it is not the optimizer's doing.
             self._optimizers.listen(stack, (self.bfw, self.rfw), self._stepped)
@@ -242,6 +242,12 @@ class watch:
         ]
 
 
-def _begins(boundary: StepBoundary, side: ModelSession, layer: Any, args: tuple, kwargs: dict) -> None:
-    """A root model's forward pre-hook: a step of ``side`` begins."""
-    boundary.begins(side, args, kwargs)
+def _begins(boundary: StepBoundary, side: ModelSession) -> Callable[[Any, tuple, dict], None]:
+    """A root model's forward pre-hook: a step of ``side`` begins. A function, not a ``partial``: the
+    pairing probe deep-copies raw with its hooks, and copy takes a function as it is but copies a
+    partial's arguments (the whole watch, which cannot be copied: raw itself was probed)."""
+
+    def pre(layer: Any, args: tuple, kwargs: dict) -> None:
+        boundary.begins(side, args, kwargs)
+
+    return pre

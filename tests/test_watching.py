@@ -467,3 +467,31 @@ def test_code_after_every_sublayer_that_goes_wrong_late_is_placed_after_them_tho
                 opt.clear_grad() if fw == "paddle" else opt.zero_grad()
     d = w.result.first_divergence
     assert d is not None and (d.step, d.where, d.between) == (2, "between", ("fc", None)), w.result.report()
+
+
+@pytest.mark.parametrize("raw_fw", ["torch", "paddle"])
+def test_the_users_own_forward_hooks_run_as_often_as_the_loop_calls_raw(raw_fw):
+    # The pairing probe runs a copy of raw: the copy kept the user's hooks (4 runs for 3 calls), and a
+    # hook of nbdiff's that copy could not take made it probe raw itself (one call more, and a warning).
+    import paddle
+
+    nn = torch.nn if raw_fw == "torch" else paddle.nn
+    torch.manual_seed(0)
+    base = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Tanh())
+    raw = nn.Sequential(nn.Linear(4, 4), nn.Tanh())
+    runs = []
+    hook = lambda *a: runs.append(len(a))  # noqa: E731
+    if raw_fw == "torch":
+        raw[0].register_forward_pre_hook(hook)
+        raw.register_forward_hook(hook)
+    else:
+        raw[0].register_forward_pre_hook(hook)
+        raw.register_forward_post_hook(hook)
+    x = np.ones((2, 4), "float32")
+    with nbdiff.watch(base, raw) as w:
+        for _ in range(3):
+            base(torch.tensor(x)).sum().backward()
+            raw(torch.tensor(x) if raw_fw == "torch" else paddle.to_tensor(x)).sum().backward()
+    assert w.result, w.result.report()
+    assert sorted(runs) == [2, 2, 2, 3, 3, 3]  # each hook once a call (pre: 2 arguments, post: 3)
+    assert not [m for m in w.result.warnings if "could not be copied" in m]

@@ -147,6 +147,11 @@ class Framework(Protocol):
         """A tensor of ``array``'s values, on ``device`` (one :meth:`device_of` gave; ``None``: the host)."""
         ...
 
+    def drop_forward_hooks(self, model: Any) -> None:
+        """Every forward hook off ``model`` and its sublayers: a copy nbdiff runs on its own (the pairing
+        probe) must not run the user's hooks, which run exactly as often as the user's code calls."""
+        ...
+
     def device_of(self, obj: Any) -> Any:
         """Where a tensor, or a layer's first parameter or buffer, lies; ``None`` for the host (or no tensor):
         values nbdiff hands a model (base's inputs, gradients) must lie where its own do."""

@@ -155,6 +155,13 @@ class PaddleFramework:
         t.stop_gradient = not (requires_grad and t.is_floating_point())
         return t
 
+    def drop_forward_hooks(self, model: Any) -> None:
+        for layer in model.sublayers(include_self=True):
+            for name in ("_forward_pre_hooks", "_forward_post_hooks"):
+                hooks = getattr(layer, name, None)
+                if hooks is not None:
+                    hooks.clear()
+
     def device_of(self, obj: Any) -> Any:
         if not isinstance(obj, paddle.Tensor):
             named = obj.named_parameters(), obj.named_buffers()

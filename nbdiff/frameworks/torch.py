@@ -130,6 +130,12 @@ class TorchFramework:
             t.requires_grad_(True)
         return t
 
+    def drop_forward_hooks(self, model: Any) -> None:
+        for m in model.modules():
+            for hooks in (m._forward_pre_hooks, m._forward_hooks, m._forward_pre_hooks_with_kwargs,
+                          m._forward_hooks_with_kwargs, m._forward_hooks_always_called):  # fmt: skip
+                hooks.clear()
+
     def device_of(self, obj: Any) -> Any:
         if not isinstance(obj, torch.Tensor):
             first = next(itertools.chain(obj.parameters(), obj.buffers()), None) if isinstance(obj, _MODULE) else None

@@ -98,10 +98,11 @@ class StepBoundary:
 
     def _probe(self, args: tuple, kwargs: dict) -> Pairing:
         """Pair raw's layer calls with base's step 0, from one no-grad forward of a copy of raw on a copy
-        of the arguments: the user's model runs only as often as the user's code calls it, and its state
-        (a KV cache, a counter, a cache object passed in) stays the user's."""
+        of the arguments, without its forward hooks: the user's model and hooks run only as often as the
+        user's code calls it, and its state (a KV cache, a counter, a cache object passed in) stays the user's."""
         try:
             model, call = copy.deepcopy(self.raw), copy.deepcopy((args, kwargs))
+            self.r.fw.drop_forward_hooks(model)  # the user's hooks (and nbdiff's, idle now) came along
         except Exception as exc:  # a model holding what cannot be copied (a lock, a process group)
             model, call = self.raw, (args, kwargs)
             self.warnings.append(

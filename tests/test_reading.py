@@ -158,3 +158,17 @@ def test_every_string_read_from_json_is_printable(text, name):
     from nbdiff.trace.reading import load_json
 
     assert load_json(text) == {"path": name}
+
+
+@pytest.mark.parametrize("shape", [[2**32, 2**32], [0, 2**70]])
+def test_a_shape_no_file_can_hold_is_a_dump_error_naming_the_entry(tmp_path, capsys, shape):
+    # numpy's int64 product of [2**32, 2**32] wrapped to 0, which an empty span matched; np.empty then
+    # raised a bare ValueError and `nbdiff compare` exited 1 ("diverged").
+    base, raw = _dump(tmp_path / "a"), _dump(tmp_path / "b")
+    payload = raw / "rank0" / "step0.safetensors"
+    header = json.dumps({"fc.out": {"dtype": "F32", "shape": shape, "data_offsets": [0, 0]}}).encode()
+    payload.write_bytes(struct.pack("<Q", len(header)) + header)
+    with pytest.raises(DumpError, match="'fc.out': its offsets do not fit its shape"):
+        read_dump(raw / "rank0").steps[0]
+    assert main(["compare", str(base), str(raw)]) == 2
+    assert "step0.safetensors" in capsys.readouterr().err

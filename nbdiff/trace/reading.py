@@ -7,6 +7,7 @@ reached the terminal, or forged a line of the report)."""
 from __future__ import annotations
 
 import json
+import math
 import os
 import stat
 import struct
@@ -28,6 +29,8 @@ _SAFETENSORS_ONLY = {
     "C128": np.dtype("c16"),
 }
 """Types nbdiff does not write itself (a payload written whole by safetensors): sized here, read by it."""
+_MAX_DIM = 2**62
+"""A dimension at or beyond this is no tensor a file holds (numpy refuses such a shape even when empty)."""
 _MAX_HEADER = 100 << 20
 """A payload header longer than this is not one nbdiff wrote (one step's tensors take kilobytes)."""
 
@@ -170,8 +173,10 @@ def _header(raw: bytes, path: Path, step: int) -> dict[str, dict[str, Any]]:
             raise DumpError(
                 f"{path}: cannot read step {step}'s tensors: entry {printable(str(key))!r} is malformed or of a type nbdiff does not write."
             ) from None
-        count = int(np.prod(shape, dtype=np.int64)) if shape else 1
-        if min(shape, default=0) < 0 or lo < 0 or hi - lo != count * dtype.itemsize:
+        # Exact (Python integers): numpy's int64 product of [2**32, 2**32] wrapped to 0, which an empty
+        # span matched, and np.empty then raised a bare ValueError.
+        count = math.prod(shape)
+        if min(shape, default=0) < 0 or max(shape, default=0) >= _MAX_DIM or lo < 0 or hi - lo != count * dtype.itemsize:
             raise DumpError(
                 f"{path}: cannot read step {step}'s tensors: entry {printable(str(key))!r}: its offsets do not fit its shape."
             )

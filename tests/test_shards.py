@@ -162,3 +162,12 @@ def test_partial_sums_kept_as_statistics_are_left_out_and_said():
     g = sh.Gathered([_Dump([ref])], [_Dump([ranks[0]]), _Dump([ranks[1]])])
     assert g.step(0)[1][0].outputs == ()
     assert g.notes == ["`down` out (forward): partial sums kept as statistics only cannot be added up; not compared."]
+
+
+@pytest.mark.parametrize("layout", ["shard(0)", "shard(2)", "shard(-3)"])
+def test_a_recorded_layout_along_a_dimension_the_tensor_lacks_is_a_dump_error(layout):
+    # A 0-d tensor recorded as shard(0) raised a bare IndexError (exit 1, read as "diverged").
+    v = _values(7, (2, 2)) if layout != "shard(0)" else np.float32(1.5) * np.ones((), "float32")
+    ranks = [_Dump([[_event("up", [_rec("out", v, layout)])]], path=Path(f"run/rank{r}")) for r in range(2)]
+    with pytest.raises(DumpError, match=r"`up` out \(step 0\): recorded as laid out .* has no such dimension"):
+        sh.Gathered([_Dump([[_event("up", [_rec("out", v)])]])], ranks).step(0)

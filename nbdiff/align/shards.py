@@ -253,6 +253,12 @@ class Gathered:
                     f"`{e.path}` {t.name}: laid out over a mesh of several dimensions ({t.layout}); nbdiff gathers "
                     "tensor parallelism over one dimension only. Record with a 1-d mesh (tensor parallel only)."
                 )
+            kind, d = _parse(t.layout) or ("", 0)
+            if kind == "shard" and not -ndim <= d < ndim:  # a 0-d tensor "sharded": no dimension to join along
+                raise DumpError(
+                    f"`{e.path or '<root>'}` {t.name} (step {e.step}): recorded as laid out {t.layout!r}, but its shape "
+                    f"{tuple(t.shape)} has no such dimension; the dump was edited or written by another tool."
+                )
             return _normal(t.layout, ndim)
         slot = _slot(e.phase, group, t.name)
         ruled = _from_rule(ctx.rule, slot, t.name, ctx.framework, ndim) if ctx.rule is not None else None

@@ -176,7 +176,12 @@ def _header(raw: bytes, path: Path, step: int) -> dict[str, dict[str, Any]]:
         # Exact (Python integers): numpy's int64 product of [2**32, 2**32] wrapped to 0, which an empty
         # span matched, and np.empty then raised a bare ValueError.
         count = math.prod(shape)
-        if min(shape, default=0) < 0 or max(shape, default=0) >= _MAX_DIM or lo < 0 or hi - lo != count * dtype.itemsize:
+        if (
+            min(shape, default=0) < 0
+            or max(shape, default=0) >= _MAX_DIM
+            or lo < 0
+            or hi - lo != count * dtype.itemsize
+        ):
             raise DumpError(
                 f"{path}: cannot read step {step}'s tensors: entry {printable(str(key))!r}: its offsets do not fit its shape."
             )

@@ -151,3 +151,33 @@ def test_a_save_deletes_only_the_tensors_of_the_result_it_replaces(tmp_path):
     assert all(path.read_bytes() == b"the user's" for path in mine.values())
     assert not (folder / own).exists()  # the replaced result's own tensors are gone
     assert nbdiff.load(str(folder)).first_divergence is not None
+
+
+@pytest.mark.parametrize("damage", ["fifo", "sparse"])
+def test_a_saved_results_tensors_file_is_read_with_the_checks_a_dump_gets(tmp_path, capsys, damage):
+    # A FIFO in place of the tensors file hung `nbdiff view`; a sparse file claiming 4 GiB was read whole
+    # (a bare MemoryError where memory was short, exit 1).
+    import os
+    import struct
+    import threading
+
+    path = tmp_path / "r"
+    nbdiff.auto_diff(_net("torch"), _net("paddle"), X).save(str(path))
+    tensors = path / json.loads((path / "result.json").read_text())["tensors"]
+    tensors.unlink()
+    if damage == "fifo":
+        os.mkfifo(tensors)
+    else:
+        header = json.dumps({"0.b.out": {"dtype": "F32", "shape": [2**30], "data_offsets": [0, 2**32]}}).encode()
+        with open(tensors, "wb") as f:
+            f.write(struct.pack("<Q", len(header)) + header)
+            f.truncate(8 + len(header) + 2**32 - 4)  # 4 bytes short of what it claims, sparse
+    box = {}
+    t = threading.Thread(target=lambda: box.update(code=main(["view", str(path), "--no-browser"])), daemon=True)
+    t.start()
+    t.join(120)
+    assert not t.is_alive(), "the read blocked"
+    assert box["code"] == 2
+    err = capsys.readouterr().err
+    said = "is not a regular file" if damage == "fifo" else "cannot read the saved tensors: its header describes"
+    assert "DumpError" in err and said in err and tensors.name in err, err

@@ -39,6 +39,7 @@ from nbdiff.trace.codec import (
     write_json_atomic,
 )
 from nbdiff.trace.events import Event, Phase, TensorRecord
+from nbdiff.trace.reading import read_payload
 from nbdiff.trace.schema import MAX_DEPTH
 from nbdiff.trace.stack import Frame
 
@@ -227,9 +228,6 @@ def _step_row(r: Any) -> dict[str, Any]:
 
 def load_result(path: str | os.PathLike[str]) -> DiffResult:
     """Read a result written by :meth:`DiffResult.save`; a damaged one is a :class:`DumpError`."""
-    from safetensors import SafetensorError
-    from safetensors.numpy import load_file
-
     folder = Path(path)
     where = folder / _JSON
     data = load_dump_json(where, "a saved nbdiff result", written_by="DiffResult.save")
@@ -238,10 +236,9 @@ def load_result(path: str | os.PathLike[str]) -> DiffResult:
     name = data.get("tensors", _TENSORS)
     if not isinstance(name, str) or not name.startswith("tensors") or "/" in name or "\\" in name or ".." in name:
         raise DumpError(f"{where}: tensors is {name!r}; expected a file name in the result's folder.")
-    try:
-        payload = load_file(str(folder / name))
-    except (SafetensorError, OSError) as exc:
-        raise DumpError(f"{folder / name}: cannot read the saved tensors ({exc}).") from None
+    # Checked as a dump's payload is: a regular file, its header inside it, no more than memory holds
+    # (a FIFO in its place hung `nbdiff view`; a sparse file claiming 4 GiB was read whole).
+    payload = read_payload(folder / name, "the saved tensors")
     try:
 
         def event(j: dict[str, Any]) -> Event:

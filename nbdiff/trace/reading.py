@@ -103,21 +103,26 @@ def available_memory() -> int | None:
     return None
 
 
-def read_payload(path: Path, step: int) -> dict[str, np.ndarray]:
+def _what(step: int | str) -> str:
+    return f"step {step}'s tensors" if isinstance(step, int) else step
+
+
+def read_payload(path: Path, step: int | str) -> dict[str, np.ndarray]:
     """The arrays of a safetensors payload, its header checked first: offsets inside the file and
-    adding up, and no more bytes than memory holds (a sparse 16 GiB file claimed them honestly)."""
+    adding up, and no more bytes than memory holds (a sparse 16 GiB file claimed them honestly).
+    ``step``: the dump step whose payload it is, or what it is, for the errors ("the saved tensors")."""
     fd = _open(path, follow=False)
     try:
         size = os.fstat(fd).st_size
         head = os.pread(fd, 8, 0)
         if len(head) < 8:
             raise DumpError(
-                f"{path}: cannot read step {step}'s tensors: the payload is {size} bytes, too short for a safetensors header."
+                f"{path}: cannot read {_what(step)}: the payload is {size} bytes, too short for a safetensors header."
             )
         (n,) = struct.unpack("<Q", head)
         if n > min(_MAX_HEADER, size - 8):
             raise DumpError(
-                f"{path}: cannot read step {step}'s tensors: the payload claims a {n}-byte header in a {size}-byte file."
+                f"{path}: cannot read {_what(step)}: the payload claims a {n}-byte header in a {size}-byte file."
             )
         raw_header = os.pread(fd, n, 8)
         header = _header(raw_header, path, step)
@@ -126,12 +131,12 @@ def read_payload(path: Path, step: int) -> dict[str, np.ndarray]:
         ends = [e["data_offsets"][1] for e in header.values()]
         if max(ends, default=0) != data:
             raise DumpError(
-                f"{path}: cannot read step {step}'s tensors: its header describes {max(ends, default=0)} bytes of data, the file holds {data}."
+                f"{path}: cannot read {_what(step)}: its header describes {max(ends, default=0)} bytes of data, the file holds {data}."
             )
         free = available_memory()
         if free is not None and data > free:
             raise DumpError(
-                f"{path}: cannot read step {step}'s tensors: they are {data / 2**30:.1f} GiB, more than the "
+                f"{path}: cannot read {_what(step)}: they are {data / 2**30:.1f} GiB, more than the "
                 f"{free / 2**30:.1f} GiB of memory available; compare on a larger machine, or record fewer "
                 "tensors (dump_type='statistics', tensors=[...])."
             )
@@ -141,7 +146,7 @@ def read_payload(path: Path, step: int) -> dict[str, np.ndarray]:
             k = os.preadv(fd, [view[got:]], begin + got)
             if k <= 0:
                 raise DumpError(
-                    f"{path}: cannot read step {step}'s tensors: the file ended early (read {got} of {data} bytes)."
+                    f"{path}: cannot read {_what(step)}: the file ended early (read {got} of {data} bytes)."
                 )
             got += k
     finally:
@@ -153,15 +158,15 @@ def read_payload(path: Path, step: int) -> dict[str, np.ndarray]:
     return {key: _array(buffer, e) for key, e in header.items() if not key.startswith("unused.")}
 
 
-def _header(raw: bytes, path: Path, step: int) -> dict[str, dict[str, Any]]:
+def _header(raw: bytes, path: Path, step: int | str) -> dict[str, dict[str, Any]]:
     try:
         header = json.loads(raw)
     except (json.JSONDecodeError, UnicodeDecodeError, RecursionError):
         raise DumpError(
-            f"{path}: cannot read step {step}'s tensors: the header is not valid JSON; the file was edited."
+            f"{path}: cannot read {_what(step)}: the header is not valid JSON; the file was edited."
         ) from None
     if not isinstance(header, dict):
-        raise DumpError(f"{path}: cannot read step {step}'s tensors: the header is not a JSON object.")
+        raise DumpError(f"{path}: cannot read {_what(step)}: the header is not a JSON object.")
     header.pop("__metadata__", None)
     spans = []
     for key, e in header.items():
@@ -171,7 +176,7 @@ def _header(raw: bytes, path: Path, step: int) -> dict[str, dict[str, Any]]:
             lo, hi = (int(x) for x in e["data_offsets"])
         except (KeyError, TypeError, ValueError):
             raise DumpError(
-                f"{path}: cannot read step {step}'s tensors: entry {printable(str(key))!r} is malformed or of a type nbdiff does not write."
+                f"{path}: cannot read {_what(step)}: entry {printable(str(key))!r} is malformed or of a type nbdiff does not write."
             ) from None
         # Exact (Python integers): numpy's int64 product of [2**32, 2**32] wrapped to 0, which an empty
         # span matched, and np.empty then raised a bare ValueError.
@@ -183,13 +188,13 @@ def _header(raw: bytes, path: Path, step: int) -> dict[str, dict[str, Any]]:
             or hi - lo != count * dtype.itemsize
         ):
             raise DumpError(
-                f"{path}: cannot read step {step}'s tensors: entry {printable(str(key))!r}: its offsets do not fit its shape."
+                f"{path}: cannot read {_what(step)}: entry {printable(str(key))!r}: its offsets do not fit its shape."
             )
         e["_dtype"], e["_shape"], e["_span"] = dtype, shape, (lo, hi)
         spans.append((lo, hi))
     spans.sort()
     if any(a[1] > b[0] for a, b in zip(spans, spans[1:])):
-        raise DumpError(f"{path}: cannot read step {step}'s tensors: entries overlap; the file was edited.")
+        raise DumpError(f"{path}: cannot read {_what(step)}: entries overlap; the file was edited.")
     return header
 
 

@@ -181,3 +181,23 @@ def test_a_saved_results_tensors_file_is_read_with_the_checks_a_dump_gets(tmp_pa
     err = capsys.readouterr().err
     said = "is not a regular file" if damage == "fifo" else "cannot read the saved tensors: its header describes"
     assert "DumpError" in err and said in err and tensors.name in err, err
+
+
+def test_two_saves_into_one_folder_at_once_leave_one_of_the_two_whole(tmp_path):
+    # Both wrote one shared "result.json.tmp": 6-12 of 20 folders held a JSON mixed of the two.
+    import threading
+
+    results = [nbdiff.auto_diff(_net("torch"), _net("paddle", eps=e), X) for e in (1e-5, 1e-3)]
+    wrong = []
+    for k in range(20):
+        path = tmp_path / f"r{k}"
+        threads = [threading.Thread(target=r.save, args=(str(path),)) for r in results]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        loaded = nbdiff.load(str(path))
+        if loaded.report().splitlines()[:4] not in [r.report().splitlines()[:4] for r in results]:
+            wrong.append(k)
+        assert not [p.name for p in path.iterdir() if p.name.endswith(".tmp")]
+    assert wrong == []

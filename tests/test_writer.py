@@ -164,3 +164,14 @@ def test_a_statistics_dump_samples_activations_and_keeps_a_batchnorm_over_few_va
     )
     assert back.outputs[0].sample is not None and back.params[0].sample is None and back.params[0].stats is not None
     assert update.outputs[0].sample is None and update.outputs[0].stats is not None
+
+
+def test_a_json_file_left_half_written_is_known_as_the_dumps_own_under_either_name():
+    # write_json_atomic names its temporary file uniquely now (two writers of one file at once mixed
+    # theirs); an overwrite must still take a killed run's leftover as its own, and nothing else.
+    from nbdiff.trace.writer import _is_dump_file
+
+    own = ["manifest.json.tmp", "manifest.json.0123456789ab.tmp", "step3.json.tmp", "step3.json.0123456789ab.tmp"]
+    theirs = ["notes.json.0123456789ab.tmp", "step3.safetensors.tmp", "manifest.json.x.tmp", "mine.tmp"]
+    assert [_is_dump_file(n) for n in own] == [True] * 4
+    assert [_is_dump_file(n) for n in theirs] == [False] * 4

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -118,9 +119,15 @@ def write_json_atomic(path: Path, data: dict[str, Any]) -> None:
     No ``fsync``: what a killed process wrote stays in the page cache and reaches the disk, and
     an fsync made ext4 flush the step's whole payload with it (44 ms per step of the benchmark
     CNN, three times the step). Only an operating-system crash can lose the last steps."""
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(data, separators=(",", ":")))
-    tmp.replace(path)
+    # A name of its own: two writers of one file at once (two saves into one folder) wrote one shared
+    # ".tmp" over each other, and the file renamed into place was a mix of both.
+    tmp = path.with_name(f"{path.name}.{uuid.uuid4().hex[:12]}.tmp")
+    try:
+        tmp.write_text(json.dumps(data, separators=(",", ":")))
+        tmp.replace(path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
 
 
 def read_float(x: Any) -> float:

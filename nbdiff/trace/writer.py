@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import queue
+import re
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -269,9 +270,11 @@ class DumpWriter:
 
 
 def _is_dump_file(name: str) -> bool:
-    return name in (MANIFEST, MANIFEST + ".tmp") or (
-        name.startswith("step") and name.endswith((".safetensors", ".json", ".json.tmp"))
-    )
+    # A JSON file being written is ``<name>.<12 hex>.tmp`` (write_json_atomic); older dumps left ``<name>.tmp``.
+    if name.endswith(".tmp"):
+        json_name = re.sub(r"\.[0-9a-f]{12}$", "", name[: -len(".tmp")])
+        return json_name == MANIFEST or (json_name.startswith("step") and json_name.endswith(".json"))
+    return name == MANIFEST or (name.startswith("step") and name.endswith((".safetensors", ".json")))
 
 
 def write_rank(

@@ -143,9 +143,30 @@ class record:
         # in the training thread against 2.76-2.81x by a writer thread (tensor dumps: alike).
         first = next((p for own in self._params.values() for p in own.values()), None)
         background = first is None or not self.fw.cores_taken(first)
-        self._writer = DumpWriter(
-            self.dump_dir / f"rank{rank}", meta, layers, str(self.options["dump_type"]), self.overwrite, background
-        )
+        self._writer: DumpWriter | None = None
+        try:
+            # A Ctrl-C once the writer's thread runs and its lock is taken must reach the except below
+            # with the writer in hand (it left the thread running and the folder locked).
+            with interrupts_deferred():
+                self._writer = DumpWriter(
+                    self.dump_dir / f"rank{rank}",
+                    meta,
+                    layers,
+                    str(self.options["dump_type"]),
+                    self.overwrite,
+                    background,
+                )
+            self._start_recording(background)
+        except BaseException:
+            self._stack.close()
+            if self._writer is not None:
+                self._writer.abandon()
+            raise
+        return self
+
+    def _start_recording(self, background: bool) -> None:
+        """The hooks and listeners of a recording whose writer is made (``background``: it writes in its thread)."""
+        assert self._writer is not None
         if self.capture.tensors is not None:
             self._writer.keeps_values = self.capture.keeps_values
         # The steps are the calls made by the thread that records; others' would be merged into them.
@@ -156,19 +177,13 @@ class record:
             # The writer thread works on each array as it is copied; where events are left out, most
             # of that would be wasted.
             self._session.recorder.on_copy = self._writer.prepare
-        try:
-            self._session.install(self._stack, self._on_step)
-            # What each optimizer step left: a parameter written after it is the user's write, kept apart.
-            session = self._session
-            stepped = lambda opt: session.stepped({id(p) for p in optimizer_params(opt)})  # noqa: E731
-            self._stack.enter_context(self.fw.optimizer_steps(lambda opt: None, stepped))
-            # What lives now is out of the collector's passes while the loop records (engine/gc_pause).
-            self._stack.enter_context(gc_frozen())
-        except BaseException:
-            self._stack.close()
-            self._writer.abandon()
-            raise
-        return self
+        self._session.install(self._stack, self._on_step)
+        # What each optimizer step left: a parameter written after it is the user's write, kept apart.
+        session = self._session
+        stepped = lambda opt: session.stepped({id(p) for p in optimizer_params(opt)})  # noqa: E731
+        self._stack.enter_context(self.fw.optimizer_steps(lambda opt: None, stepped))
+        # What lives now is out of the collector's passes while the loop records (engine/gc_pause).
+        self._stack.enter_context(gc_frozen())
 
     def _on_step(self, *args: Any, **kwargs: Any) -> None:
         if threading.get_ident() != self._thread:  # another thread's call: not this recording's step

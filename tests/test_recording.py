@@ -373,3 +373,31 @@ def test_the_dump_is_written_in_the_training_thread_where_the_frameworks_threads
     assert bool(started) is not taken
     dump = read_dump(tmp_path / "rank0")
     assert len(dump.steps) == 2 and all(e.outputs[0].stats is not None for e in dump.steps[1] if e.outputs)
+
+
+def test_a_ctrl_c_just_as_the_writer_starts_leaves_no_thread_and_no_lock(tmp_path, monkeypatch):
+    # A real SIGINT landing once the writer's thread ran and its folder lock was taken, before record
+    # held the writer: the thread ran on, and the next record(..., overwrite=True) there was refused.
+    import signal
+    import threading
+
+    import torch
+
+    from nbdiff.trace import writer as writer_module
+
+    made = writer_module.DumpWriter.__init__
+
+    def interrupted(self, *args, **kwargs):
+        made(self, *args, **kwargs)
+        signal.raise_signal(signal.SIGINT)  # the user's Ctrl-C, at the worst moment
+
+    model = pair()[0]
+    monkeypatch.setattr(writer_module.DumpWriter, "__init__", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        with nbdiff.record(model, tmp_path / "d"):
+            pass
+    monkeypatch.setattr(writer_module.DumpWriter, "__init__", made)
+    assert not [t for t in threading.enumerate() if t.name == "nbdiff-dump-writer" and t.is_alive()]
+    with nbdiff.record(model, tmp_path / "d", overwrite=True) as rec:
+        model(torch.tensor(X))
+    assert rec.path is not None

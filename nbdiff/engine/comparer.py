@@ -159,6 +159,13 @@ class StepComparer:
         so; an error no layer then makes on its own is that note, not a divergence."""
         return None
 
+    def rounding_gated(self, brec: StepRecord, rrec: StepRecord, found: Divergence) -> str | None:
+        """After the backward blame of a step whose forward found nothing: where the first backward finding
+        is an error no layer makes on its own, and base's own layer, run on raw's forward inputs, gives raw's
+        gradients, a note saying so; that error is then not a divergence (a ReLU mask a few elements of
+        which rounding flipped: every gradient behind them differs by whole values)."""
+        return None
+
     def read(self, b: Event, r: Event) -> None:
         """Told each pair of events a comparison read (a live recording's pages can then go)."""
 
@@ -241,6 +248,14 @@ class StepComparer:
             local = lambda d: self.local_backward(brec, rrec, d, bkids.get(d.base.order, []))  # noqa: E731
             more, bwd = blame_all(bwd, local, _final_backward, noise, every, False, parent_of=bup)
             more = self._unless_drift(more, drift, out.notes)
+            # Only where the forward found nothing: its inputs' differences were then accepted there.
+            if (
+                more
+                and more[0].where == "accumulated"
+                and not found
+                and (said := self.rounding_gated(brec, rrec, more[0]))
+            ):
+                more = _explained(more, Explanation(said), out.notes)
             more = _explained(more, amplified, [])  # the forward's note says it
             # A gradient made NaN/Inf from finite ones (a custom backward) is where it comes from.
             made = None if any(f.where == "nonfinite" for f in found) else first_nonfinite(bwd, self.read, True)

@@ -360,6 +360,32 @@ class Replayer:
         diffs += compare_param_grads(b[1], r[1], plan, self.tol, self.mode, hint, largest_shape(base_bwd.outputs))
         return tuple(diffs) if diffs else None
 
+    def backward_on_raw_inputs(
+        self, base_fwd: Event, raw_fwd: Event, base_bwd: Event, raw_bwd: Event
+    ) -> tuple[TensorDiff, ...] | None:
+        """Base's layer run on raw's forward inputs and base's arriving gradients; the input and parameter
+        gradients it makes compared with raw's. Passing: what raw's layer did is what base's would do on
+        raw's inputs (a ReLU's mask where an input sits within rounding of 0; a weight gradient summed
+        from inputs that differ within their tolerance), so the forward inputs' differences make the
+        backward's."""
+        plan = self.plans.get(base_fwd.path)
+        try:
+            b = self._grads(self.bfw, base_fwd, raw_fwd, base_bwd, bool(plan and plan.recursive))
+        except Exception:
+            return None
+        if b is None:
+            return None
+        hint = magnitude([t.value for t in base_bwd.outputs] + [g for g in b[0] if g is not None] + list(b[1].values()))
+        raw_in = [t.value for t in raw_bwd.inputs]
+        diffs = [
+            compare_tensors(f"in[{i}]", raw_in[i], g, self.tol(str(g.dtype), str(raw_in[i].dtype)), self.mode, hint)
+            for i, g in enumerate(b[0])
+            if g is not None and i < len(raw_in) and raw_in[i] is not None
+        ]
+        raw_params = {t.name: t.value for t in raw_bwd.params if t.value is not None}
+        diffs += compare_param_grads(b[1], raw_params, plan, self.tol, self.mode, hint, largest_shape(base_bwd.outputs))
+        return tuple(diffs) or None
+
 
 def _same_array(a: np.ndarray, b: np.ndarray) -> bool:
     return a.shape == b.shape and a.dtype == b.dtype and bool(np.array_equal(a, b))

@@ -163,6 +163,24 @@ class LiveComparer(StepComparer):
             return None
         return self.replayer.backward(bf, rf, d.base)
 
+    def rounding_gated(self, brec: StepRecord, rrec: StepRecord, found: Divergence) -> str | None:
+        d = found.event
+        if d is None or self.replayer is None:
+            return None
+        bf, rf = brec.forward_of(d.base), rrec.forward_of(d.raw)
+        if bf is None or rf is None or not bf.inputs or len(bf.inputs) != len(rf.inputs):
+            return None
+        swapped = self.replayer.backward_on_raw_inputs(bf, rf, d.base, d.raw)
+        if not swapped or not all(t.passed for t in swapped):
+            return None
+        return (
+            f"step {d.base.step}, backward: `{d.base.path or '<root>'}` ({d.base.type_name}) hands back gradients "
+            f"{d.ratio:.3g}x their tolerance apart, from forward inputs the forward comparison accepted: base's own "
+            "layer, run on raw's inputs, hands back raw's gradients (a gate, such as a ReLU's mask, that rounding "
+            "flipped for a few values; a weight gradient summed from inputs that differ by rounding), so it is not "
+            "reported as a divergence"
+        )
+
     def read(self, b: Event, r: Event) -> None:
         if self.spool is not None and self.spool.written:  # nothing in the file: no pages to count
             self.spool.read(*(t.value for e in (b, r) for t in (*e.inputs, *e.outputs, *e.params, *e.given)))

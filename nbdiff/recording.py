@@ -147,15 +147,9 @@ class record:
         try:
             # A Ctrl-C once the writer's thread runs and its lock is taken must reach the except below
             # with the writer in hand (it left the thread running and the folder locked).
+            dump_type, folder = str(self.options["dump_type"]), self.dump_dir / f"rank{rank}"
             with interrupts_deferred():
-                self._writer = DumpWriter(
-                    self.dump_dir / f"rank{rank}",
-                    meta,
-                    layers,
-                    str(self.options["dump_type"]),
-                    self.overwrite,
-                    background,
-                )
+                self._writer = DumpWriter(folder, meta, layers, dump_type, self.overwrite, background)
             self._start_recording(background)
         except BaseException:
             self._stack.close()

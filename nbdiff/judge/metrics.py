@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from nbdiff.judge.shapes import broadcast_shape, fitted_shapes, positions_cut
 from nbdiff.judge.tolerance import Tolerance
 from nbdiff.trace.stats import Stats
 
@@ -226,17 +227,6 @@ def _scratch(shape: tuple[int, ...], dtype: np.dtype) -> tuple[np.ndarray, np.nd
     return pool[0, :n].reshape(shape), pool[1, :n].reshape(shape), pool[2, :n].reshape(shape)
 
 
-def _broadcast(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...] | None:
-    """The common shape when one shape broadcasts to the other by size-1 axes only, else ``None``."""
-    if len(a) != len(b):
-        return None
-    try:
-        wide = tuple(np.broadcast_shapes(a, b))
-    except ValueError:
-        return None
-    return wide if wide in (a, b) else None
-
-
 def compare_tensors(
     name: str,
     raw: np.ndarray,
@@ -261,7 +251,7 @@ def compare_tensors(
     note = ""
     shapes = (tuple(base.shape), tuple(raw.shape))
     if raw.shape != base.shape:
-        fitted = _fitted(raw, base)
+        fitted = fitted_shapes(raw, base)
         if fitted is None:
             inf = np.inf
             return TensorDiff(
@@ -357,41 +347,6 @@ def _ratio_and_relative(
     return ratio, float(np.fmax.reduce(absb, axis=None))
 
 
-def _fitted(raw: np.ndarray, base: np.ndarray) -> tuple[np.ndarray, np.ndarray, str] | None:
-    """Two arrays of different shapes made comparable (broadcast, or flattened when as large), with a
-    note saying how; None when they cannot be."""
-    last = _last_positions(raw, base)
-    if last is not None:
-        return last
-    wide = _broadcast(raw.shape, base.shape)
-    if wide is not None:
-        # (1, S, D) against (B, S, D): the same values, one side not yet expanded.
-        note = f"shape {raw.shape} vs base {base.shape}, compared after broadcasting"
-        return np.broadcast_to(raw, wide), np.broadcast_to(base, wide), note
-    if raw.size != base.size:
-        return None
-    return raw.reshape(base.shape), base, f"shape {raw.shape} vs base {base.shape}, compared flattened"
-
-
-def _positions_cut(a: tuple[int, ...], b: tuple[int, ...]) -> bool:
-    """(batch, positions, features) shapes that differ in their positions only."""
-    return len(a) == 3 and len(b) == 3 and a[::2] == b[::2] and a[1] != b[1]
-
-
-def _last_positions(raw: np.ndarray, base: np.ndarray) -> tuple[np.ndarray, np.ndarray, str] | None:
-    """(batch, positions, features) against fewer positions: the last ones. A generation step
-    computes the logits of the last position only (transformers' ``logits_to_keep=1``) where a port
-    computes every position's; broadcasting would compare every position with the last one."""
-    if not _positions_cut(raw.shape, base.shape):
-        return None
-    n = min(raw.shape[1], base.shape[1])
-    side = "base" if base.shape[1] == n else "raw"
-    note = (
-        f"shape {raw.shape} vs base {base.shape}: {side} keeps the last {n} position(s), compared with the other's last"
-    )
-    return raw[:, raw.shape[1] - n :], base[:, base.shape[1] - n :], note
-
-
 MASK_VALUE = 1e4
 """A finite value at least this large stands for an infinity where the other side has one of the same
 sign: ``masked_fill(-inf)`` against ``masked_fill(-1e9)`` (or ``finfo.min``) is the same mask."""
@@ -456,14 +411,14 @@ def compare_statistics(
     if tuple(base_shape) != tuple(raw_shape):
         # As compare_tensors does: one side not yet expanded along size-1 axes, or the same values
         # in another shape. Neither changes min, max, mean, std or mean |x|.
-        if _positions_cut(tuple(raw_shape), tuple(base_shape)):
+        if positions_cut(tuple(raw_shape), tuple(base_shape)):
             # One side kept the last positions only (a generation step's logits): statistics of
             # every position say nothing of the last one's.
             ratio, note = (
                 0.0,
                 f"shape {tuple(raw_shape)} vs base {tuple(base_shape)}: one side keeps the last positions only; not comparable by statistics",
             )
-        elif _broadcast(tuple(raw_shape), tuple(base_shape)) is None and nb != nr:
+        elif broadcast_shape(tuple(raw_shape), tuple(base_shape)) is None and nb != nr:
             ratio, note = np.inf, f"shape {tuple(raw_shape)} vs base {tuple(base_shape)}"
         elif note == BY_STATISTICS:
             note = f"shape {tuple(raw_shape)} vs base {tuple(base_shape)}, {BY_STATISTICS}"

@@ -350,15 +350,20 @@ class Replayer:
             return None
         if b is None or r is None:
             return None
+        return self._grad_diffs(b, r, base_bwd, plan)
+
+    def _grad_diffs(
+        self, b: tuple[list, dict], r: tuple[list, dict], base_bwd: Event, plan: LayerWeights | None
+    ) -> tuple[TensorDiff, ...] | None:
+        """Input gradients (in order) and parameter gradients (by name) of base and raw, compared."""
         hint = magnitude([t.value for t in base_bwd.outputs] + [g for g in b[0] if g is not None] + list(b[1].values()))
-        diffs: list[TensorDiff] = []
-        for i, (gb, gr) in enumerate(zip(b[0], r[0])):
-            if gb is not None and gr is not None:
-                diffs.append(
-                    compare_tensors(f"in[{i}]", gr, gb, self.tol(str(gb.dtype), str(gr.dtype)), self.mode, hint)
-                )
+        diffs = [
+            compare_tensors(f"in[{i}]", gr, gb, self.tol(str(gb.dtype), str(gr.dtype)), self.mode, hint)
+            for i, (gb, gr) in enumerate(zip(b[0], r[0]))
+            if gb is not None and gr is not None
+        ]
         diffs += compare_param_grads(b[1], r[1], plan, self.tol, self.mode, hint, largest_shape(base_bwd.outputs))
-        return tuple(diffs) if diffs else None
+        return tuple(diffs) or None
 
     def backward_on_raw_inputs(
         self, base_fwd: Event, raw_fwd: Event, base_bwd: Event, raw_bwd: Event
@@ -375,16 +380,8 @@ class Replayer:
             return None
         if b is None:
             return None
-        hint = magnitude([t.value for t in base_bwd.outputs] + [g for g in b[0] if g is not None] + list(b[1].values()))
-        raw_in = [t.value for t in raw_bwd.inputs]
-        diffs = [
-            compare_tensors(f"in[{i}]", raw_in[i], g, self.tol(str(g.dtype), str(raw_in[i].dtype)), self.mode, hint)
-            for i, g in enumerate(b[0])
-            if g is not None and i < len(raw_in) and raw_in[i] is not None
-        ]
-        raw_params = {t.name: t.value for t in raw_bwd.params if t.value is not None}
-        diffs += compare_param_grads(b[1], raw_params, plan, self.tol, self.mode, hint, largest_shape(base_bwd.outputs))
-        return tuple(diffs) or None
+        recorded = [t.value for t in raw_bwd.inputs], {t.name: t.value for t in raw_bwd.params if t.value is not None}
+        return self._grad_diffs(b, recorded, base_bwd, plan)
 
 
 def _same_array(a: np.ndarray, b: np.ndarray) -> bool:

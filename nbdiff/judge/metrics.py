@@ -163,13 +163,9 @@ def worst_ratio(tensors: Iterable[TensorDiff], at_least: float = 0.0) -> float:
     """``max(at_least, *(t.ratio for t in tensors))``, computing a deferred ratio only where its bound
     (:attr:`TensorDiff.ratio_bound`) could beat the rest: the step chart and the update check ask it
     of every event of every step, and most tensors pass lazily, far below the worst."""
-    best, deferred = at_least, []
-    for t in tensors:
-        if "ratio" in t.__dict__ or t.detail is None:
-            best = max(best, t.ratio)
-        else:
-            deferred.append((t.ratio_bound, t))
-    for bound, t in sorted(deferred, key=lambda x: -x[0]):  # the likeliest worst first
+    best = at_least
+    # The likeliest worst first; a known ratio is its own bound.
+    for bound, t in sorted(((t.ratio_bound, t) for t in tensors), key=lambda x: -x[0]):
         if bound <= best:
             break
         best = max(best, t.ratio)

@@ -205,13 +205,11 @@ class watch:
         elif nb != nr:
             intro.append(f"base ran {nb} step(s), raw {nr}: compared the first {n}.")
         verdict.warnings[:0] = intro
-        final = (self._b.weights_now(), self._r.weights_now())
         try:
             for k in progress(range(done, n), "nbdiff: comparing steps", total=n - done):
                 self._steps.compare(StepRecord(*bsteps[k - done]), StepRecord(*rsteps[k - done]))
         finally:
-            self._b.load(final[0])
-            self._r.load(final[1])
+            self._steps.give_back_weights()
         if self._spool.failure:
             verdict.warnings.append(f"{self._spool.failure}: the rest of the recording was held in memory")
         if not kept.outputs:

@@ -233,6 +233,63 @@ def test_a_long_watched_loop_computes_bit_for_bit_what_it_computes_alone(directi
             np.testing.assert_array_equal(x, y)
 
 
+def _scaled_late(model, index, factor):
+    """Layer ``index`` of ``model`` gives ``factor`` times its output (a port's bug)."""
+    lin, inner = model[index], model[index].forward
+    lin.forward = lambda x: inner(x) * factor
+
+
+@pytest.mark.parametrize("direction", ["torch->paddle", "paddle->torch"])
+def test_a_watched_loop_whose_steps_replay_computes_bit_for_bit_what_it_computes_alone(direction):
+    # A step with a bug replays raw's layers on the weights the step ran with, written into the user's
+    # models while the loop runs (from the second step on, raw's as base's updates would have left them):
+    # the weights the loop holds go back, whole, before it goes on.
+    paddle = pytest.importorskip("paddle")
+    bfw, rfw = direction.split("->")
+
+    def run(watched):
+        torch.manual_seed(3)
+        paddle.seed(3)
+        models = [(bfw, _deep(bfw, 3)), (rfw, _deep(rfw, 3))]
+        _scaled_late(models[1][1], 2, 1.01)
+        if not watched:
+            return _train(models, 6), [_params(fw, m) for fw, m in models], None
+        with nbdiff.watch(models[0][1], models[1][1], layer_map=None) as w:
+            losses = _train(models, 6)
+        return losses, [_params(fw, m) for fw, m in models], w
+
+    alone = run(False)
+    losses, params, w = run(True)
+    d = w.result.first_divergence
+    assert d is not None and d.step == 0 and d.raw_path == "2", w.result.report()
+    assert losses == alone[0]
+    for a, b in zip(params, alone[1]):
+        for x, y in zip(a, b):
+            np.testing.assert_array_equal(x, y)
+
+
+def test_a_watched_step_within_tolerance_replays_nothing_and_loads_no_weights(monkeypatch):
+    # Only a step that fails replays its layers; loading the weights it ran with into both models (and
+    # the loop's back after) cost a tenth of a watched step, every step.
+    from nbdiff.trace.session import ModelSession
+
+    loads = []
+    real = ModelSession.load
+    monkeypatch.setattr(ModelSession, "load", lambda self, weights: (loads.append(len(weights)), real(self, weights)))
+    base, raw = _deep("torch", 3), _deep("torch", 3)
+    torch.manual_seed(0)
+    with nbdiff.watch(base, raw, layer_map=None) as w:
+        _train([("torch", base), ("torch", raw)], 6)
+    assert w.result.steps == 6 and w.result.first_divergence is None, w.result.report()
+    assert loads == []
+    _scaled_late(raw, 2, 1.01)
+    with nbdiff.watch(base, raw, layer_map=None) as w:
+        _train([("torch", base), ("torch", raw)], 3)
+    d = w.result.first_divergence
+    assert d is not None and d.step == 0 and d.raw_path == "2", w.result.report()
+    assert loads, "a failing step replays on the weights it ran with"
+
+
 def test_a_long_watch_holds_about_two_steps_of_its_recording():
     # A 100-layer model gained 2.7 MiB per step with memory_mib=0 (every step's records were held
     # until the block ended); now each step is compared once both models finished it, and let go.

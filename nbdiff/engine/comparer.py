@@ -70,8 +70,12 @@ class BeforeCompare:
 
     grads: Any = None
     floor: Callable[[], Floor | None] | None = None
-    drift: Explanation | None = None
+    drift: Explanation | Callable[[], Explanation | None] | None = None
+    """Or a function making it: asked only where an error no layer makes on its own is found."""
     every: bool = True
+    ready: Callable[[], None] | None = None
+    """Loads the weights a replay of the step runs with: called before the step's first replay, so a
+    step within tolerance, which replays nothing, loads nothing (``watch``)."""
 
 
 class StepSource(Protocol):
@@ -106,6 +110,7 @@ class StepComparer:
         self.tol, self.mode, self.diff_phase, self.layer_map = tol, mode, diff_phase, layer_map
         self._plans: Plans | None = None
         self._drift_noted = False
+        self._ready: Callable[[], None] | None = None
 
     # -- what a kind of step supplies ----------------------------------------------
     def layers(self) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -141,6 +146,12 @@ class StepComparer:
     ) -> tuple[TensorDiff, ...] | None:
         """A backward event's own error, its paired sublayer calls ``kids`` (their backward events) known."""
         raise NotImplementedError
+
+    def replay_ready(self) -> None:
+        """Before a replay runs a layer of the step: its weights loaded, once (:attr:`BeforeCompare.ready`)."""
+        ready, self._ready = self._ready, None
+        if ready is not None:
+            ready()
 
     def with_evidence(
         self, diffs: list[EventDiff], found: list[Divergence]
@@ -203,8 +214,9 @@ class StepComparer:
         rrec: StepRecord,
         grads: Any = None,
         floor: Callable[[], Floor | None] | None = None,
-        drift: Explanation | None = None,
+        drift: Explanation | Callable[[], Explanation | None] | None = None,
         every: bool = True,
+        ready: Callable[[], None] | None = None,
     ) -> StepComparison:
         """Forward then backward diffs of one step, with the findings among them: every event with an
         own error (``every``; else the first), forward ones first, then backward.
@@ -213,9 +225,11 @@ class StepComparer:
         for only when blame would report something: a difference within it is a note. ``drift``
         says the weights drifted apart through earlier updates that agreed (:mod:`nbdiff.engine.drift`):
         an error no layer makes on its own is then a note, not a divergence. ``grads``: where the
-        parameter gradients come from (the subclass's; by default, the records').
+        parameter gradients come from (the subclass's; by default, the records'). ``ready``: see
+        :attr:`BeforeCompare.ready`.
         """
         out = StepComparison()
+        self._ready = ready
         noise = Noise(floor) if floor is not None else None
         fwd = forward_diffs(pairing, brec, rrec, self.tol, self.mode, self.read)
         bwd = []
@@ -284,7 +298,7 @@ class StepComparer:
         if pairing is None:
             pairing, notes = self.pair(brec, rrec)
         given = source.before_compare(k, pairing, brec, rrec)
-        step = self.compare(pairing, brec, rrec, given.grads, given.floor, given.drift, given.every)
+        step = self.compare(pairing, brec, rrec, given.grads, given.floor, given.drift, given.every, given.ready)
         updates = source.updates(k, pairing, brec, rrec, step)
         return WholeStep(pairing, (StepComparison(notes=notes), step, updates, source.state(k, brec, rrec)))
 
@@ -317,10 +331,15 @@ class StepComparer:
         # ``writes``: the parameters written outside the optimizer after this step's update (engine/outside).
         return StepComparison(as_outside(named, writes) if writes else named, diffs)
 
-    def _unless_drift(self, found: list[Divergence], drift: Explanation | None, notes: list[str]) -> list[Divergence]:
+    def _unless_drift(
+        self, found: list[Divergence], drift: Explanation | Callable[[], Explanation | None] | None, notes: list[str]
+    ) -> list[Divergence]:
         """An error no layer makes on its own, once the weights drifted, is the drift's note (said once:
         every later step inherits the same drift)."""
-        kept = _explained(found, drift, [] if self._drift_noted else notes)
+        if not found:
+            return found
+        why = drift() if callable(drift) else drift
+        kept = _explained(found, why, [] if self._drift_noted else notes)
         self._drift_noted = self._drift_noted or len(kept) < len(found)
         return kept
 

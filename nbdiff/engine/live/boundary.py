@@ -156,7 +156,6 @@ class StepBoundary:
             return
         if not (self.b.recorder.settled() and self.r.recorder.settled()):
             return
-        now = (self.b.weights_now(held=False), self.r.weights_now(held=False))
         # One step's comparison is bounded work: the collector's passes over what it holds find nothing.
         with kept_rng((self.b.fw, self.r.fw)), self.paused(), gc_paused():
             try:
@@ -167,8 +166,7 @@ class StepBoundary:
             except Exception as exc:  # noqa: BLE001 - kept, raised when the block ends
                 self.deferred = exc
             finally:
-                self.b.load(now[0])
-                self.r.load(now[1])
+                self.steps.give_back_weights()
 
     @contextmanager
     def paused(self) -> Iterator[None]:

@@ -138,6 +138,7 @@ class LiveComparer(StepComparer):
         raw = d.raw
         if raw.layer is None and raw.path in self._sequences:
             raw = replace(raw, layer=self.rfw.sequence(self._sequences[raw.path]))
+        self.replay_ready()
         local = self.replayer.forward(d.base, raw, kids)
         if self.replayer.evidence:
             self._evidence[id(d.raw)] = self.replayer.evidence
@@ -161,6 +162,7 @@ class LiveComparer(StepComparer):
         bf, rf = brec.forward_of(d.base), rrec.forward_of(d.raw)
         if bf is None or rf is None or self.replayer is None:
             return None
+        self.replay_ready()
         return self.replayer.backward(bf, rf, d.base)
 
     def rounding_gated(self, brec: StepRecord, rrec: StepRecord, found: Divergence) -> str | None:
@@ -170,6 +172,7 @@ class LiveComparer(StepComparer):
         bf, rf = brec.forward_of(d.base), rrec.forward_of(d.raw)
         if bf is None or rf is None or not bf.inputs or len(bf.inputs) != len(rf.inputs):
             return None
+        self.replay_ready()
         swapped = self.replayer.backward_on_raw_inputs(bf, rf, d.base, d.raw)
         if not swapped or not all(t.passed for t in swapped):
             return None

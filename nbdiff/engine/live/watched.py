@@ -51,6 +51,7 @@ class WatchedSteps:
         self._start: tuple[Snapshot, Snapshot] | None = None  # the weights the first step began with
         self._now: tuple[Snapshot, Snapshot] = ({}, {})  # those the step being compared began with
         self._spread = GradientSpread()  # the gradients each optimizer was given, until the first divergence
+        self._user_weights: tuple[Weights, Weights] | None = None  # see _keep_user_weights
 
     def compare(self, brec: StepRecord, rrec: StepRecord) -> None:
         """The next step as the user ran it: replays on the weights it ran with, then its updates.
@@ -67,20 +68,43 @@ class WatchedSteps:
 
     # -- what a watched step gives its comparison (a StepSource) ---------------------
     def before_compare(self, k: int, pairing: Pairing, brec: StepRecord, rrec: StepRecord) -> BeforeCompare:
-        """Both models loaded with the weights step ``k`` ran with; raw's, after step 0, with those its
-        updates would have given had they been base's (:mod:`nbdiff.engine.drift`)."""
-        cmp = self.cmp
+        """What step ``k``'s comparison needs, made only when asked: both models loaded with the weights the
+        step ran with (raw's, after step 0, with those its updates would have given had they been base's:
+        :mod:`nbdiff.engine.drift`) before its first replay, and how far those drifted once an error no layer
+        makes on its own is found. A step within tolerance replays nothing and loads nothing."""
         self._now = now = self._plan_snapshot(k)  # both sides' weights as step k began: where k - 1 ended
-        self._start = self._start or now
-        self.b.load(self.b.weights[k])
-        replay_weights, drift = self.r.weights[k], None
-        if k > 0:
-            follow = followed(cmp.plans, self._start[0], now[0], self._start[1])
-            replay_weights = {**replay_weights, **self._raw_weights(follow)}
-            # Only updates that agreed make drift; after a divergence its steps are for the chart.
-            drift = drift_note(k, follow, now[1], self.tol) if not self.verdict.diverged else None
-        self.r.load(replay_weights)
-        return BeforeCompare(self._grads_of(k), drift=drift, every=not self.verdict.diverged)
+        start = self._start = self._start or now
+        follow: list[Snapshot] = []  # made once, by the first that asks
+
+        def followed_k() -> Snapshot:
+            if not follow:
+                follow.append(followed(self.cmp.plans, start[0], now[0], start[1]))
+            return follow[0]
+
+        def ready() -> None:
+            self._keep_user_weights()
+            self.b.load(self.b.weights[k])
+            self.r.load({**self.r.weights[k], **self._raw_weights(followed_k())} if k > 0 else self.r.weights[k])
+
+        # Only updates that agreed make drift; after a divergence its steps are for the chart.
+        drift = None
+        if k > 0 and not self.verdict.diverged:
+            drift = lambda: drift_note(k, followed_k(), now[1], self.tol)  # noqa: E731
+        return BeforeCompare(self._grads_of(k), drift=drift, every=not self.verdict.diverged, ready=ready)
+
+    def _keep_user_weights(self) -> None:
+        """Before a replay loads a step's weights: the weights the user's loop holds now, put back by
+        :meth:`give_back_weights`."""
+        if self._user_weights is None:
+            self._user_weights = (self.b.weights_now(held=False), self.r.weights_now(held=False))
+
+    def give_back_weights(self) -> None:
+        """The weights the user's loop held before the comparisons' replays, back in both models (nothing
+        to do where none replayed)."""
+        held, self._user_weights = self._user_weights, None
+        if held is not None:
+            self.b.load(held[0])
+            self.r.load(held[1])
 
     def updates(
         self, k: int, pairing: Pairing, brec: StepRecord, rrec: StepRecord, step: StepComparison

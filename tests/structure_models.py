@@ -295,10 +295,10 @@ def sgd(model: Any, head_lr: float = 0.1) -> Any:
     return paddle.optimizer.SGD(learning_rate=0.1, parameters=groups)
 
 
-def decoder(fw: str, bug: bool = False) -> Any:
+def decoder(fw: str, bug: bool = False, bug_after: bool = False) -> Any:
     """A one-head attention decoder that keeps its own KV cache (a Python list) and counts its calls:
     each call takes one new token and attends over every cached one, as a decode loop does. ``bug``:
-    its own code scales the attention by 1.1."""
+    its own code scales the attention by 1.1; ``bug_after``: it scales what its last sublayer returns."""
     n = _ns(fw)
     if fw == "torch":
         import torch
@@ -322,7 +322,7 @@ def decoder(fw: str, bug: bool = False) -> Any:
             self.cache.append((k, v))
             keys, values = cat([c[0] for c in self.cache]), cat([c[1] for c in self.cache])
             att = softmax((q @ keys.transpose(1, 2) if fw == "torch" else q @ keys.transpose([0, 2, 1])) / 8**0.5)
-            return self.head(x + self.proj(att @ values * (1.1 if bug else 1.0)))
+            return self.head(x + self.proj(att @ values * (1.1 if bug else 1.0))) * (1.01 if bug_after else 1.0)
 
     return Decoder()
 
@@ -390,15 +390,16 @@ def rotary_decoder(fw: str, bug_from: int | None = None) -> Any:
     return RotaryDecoder()
 
 
-def decoders(direction: str, bug: bool = False) -> tuple[Any, Any]:
-    """``(base, raw)`` decoders for ``"torch->paddle"`` or ``"paddle->torch"``, seeded; ``bug`` in raw."""
+def decoders(direction: str, bug: bool = False, bug_after: bool = False) -> tuple[Any, Any]:
+    """``(base, raw)`` decoders for ``"torch->paddle"`` or ``"paddle->torch"``, seeded; ``bug`` or
+    ``bug_after`` in raw (:func:`decoder`)."""
     import paddle
     import torch
 
     bfw, rfw = direction.split("->")
     torch.manual_seed(0)
     paddle.seed(0)
-    return decoder(bfw), decoder(rfw, bug)
+    return decoder(bfw), decoder(rfw, bug, bug_after)
 
 
 def put_nan(weight: Any) -> None:

@@ -139,6 +139,36 @@ def test_replays_leave_a_stateful_models_python_state_as_they_found_it(direction
     assert (d.where, d.base_path, d.between, d.inherited) == ("between", "", ("qkv", "proj"), False), result.report()
 
 
+@pytest.mark.parametrize("direction", ["torch->paddle", "paddle->torch"])
+def test_a_stateful_roots_own_error_after_its_last_sublayer_is_its_own_not_inherited(direction):
+    # The root keeps a KV cache, so it is not run again; its code scales what its last sublayer returned.
+    # Every sublayer and the inputs agree: the error is the root's own, after `head` (it was "inherited").
+    import json
+
+    import nbdiff
+    from tests.structure_models import decoders
+
+    pytest.importorskip("paddle")
+    x = np.random.RandomState(0).randn(2, 1, 8).astype("float32")
+    base, raw = decoders(direction, bug_after=True)
+    result = nbdiff.auto_diff(base, raw, x)
+    d = result.first_divergence
+    assert (d.where, d.base_path, d.between, d.inherited) == ("between", "", ("head", None), False), result.report()
+    assert d.local_by == "received" and "keeps state" in d.unmeasured
+    assert "inherited" not in result.report().split("Tree")[0]
+    blames = [f["blame"] for f in json.loads(result.to_json())["findings"]]
+    assert blames and "inherited" not in blames, blames
+    # A sublayer's own bug inside the same root is still that sublayer's; the root's code is not blamed too.
+    base, raw = decoders(direction)
+    lin = raw.head
+    with_bug = lin.forward
+    lin.forward = lambda h: with_bug(h) * 1.01
+    result = nbdiff.auto_diff(base, raw, x)
+    assert [(f.where, f.raw_path) for f in result.findings if f.phase.value == "forward"] == [("layer", "head")], (
+        result.report()
+    )
+
+
 def _hf_model(fw: str, gelu: bool):
     """A decoder as ported models write it: the model computes the position embeddings (cos, sin) and
     hands them to its block, which hands them to its attention with other arguments on each side, as

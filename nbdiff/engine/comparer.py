@@ -141,6 +141,21 @@ class StepComparer:
         """A layer call's own error, its paired sublayer calls ``kids`` left out."""
         raise NotImplementedError
 
+    def _local_or_received(
+        self, d: EventDiff, kids: list[tuple[Event, Event]], outputs_agree: bool, failing: set[int]
+    ) -> tuple[TensorDiff, ...] | None:
+        """:meth:`local_forward`, else (a layer call it could not measure, every paired sublayer call inside
+        it agreeing) :meth:`judged_from_received`."""
+        local = self.local_forward(d, kids, outputs_agree)
+        if local is not None or d.base.kind is not Kind.LAYER or any(b.order in failing for b, _ in kids):
+            return local
+        return self.judged_from_received(d)
+
+    def judged_from_received(self, d: EventDiff) -> tuple[TensorDiff, ...] | None:
+        """A layer call :meth:`local_layer` could not measure, whose paired sublayer calls all agree: its own
+        error judged from what it received, where this kind of step says so (``None``: not measured)."""
+        return None
+
     def local_backward(
         self, brec: StepRecord, rrec: StepRecord, d: EventDiff, kids: list[tuple[Event, Event]]
     ) -> tuple[TensorDiff, ...] | None:
@@ -242,7 +257,8 @@ class StepComparer:
             kids = _paired_children(fwd, up)
             # The loss is computed from the model's outputs: its own error is measurable only where they agree.
             agree = all(d.passed for d in fwd if _final_forward(d) and d.base.kind is Kind.LAYER)
-            local = lambda d: self.local_forward(d, kids.get(d.base.order, []), agree)  # noqa: E731
+            failing = {d.base.order for d in fwd if not d.passed}
+            local = lambda d: self._local_or_received(d, kids.get(d.base.order, []), agree, failing)  # noqa: E731
             found, fwd = blame_all(fwd, local, _final_forward, noise, every, parent_of=up)
             fwd, found = self.with_evidence(fwd, found)
             found = self._unless_drift(found, drift, out.notes)

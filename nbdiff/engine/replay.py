@@ -164,6 +164,8 @@ class Replayer:
         self.bfw, self.rfw, self.plans, self.tol, self.mode = bfw, rfw, plans, tol, mode
         self.evidence: tuple[TensorRecord, ...] = ()
         """The last :meth:`forward`'s failing sublayer inputs, as raw's own code computed them."""
+        self.kept_state = False
+        """Whether the last :meth:`forward` was not measured because the layer keeps state between calls."""
 
     def _args(
         self, fw: Framework, template_event: Event, base_inputs: Event, grad: bool
@@ -211,7 +213,7 @@ class Replayer:
         layer's own code, not the sum of its sublayers' rounding.
         """
         fw = self.rfw
-        self.evidence = ()
+        self.evidence, self.kept_state = (), False
         built = self._args(fw, raw, base, grad=False)
         if built is None or raw.layer is None:
             return None
@@ -228,6 +230,7 @@ class Replayer:
             for h in handles:
                 h.remove()
         if state.changed:
+            self.kept_state = True
             return None  # it keeps state between calls (a KV cache): run again, it is not the call of the step
         self.evidence = tuple(given)
         leaves, _ = flatten(out, fw.is_tensor, "out")
@@ -333,6 +336,7 @@ class Replayer:
                 return None
             grads = fw.grad(outs, targets, gouts)
         if state.changed:
+            self.kept_state = True
             return None  # it keeps state between calls: run again, it is not the call of the step
         k = sum(1 for x in ins if fw.requires_grad(x))
         in_grads = [None if g is None else fw.to_numpy(g) for g in grads[:k]]

@@ -18,8 +18,8 @@ LOCAL_BY = {
     "rebuilt": "the raw layer rebuilt from its dump (class, arguments, weights at that step) and run on the base side's "
     "recorded inputs",
     "recomputed": "base's layer recomputed from the dump and run on the raw side's inputs",
-    "received": "not measured; its own error is judged from the dump: what this event received agrees within tolerance, "
-    "what it made does not",
+    "received": "not measured; its own error is judged from what was recorded: what this event received agrees within "
+    "tolerance, what it made does not",
 }
 """How a divergence's local error was found, as the report says it."""
 

@@ -14,7 +14,9 @@ from nbdiff.align.layer_map import LayerMap
 from nbdiff.align.pairing import Pair, Pairing
 from nbdiff.engine.backward import GradsOf
 from nbdiff.engine.comparer import StepComparer, StepComparison
+from nbdiff.engine.conditioning import MARGIN
 from nbdiff.engine.constants import constant_differences
+from nbdiff.engine.forward import api_local
 from nbdiff.engine.layouts import records_of
 from nbdiff.engine.outside import Writes
 from nbdiff.engine.replay import Replayer, paired_param_grads
@@ -37,6 +39,9 @@ __all__ = ["LiveComparer", "ParamGrads", "live_param_grads", "held_param_grads"]
 
 ParamGrads = Callable[[Framework, Any, bool], dict[str, np.ndarray]]
 """``(framework, layer, recursive) -> {name: gradient}`` of a layer's parameters."""
+
+
+KEEPS_STATE = "it keeps state between calls (a counter, a cache): running it again is not the call the step made"
 
 
 def live_param_grads(fw: Framework, layer: Any, recursive: bool) -> dict[str, np.ndarray]:
@@ -86,6 +91,8 @@ class LiveComparer(StepComparer):
         self.replayer: Replayer | None = None
         self._evidence: dict[int, tuple[TensorRecord, ...]] = {}
         """By raw event (its id, within one step's comparison): the replay's failing sublayer inputs."""
+        self._received: set[int] = set()
+        """Base events (their ids, within one step's comparison) judged from what they received."""
         self._sequences: dict[str, list[Any]] = {}
         """Raw groups run in turn (a norm then its activation module), by group path, for their replay."""
 
@@ -144,6 +151,22 @@ class LiveComparer(StepComparer):
             self._evidence[id(d.raw)] = self.replayer.evidence
         return local
 
+    def judged_from_received(self, d: EventDiff) -> tuple[TensorDiff, ...] | None:
+        """A layer that keeps state between calls (a counter, a cache) is not run again: what it made of
+        inputs that agree, every sublayer call inside it agreeing, is its own code's (after or around
+        those sublayers); where its inputs differ, it stays not measured."""
+        if self.replayer is None or not self.replayer.kept_state:
+            return None
+        own = api_local(d, self.tol, self.mode, "inputs", MARGIN) or None
+        if own:
+            self._received.add(id(d.base))
+        return own
+
+    def how_local(self, f: Divergence) -> Divergence:
+        if f.event is not None and id(f.event.base) in self._received:
+            return replace(f, local_by="received", unmeasured=KEEPS_STATE)
+        return f
+
     def with_evidence(
         self, diffs: list[EventDiff], found: list[Divergence]
     ) -> tuple[list[EventDiff], list[Divergence]]:
@@ -189,6 +212,7 @@ class LiveComparer(StepComparer):
             self.spool.read(*(t.value for e in (b, r) for t in (*e.inputs, *e.outputs, *e.params, *e.given)))
 
     def done_reading(self) -> None:
+        self._received = set()
         if self.spool is not None:
             self.spool.trim()
 

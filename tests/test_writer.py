@@ -175,3 +175,43 @@ def test_a_json_file_left_half_written_is_known_as_the_dumps_own_under_either_na
     theirs = ["notes.json.0123456789ab.tmp", "step3.safetensors.tmp", "manifest.json.x.tmp", "mine.tmp"]
     assert [_is_dump_file(n) for n in own] == [True] * 4
     assert [_is_dump_file(n) for n in theirs] == [False] * 4
+
+
+def test_a_writer_killed_while_it_replaces_a_dump_leaves_one_said_to_be_cut_off_not_edited(tmp_path):
+    # kill -9 while an overwrite deleted the old files left the old manifest over a few of its steps, and
+    # reading it said the dump was edited. The manifest goes first now: what is left reads as cut off.
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = f"""
+import os, sys
+from pathlib import Path
+sys.path.insert(0, {str(Path(__file__).resolve().parents[1])!r})
+from nbdiff.trace.writer import DumpWriter, write_rank
+from tests.dumps import small_events
+folder = Path({str(tmp_path / "d")!r})
+write_rank(folder, {{"framework": "torch", "model": "M", "rank": 0}}, {{}}, [small_events() for _ in range(4)], "tensor")
+deleted = []
+real = Path.unlink
+def unlink(self, *args, **kwargs):
+    real(self, *args, **kwargs)
+    deleted.append(self.name)
+    if len(deleted) == 2:
+        os._exit(9)  # killed in the middle of deleting the old dump's files
+Path.unlink = unlink
+DumpWriter(folder, {{"framework": "torch", "model": "M", "rank": 0}}, {{}}, "tensor", overwrite=True)
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 9, done.stderr
+    import nbdiff
+    from nbdiff.trace.writer import DumpWriter
+
+    for read in (lambda: nbdiff.compare(tmp_path / "d", tmp_path / "d"), lambda: read_dump(tmp_path / "d")):
+        with pytest.raises(DumpError, match="cut off") as caught:
+            read()
+        assert "edited" not in str(caught.value)
+    again = DumpWriter(tmp_path / "d", {"framework": "torch", "model": "M", "rank": 0}, {}, "tensor", overwrite=True)
+    again.add_step(small_events())
+    again.close()
+    assert len(read_dump(tmp_path / "d").steps) == 1

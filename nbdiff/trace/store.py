@@ -94,8 +94,20 @@ def rank_dirs(dump_dir: str | os.PathLike[str]) -> dict[int, Path]:
                 raise DumpError(f"{sub}: holds the dump of rank {rank}, so it must be named rank{rank}; rename it.")
             found[rank] = sub
     if not found:
+        for folder in (root, *sorted(root.glob("rank*"))):
+            _refuse_cut_off(folder)
         raise DumpError(f"{root}: no nbdiff dump here (expected rank*/{MANIFEST}, written by nbdiff.record).")
     return found
+
+
+def _refuse_cut_off(folder: Path) -> None:
+    """Step files without a manifest: a writer killed as it began, or while it deleted an older dump
+    (the manifest goes first), not a dump anyone edited."""
+    if folder.is_dir() and not (folder / MANIFEST).exists() and any(folder.glob("step*.json")):
+        raise DumpError(
+            f"{folder}: step files without a {MANIFEST}: a recording into it was cut off (killed) as it began, or "
+            "while it replaced an older dump there, so neither is whole. Record again (overwrite=True)."
+        )
 
 
 def manifest_of(folder: str | os.PathLike[str]) -> dict[str, Any]:
@@ -105,6 +117,7 @@ def manifest_of(folder: str | os.PathLike[str]) -> dict[str, Any]:
 
 def _manifest(folder: Path) -> dict[str, Any]:
     path = folder / MANIFEST
+    _refuse_cut_off(folder)
     data = load_dump_json(path, "an nbdiff manifest")
     if not isinstance(data, dict) or data.get("format") != FORMAT:
         raise DumpError(f'{path}: not an nbdiff dump manifest (no "format": "{FORMAT}").')

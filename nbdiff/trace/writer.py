@@ -112,7 +112,9 @@ class DumpWriter:
             )
         self._lock: Path | None = _lock(self.path)  # one writer per folder: two would mix their steps
         try:
-            for p in old:
+            # The manifest first: a writer killed while deleting leaves step files without one (said as a
+            # recording cut off), never the old manifest over a few of its steps (said as an edited dump).
+            for p in sorted(old, key=lambda p: p.name != MANIFEST):
                 p.unlink()
             self._start(meta, layers, dump_type, background)
         except BaseException:

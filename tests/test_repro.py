@@ -171,3 +171,114 @@ def test_a_refused_repro_leaves_no_folder_behind(tmp_path):
     with pytest.raises(OptionError, match="defined in a function"):
         result.repro(str(tmp_path / "repro"))
     assert not (tmp_path / "repro").exists()
+
+
+HELPER_CELLS = [
+    "import numpy as np\nimport torch\nimport paddle",
+    """
+WIDTH = 12
+SCALES = {"torch": 1.0, "paddle": 1.01}
+
+
+def gate(x):
+    return x * SCALES["torch"]
+
+
+class TSwish(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return gate(x * torch.sigmoid(x))
+
+    @staticmethod
+    def backward(ctx, g):
+        (x,) = ctx.saved_tensors
+        s = torch.sigmoid(x)
+        return g * (s + x * s * (1 - s))
+
+
+class PSwish(paddle.autograd.PyLayer):
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return x * paddle.nn.functional.sigmoid(x) * SCALES["paddle"]
+
+    @staticmethod
+    def backward(ctx, g):
+        (x,) = ctx.saved_tensor()
+        s = paddle.nn.functional.sigmoid(x)
+        return g * (s + x * s * (1 - s))
+
+
+class TAct(torch.nn.Module):
+    def forward(self, x):
+        return TSwish.apply(x)[..., :WIDTH]
+
+
+class PAct(paddle.nn.Layer):
+    def forward(self, x):
+        return PSwish.apply(x)[..., :WIDTH]
+""",
+    """
+class TNet(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc, self.act = torch.nn.Linear(WIDTH, WIDTH), TAct()
+
+    def forward(self, x):
+        return self.act(self.fc(x))
+
+
+class PNet(paddle.nn.Layer):
+    def __init__(self):
+        super().__init__()
+        self.fc, self.act = paddle.nn.Linear(WIDTH, WIDTH), PAct()
+
+    def forward(self, x):
+        return self.act(self.fc(x))
+""",
+    "import nbdiff\nresult = nbdiff.auto_diff(TNet(), PNet(), np.ones((2, WIDTH), 'float32'))",
+]
+
+
+def test_a_notebook_class_takes_the_helpers_and_constants_it_uses_into_the_script(tmp_path):
+    """TAct calls an autograd.Function of its cell and reads WIDTH: the script held TAct alone and died
+    with NameError (exit 1, read as "still diverges"). It writes what each class uses, once each."""
+    from IPython.core.interactiveshell import InteractiveShell
+
+    shell = InteractiveShell.instance()
+    try:
+        for text in HELPER_CELLS:
+            assert shell.run_cell(text, store_history=True).success
+        result = shell.user_ns["result"]
+        assert result.first_divergence.base_path == "act", result.report()
+        script = result.repro(str(tmp_path / "repro"))
+    finally:
+        InteractiveShell.clear_instance()
+    text = open(script).read()
+    notebook = text.split("# defined in the notebook")[1]
+    for defined in ("WIDTH = 12", "def gate(x):", "class TSwish(", "class PSwish(", "class TAct(", "class PAct("):
+        assert notebook.count(defined) == 1, defined
+    assert notebook.count("import torch") == 1 and "class TNet" not in text
+    assert notebook.index("class TSwish(") < notebook.index("class TAct(") and notebook.index(
+        "def gate"
+    ) < notebook.index("class TSwish(")
+    _diverges_until_fixed(script, "'paddle': 1.01", "'paddle': 1.0")
+
+
+def test_a_script_that_cannot_run_exits_2_and_says_why(tmp_path):
+    """A script that failed for another reason than the divergence (a missing file, a NameError) exited 1,
+    the status that means "still diverges"."""
+    base = BUILDERS["mlp"]("torch", None)
+    raw = BUILDERS["mlp"]("paddle", "eps")
+    script = nbdiff.auto_diff(base, raw, inputs("mlp")).repro(str(tmp_path / "repro"))
+    text = open(script).read()
+    with open(script, "w") as f:
+        f.write(text.replace("raw = ", "raw = undefined_name or ", 1))
+    run = _run(script)
+    assert run.returncode == 2 and "could not run: NameError" in run.stderr, run.stdout + run.stderr
+    with open(script, "w") as f:
+        f.write(text)
+    (tmp_path / "repro" / "repro.safetensors").unlink()
+    run = _run(script)
+    assert run.returncode == 2 and "could not run: FileNotFoundError" in run.stderr, run.stdout + run.stderr

@@ -5,7 +5,8 @@ The script needs only numpy, safetensors and the two frameworks, not nbdiff: it 
 both layers from their classes and the constructor arguments read off the layer objects,
 loads the weights, runs both on the same inputs, prints the local error against the
 tolerance nbdiff used, and exits 1 while the divergence persists (0 once fixed), so it
-can become the unit test of the fix.
+can become the unit test of the fix; a script that cannot run (a missing file or module, a name its
+notebook code needs) exits 2 and says what failed.
 """
 
 from __future__ import annotations
@@ -20,13 +21,13 @@ import numpy as np
 from nbdiff.errors import OptionError
 from nbdiff.frameworks import Framework, framework_of
 from nbdiff.judge.blame import Divergence, EventDiff
-from nbdiff.report.cell_classes import cell_class_source
+from nbdiff.report.cell_classes import CellDefinitions
 from nbdiff.trace.constructors import NotRebuildable, constructor_of
 
 __all__ = ["write_repro"]
 
 
-def _constructor(fw: Framework, layer: Any, definitions: list[str]) -> str:
+def _constructor(fw: Framework, layer: Any, definitions: CellDefinitions) -> str:
     """``module.Class(arg=value, ...)`` rebuilding ``layer`` from the attributes that hold its arguments.
     A class defined in a notebook cell is written into the script (``definitions``) and called by name."""
     try:
@@ -35,29 +36,43 @@ def _constructor(fw: Framework, layer: Any, definitions: list[str]) -> str:
         raise OptionError(f"repro: {exc}, or write the reproduction by hand.") from None
     if found.importable:
         return found.call_text()
-    source = cell_class_source(type(layer)) if found.module == "__main__" and "<locals>" not in found.qualname else None
-    if source is None:
+    cell = found.module == "__main__" and "<locals>" not in found.qualname
+    if not (cell and definitions.add(type(layer))):
         raise OptionError(
             f"repro: {found.qualname} is defined in a function (or its cell's text is gone), so a script cannot "
             "define it. Move the class to a module (a .py file next to the notebook) and run again."
         )
-    if source not in definitions:
-        definitions.append(source)
     return found.call_text().removeprefix("__main__.")
 
 
 _SCRIPT = '''"""nbdiff reproduction: {what}
 
 Runs the two layers on the same inputs and weights (repro.safetensors) and compares their
-{compared} with the tolerance nbdiff used. Exit status 1 while they differ, 0 once fixed.
+{compared} with the tolerance nbdiff used. Exit status 1 while they differ, 0 once fixed,
+2 where it cannot run.
 Needs numpy, safetensors, {frameworks}; not nbdiff.
 """
 
 import os
 import sys
 
-import numpy as np
-from safetensors.numpy import load_file
+
+def _cannot_run(kind, exc, tb):
+    """Whatever stops the script before it compares (a missing file or module, a name the notebook's
+    code needs) exits 2: exit 1 says the divergence persists."""
+    import traceback
+
+    traceback.print_exception(kind, exc, tb)
+    print(f"repro could not run: {{kind.__name__}}: {{exc}} (exit 2; 1 means the layers still differ)", file=sys.stderr)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(2)
+
+
+sys.excepthook = _cannot_run
+
+import numpy as np  # noqa: E402
+from safetensors.numpy import load_file  # noqa: E402
 
 sys.path[:0] = {paths!r}  # where the layers' own modules were imported from
 {imports}
@@ -138,13 +153,13 @@ def write_repro(divergence: Divergence, path: str | os.PathLike[str]) -> Path:
         for name, tensor in _state(fw, layer).items():
             payload[f"{side}.w.{name}"] = tensor
     tol = divergence.tolerance
-    definitions: list[str] = []
+    definitions = CellDefinitions()
     base_ctor, raw_ctor = _constructor(bfw, d.base.layer, definitions), _constructor(rfw, d.raw.layer, definitions)
     script = _SCRIPT.format(
         what=_docstring_safe(divergence.describe()),
         frameworks=" and ".join(sorted({bfw.name, rfw.name})),
         imports="\n".join(f"import {m}" for m in sorted({bfw.name, rfw.name} | _modules(d)) if m != "__main__")
-        + "".join(f"\n\n# defined in the notebook\n{source}" for source in definitions),
+        + (f"\n\n# defined in the notebook\n{defined}" if (defined := definitions.source()) else ""),
         atol=tol.atol, rtol=tol.rtol, scaled=tol.scaled, n_inputs=len(ins), backward=backward,
         compared="input gradients (for the same output gradient)" if backward else "outputs",
         base_ctor=base_ctor, raw_ctor=raw_ctor,

@@ -461,7 +461,7 @@ function render({ model, el }) {
     const ahead = dir > 0 ? targets.find((n) => pos.get(n.id) > cur) : [...targets].reverse().find((n) => pos.get(n.id) < cur);
     const next = ahead ?? (dir > 0 ? targets[0] : targets[targets.length - 1]);
     const kind = targets.some(own) ? "own error" : "divergence";
-    jumpLabel.textContent = `${kind} ${targets.indexOf(next) + 1} of ${targets.length}${ahead ? "" : dir > 0 ? " (from the top)" : " (from the end)"}`;
+    jumpLabel.textContent = `${kind === "own error" ? "event" : kind} ${targets.indexOf(next) + 1} of ${targets.length}${kind === "own error" ? " with its own error" : ""}${ahead ? "" : dir > 0 ? " (from the top)" : " (from the end)"}`;
     clickedAt = performance.now();
     select(next.id);
     tree.focus({ preventScroll: true }); // the arrows go on from here

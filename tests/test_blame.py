@@ -36,7 +36,26 @@ def test_forward_backward_and_optimizer_bugs_are_all_findings(bfw, rfw, single_s
     assert result.findings[0].raw_path == "blocks.0.ln" and result.findings[0].why() == ("eps: base 1e-05, raw 0.001")
     # Only the three bugs: no parent blamed for what its sublayer did, no other parameter's update.
     assert {p[2] for p in places} == {"blocks.0.ln", "blocks.2.act", "head"}, result.report()
-    assert "Findings (3, in execution order)" in result.report()
+    assert "Findings: 3 findings" in result.report()
+
+
+@pytest.mark.parametrize(("bfw", "rfw"), _DIRECTIONS)
+def test_one_count_of_findings_in_the_report_the_headline_the_jumps_and_the_json(bfw, rfw):
+    # "4 findings in all" (headline), "Findings (3, ...)" (report), "own error k of 6" (n/p) for one run:
+    # a layer seen in forward and backward is one finding of two events, the same everywhere.
+    import json
+
+    from nbdiff.view.model import build_tree, summary_line
+
+    base, raw = _pair(bfw, rfw, ("eps", "grad"))
+    result = nbdiff.auto_diff(base, raw, X, optimizers=[sgd(base), sgd(raw, head_lr=0.2)])
+    counts = json.loads(result.to_json())["counts"]
+    said = f"{counts['findings']} findings" + (
+        f" ({counts['events']} events)" if counts["events"] != counts["findings"] else ""
+    )
+    assert counts["findings"] >= 3 and said in summary_line(result) and f"Findings: {said}," in result.report()
+    jumps = [n for n in build_tree(result).nodes if n["event"] >= 0 and n["status"] in ("blamed", "local")]
+    assert len(jumps) == counts["events"], ([(n["base"], n["phase"]) for n in jumps], counts)
 
 
 @pytest.mark.parametrize("single_step", [False, True])

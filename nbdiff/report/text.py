@@ -5,9 +5,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from nbdiff.judge.blame import Divergence, EventDiff
+from nbdiff.judge.findings import counted, grouped_findings
 from nbdiff.judge.metrics import TensorDiff
 from nbdiff.trace.built import construction_site, root_layers
-from nbdiff.trace.events import Phase
 from nbdiff.trace.stack import Frame, cell_number, frame_label
 
 if TYPE_CHECKING:
@@ -136,27 +136,19 @@ def render_text(result: DiffResult) -> str:
 
 
 def _findings(result: DiffResult) -> list[str]:
-    """Every own error (a port often has several bugs), one line each, then the framework differences,
-    one line per kind. A layer's backward finding folds into its forward one: the same layer, most
-    often the same bug."""
-    rows: list[tuple[Divergence, list[Divergence]]] = []
-    forward: dict[tuple[int, str, str], list[Divergence]] = {}
+    """Every own error (a port often has several bugs), one line each (:func:`grouped_findings`: a layer's
+    backward finding folds into its forward one), then the framework differences, one line per kind."""
+    rows = grouped_findings(result.findings)
     framework: dict[str, list[Divergence]] = {}
     for f in result.findings:
-        key = (f.step, f.base_path, f.raw_path)
         if f.where == "framework":
             framework.setdefault(f.explanation, []).append(f)
-        elif f.phase is Phase.BACKWARD and f.where == "layer" and key in forward:
-            forward[key].append(f)
-        else:
-            rows.append((f, []))
-            if f.phase is Phase.FORWARD and f.where == "layer":
-                forward[key] = rows[-1][1]
     out = []
     if len(rows) > 1:
-        out += ["", f"Findings ({len(rows)}, in execution order):"]
-        for i, (f, also) in enumerate(rows, 1):
-            more = "".join(f"; its backward too, {_own(b):.3g}x" for b in also)
+        out += ["", f"Findings: {counted(result.findings)}, in execution order:"]
+        for i, row in enumerate(rows, 1):
+            f = row.first
+            more = "".join(f"; its backward too, {_own(b):.3g}x" for b in row.also)
             out.append(f"  {i}. {f.describe()} [own error {_own(f):.3g}x{more}]")
             if f.why():
                 out.append(f"       why: {f.why()}")

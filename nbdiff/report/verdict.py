@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from nbdiff.judge.blame import Divergence
+from nbdiff.judge.findings import grouped_findings
 from nbdiff.judge.metrics import TensorDiff
 from nbdiff.report.saved import _plain
 from nbdiff.trace.codec import json_float
@@ -43,6 +44,7 @@ def verdict(result: DiffResult) -> dict[str, Any]:
         "steps": result.steps,
         "first_divergence": None if result.first_divergence is None else finding(result.first_divergence),
         "findings": [finding(f) for f in result.findings],
+        "counts": _counts(result),
         "warnings": list(result.warnings),
         "notes": list(result.notes),
         "options": _plain(result.options),
@@ -50,6 +52,17 @@ def verdict(result: DiffResult) -> dict[str, Any]:
             "base": sorted({e.path for e in result.unmatched_base}),
             "raw": sorted({e.path for e in result.unmatched_raw}),
         },
+    }
+
+
+def _counts(result: DiffResult) -> dict[str, int]:
+    """The count every place says (:mod:`nbdiff.judge.findings`): places at fault, the events with their own
+    error they hold, and framework differences (which do not fail)."""
+    groups = grouped_findings(result.findings)
+    return {
+        "findings": len(groups),
+        "events": sum(len(g.events) for g in groups),
+        "framework_differences": sum(1 for f in result.findings if f.where == "framework"),
     }
 
 

@@ -14,6 +14,7 @@ from typing import Any
 from nbdiff.align.arguments import argument_diffs
 from nbdiff.align.optimizer_settings import setting_differs
 from nbdiff.judge.blame import EventDiff
+from nbdiff.judge.findings import counted, grouped_findings
 from nbdiff.judge.metrics import TensorDiff
 from nbdiff.result import DiffResult
 from nbdiff.trace.built import construction_site, root_layers
@@ -66,8 +67,9 @@ def summary_line(result: DiffResult) -> str:
         return head + f"SUCCESS ({len(result.events)} paired events, {result.steps} step(s))"
     d = result.first_divergence
     what = "optimizer settings differ" if d.where == "parameter" else "arguments differ"
-    own = sum(1 for f in result.findings if f.where != "framework")
-    more = f" · {own} findings in all (the 'own error' filter lists them)" if own > 1 else ""
+    groups = grouped_findings(result.findings)
+    several = len(groups) > 1 or any(g.also for g in groups)
+    more = f" · {counted(result.findings)} in all (the 'own error' filter lists them)" if several else ""
     return head + "FAILED at " + d.describe() + (f" · {what}: {d.why()}" if d.arguments else "") + more
 
 
@@ -97,9 +99,10 @@ def _status(
         return "framework"  # a known framework difference, verified: not the port's bug
     if not d.tensors and d.local is None:
         return "none"  # nothing to compare (a backward root, a container): not a green 0
-    local = d.local_ratio
-    if own is not None or (local is not None and local > 1):
+    if own is not None:
         return "local"
+    # A local error past tolerance that is no finding (within what rounding explains, or a parent's whose
+    # sublayer is blamed): counted nowhere, so not red; what it holds beyond tolerance it inherited.
     if d.ratio > 1:
         # In a result that agrees, an inherited excess is explained (result.warnings says why): no orange.
         return "explained" if agreed else "inherited"

@@ -12,7 +12,11 @@ from __future__ import annotations
 
 import gc
 import os
+import random
 import signal
+import sys
+import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -90,6 +94,10 @@ def _state(models: tuple[Any, ...]) -> dict[str, Any]:
         "torch modes": torch._C._len_torch_function_stack(),
         "paddle api": (paddle.matmul, paddle.Tensor.__add__, paddle.nn.functional.gelu, paddle.add),
         "sigint": signal.getsignal(signal.SIGINT),
+        "unraisable hook": sys.unraisablehook,
+        "grad modes": (torch.is_grad_enabled(), paddle.is_grad_enabled()),
+        "collector": (gc.isenabled(), gc.get_freeze_count(), gc.get_threshold()),
+        "nbdiff threads": sorted(t.name for t in threading.enumerate() if t.name.startswith("nbdiff")),
     }
     for i, m in enumerate(models):
         layers = _layers(m)
@@ -187,6 +195,73 @@ def test_a_ctrl_c_at_every_event_boundary_leaves_nothing_behind(verb, direction,
     COUNTS[(verb, direction, api, bug, how)] = interrupted
 
 
+def _interrupted_at_random(run: Callable[[], None], delay: float) -> bool:
+    """``run()`` with a real SIGINT sent to the process after ``delay`` seconds, from another thread, as a
+    user's Ctrl-C comes: between any two of nbdiff's statements. Whether it interrupted the run; the
+    signal has landed either way when this returns."""
+    fired = threading.Event()
+
+    def fire() -> None:
+        os.kill(os.getpid(), signal.SIGINT)
+        fired.set()
+
+    timer = threading.Timer(delay, fire)
+    interrupted = False
+    try:
+        try:
+            timer.start()
+            run()
+        except KeyboardInterrupt:
+            interrupted = True
+        except OSError as exc:  # paddle's wrapping of a Ctrl-C in the user's own backward() call
+            if "KeyboardInterrupt" not in str(exc):
+                raise
+            interrupted = True
+        # Not yet fired (the run was faster): wait, so the signal lands here and not in the checks.
+        fired.wait(10)
+        time.sleep(0.02)
+    except KeyboardInterrupt:
+        pass
+    timer.join()
+    return interrupted
+
+
+@pytest.mark.parametrize("verb", sorted(VERBS))
+@pytest.mark.parametrize("direction", ["torch->paddle", "paddle->torch"])
+def test_real_ctrl_cs_at_random_times_leave_nothing_behind(verb, direction, tmp_path):
+    # A real SIGINT lands between any two of nbdiff's statements, not only where the model's code
+    # runs: 3 of 25 such trials left auto_diff's forward hooks on every layer of raw and its
+    # unraisable hook set. TRIALS per case (NBDIFF_SIGINT_TRIALS=500 for a long campaign).
+    bfw, rfw = direction.split("->")
+    models = (_model(bfw), _model(rfw, True))
+    for m in models:
+        m.train()
+    run = VERBS[verb]
+    go = (lambda: _record(*models, False, tmp_path / "dump")) if verb == "record" else (lambda: run(*models, False))
+    go()  # a whole run first: auto_diff copies base's weights into raw, as the user asked
+    _clear_grads(models)
+    t0 = time.perf_counter()
+    go()  # what one run takes, warm
+    _clear_grads(models)
+    took = time.perf_counter() - t0
+    before = _state(models)
+    rng = random.Random(f"{verb} {direction}")
+    interrupted = 0
+    for trial in range(TRIALS):
+        delay = rng.uniform(0.0, took * 1.2)
+        interrupted += _interrupted_at_random(go, delay)
+        _clear_grads(models)
+        after = _state(models)
+        diff = [k for k in before if before[k] != after[k]]
+        assert not diff, f"{verb}, a SIGINT {delay * 1e3:.1f} ms in (trial {trial}): changed {diff}"
+    assert interrupted >= TRIALS // 5, f"only {interrupted} of {TRIALS} trials were interrupted"
+    RANDOM_COUNTS[(verb, direction)] = interrupted
+
+
+TRIALS = int(os.environ.get("NBDIFF_SIGINT_TRIALS", "40"))
+RANDOM_COUNTS: dict[tuple[str, str], int] = {}
+"""Trials a random SIGINT interrupted, per case (printed by ``-s`` for the closing note)."""
+
 COUNTS: dict[tuple[str, str, bool, bool, str], int] = {}
 """Interrupt points tried per case (printed by ``-s`` for the closing note)."""
 
@@ -194,3 +269,5 @@ COUNTS: dict[tuple[str, str, bool, bool, str], int] = {}
 def teardown_module() -> None:
     if COUNTS:
         print(f"\nchaos: {sum(COUNTS.values())} interrupt points over {len(COUNTS)} cases: {COUNTS}")
+    if RANDOM_COUNTS:
+        print(f"\nrandom SIGINTs: {TRIALS} trials a case, interrupted: {RANDOM_COUNTS}")

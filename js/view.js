@@ -121,7 +121,7 @@ function stepChart(rows, first, onPick) {
     parts.push(svg("polyline", { points: pts.map((r) => `${x(r.step)},${y(r[key])}`).join(" "), fill: "none", stroke: colour, "stroke-width": 1.5 }));
     for (const r of pts) {
       const what = `step ${r.step}${r.position === undefined ? "" : ` (token position ${r.position})`} ${key}: ${fmt(r[key])}x tolerance`;
-      const dot = svg("circle", { cx: x(r.step), cy: y(r[key]), r: 4, fill: colour, class: "nbd-point", "data-step": r.step, "data-phase": phase, tabindex: "-1", role: "button", "aria-label": what },
+      const dot = svg("circle", { cx: x(r.step), cy: y(r[key]), r: 4, fill: colour, class: "nbd-point", "data-step": r.step, "data-phase": phase, "data-series": key, tabindex: "-1", role: "button", "aria-label": what },
         svg("title", {}, what));
       dot.addEventListener("click", () => onPick(r.step, phase));
       points.push(dot);
@@ -135,12 +135,25 @@ function stepChart(rows, first, onPick) {
   const start = Math.max(0, points.findIndex((p) => Number(p.dataset.step) === first));
   if (points.length) points[start].setAttribute("tabindex", "0");
   const chart = svg("svg", { viewBox: `0 0 ${W} ${H}`, width: W, height: H, class: "nbd-chart" }, ...parts);
+  // ← → move along one series (step by step), ↑ ↓ pick another series at the same step.
+  const series = SERIES.map(([key]) => key);
+  const along = (p) => points.filter((q) => q.dataset.series === p.dataset.series);
   chart.addEventListener("keydown", (ev) => {
-    const i = points.indexOf(ev.target);
-    if (i < 0) return;
-    const to = { ArrowRight: i + 1, ArrowDown: i + 1, ArrowLeft: i - 1, ArrowUp: i - 1, Home: 0, End: points.length - 1 }[ev.key];
-    if (to !== undefined) {
-      const next = points[Math.max(0, Math.min(points.length - 1, to))];
+    const cur = ev.target;
+    if (points.indexOf(cur) < 0) return;
+    const line = along(cur);
+    const i = line.indexOf(cur);
+    let next;
+    if (ev.key === "ArrowRight" || ev.key === "ArrowLeft") next = line[Math.max(0, Math.min(line.length - 1, i + (ev.key === "ArrowRight" ? 1 : -1)))];
+    else if (ev.key === "Home" || ev.key === "End") next = ev.key === "Home" ? line[0] : line[line.length - 1];
+    else if (ev.key === "ArrowUp" || ev.key === "ArrowDown") {
+      // The nearest other series with a point at this step, in the legend's order.
+      const here = points.filter((q) => q.dataset.step === cur.dataset.step);
+      here.sort((a, b) => series.indexOf(a.dataset.series) - series.indexOf(b.dataset.series));
+      const j = here.indexOf(cur) + (ev.key === "ArrowDown" ? 1 : -1);
+      next = here[(j + here.length) % here.length];
+    }
+    if (next) {
       points.forEach((p) => p.setAttribute("tabindex", p === next ? "0" : "-1"));
       next.focus();
     } else if (ev.key === "Enter" || ev.key === " ") {
@@ -329,8 +342,37 @@ function render({ model, el }) {
         filter.value = "all";
         reveal(group.id);
       }
+    } else {
+      showSummarised(step);
     }
   });
+
+  // A step whose events were not kept (memory stays bounded): its worst errors, as the chart has them,
+  // and how to open it.
+  function showSummarised(step) {
+    const r = (model.get("steps") || []).find((x) => x.step === step);
+    if (!r) return;
+    const cells = [["model outputs", r.outputs], ["loss", r.loss], ["gradients", r.gradients], ["updates", r.updates]]
+      .filter(([, v]) => v !== null && v !== undefined)
+      .map(([k, v]) => h("tr", v > 1 ? { class: "nbd-differs" } : {}, h("td", {}, k), h("td", {}, `${fmt(v)}x`)));
+    panel.replaceChildren(
+      h("div", { class: "nbd-title" }, `step ${step}${r.position === undefined ? "" : ` (token position ${r.position})`} · summarised`),
+      h(
+        "table",
+        { class: "nbd-args nbd-settings nbd-summarised", title: "the step's worst error over its tolerance, per kind of tensor" },
+        h("tr", {}, h("th", {}, "worst error"), h("th", {}, "/ tolerance")),
+        ...cells,
+      ),
+      h(
+        "div",
+        { class: "nbd-hint" },
+        `Its events were not kept, so that memory stays bounded: the first steps, the first failing one and two on either ` +
+          `side of it are. To open this one, run again with keep_steps=${step + 1} (%%modeldiff … --keep-steps ${step + 1}).`,
+      ),
+    );
+    stack.replaceChildren();
+    source.replaceChildren();
+  }
   const root = h("div", { class: "nbd", tabindex: "-1", "data-lm-suppress-shortcuts": "true" }, summary, chart, toolbar, h("div", { class: "nbd-main" }, tree, side));
   el.append(root);
   // "t" anywhere in the view (outside a text field) goes to the tree.

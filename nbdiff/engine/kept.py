@@ -1,22 +1,27 @@
 """What a comparison of many steps keeps: every step's worst errors, and the events of a few steps.
 
 A long run compared step by step (``compare`` of two dumps, ``watch`` of a training loop) keeps
-each step's worst errors for the step chart, and the events of the first steps and of the blamed
-step; the rest are summarised, so memory stays bounded however many steps are compared.
+each step's worst errors for the step chart, and the events of the first steps, of the blamed step
+and of the steps around it (the first step a bug touches is the one a user opens first, and the
+ones just before and after it show how it began); the rest are summarised, so memory stays
+bounded however many steps are compared.
 """
 
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import replace
 
 from nbdiff.judge.blame import EventDiff
 from nbdiff.result import StepRow, step_error_rows
 from nbdiff.trace.events import Event, Kind, TensorRecord
 
-__all__ = ["KEEP_STEPS", "KeptSteps"]
+__all__ = ["KEEP_STEPS", "AROUND", "KeptSteps"]
 
 KEEP_STEPS = 4
-"""Default: the steps whose events are kept, besides the blamed one's."""
+"""Default: the steps whose events are kept, besides the blamed one's and those around it."""
+AROUND = 2
+"""Steps kept before and after the blamed one (their statistics, as the first steps' are)."""
 
 
 class KeptSteps:
@@ -36,6 +41,8 @@ class KeptSteps:
         self._blamed: tuple[int, int, list[EventDiff]] | None = None
         self._settled: dict[tuple[int, int], list[EventDiff]] = {}
         self._dropped: set[int] = set()
+        self._recent: deque[tuple[int, int, list[EventDiff]]] = deque(maxlen=AROUND)
+        """The last steps past the first ``keep``, as compared: kept if the next one is blamed."""
 
     def add(self, k: int, rank: int, blamed: bool, diffs: list[EventDiff]) -> None:
         """``blamed``: this step holds the (new) first divergence."""
@@ -46,14 +53,23 @@ class KeptSteps:
             if self._blamed is not None:  # an earlier step (of a later rank) diverged too: it is the answer
                 self._settle(*self._blamed)
             self._blamed = (k, rank, diffs)
+            for before in self._recent:  # the steps just before it
+                if before[0] < k:
+                    self._settled[before[:2]] = [_settled(d) for d in before[2]]
+                    self._dropped.discard(before[0])
+            self._recent.clear()
         else:
             self._settle(k, rank, diffs)
 
     def _settle(self, k: int, rank: int, diffs: list[EventDiff]) -> None:
         if k < self.keep:
             self._settled[(k, rank)] = diffs if self.values else [_settled(d) for d in diffs]
+        elif self._blamed is not None and self._blamed[0] < k <= self._blamed[0] + AROUND:
+            self._settled[(k, rank)] = [_settled(d) for d in diffs]  # just after the blamed step
         else:
             self._dropped.add(k)
+            if self._blamed is None:
+                self._recent.append((k, rank, diffs))  # held as compared: settled only if kept
 
     def events(self) -> tuple[EventDiff, ...]:
         chunks = dict(self._settled)
@@ -68,8 +84,9 @@ class KeptSteps:
             return ()
         return (
             f"{len(dropped)} step(s) from step {dropped[0]} on are summarised by their worst errors "
-            f"(result.step_errors(), the step chart), not kept event by event, so that memory stays bounded; "
-            f"pass keep_steps={dropped[-1] + 1} to keep them all.",
+            f"(result.step_errors(), the step chart: a click on one shows them), not kept event by event, so that "
+            f"memory stays bounded; the first {self.keep}, the blamed one and {AROUND} on either side of it are kept. "
+            f"Pass keep_steps={dropped[-1] + 1} (--keep-steps {dropped[-1] + 1}) to keep them all.",
         )
 
 

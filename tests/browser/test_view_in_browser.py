@@ -779,3 +779,51 @@ def test_an_interrupted_loop_shows_the_steps_it_completed(page, jupyter_server, 
     view.locator(".nbd-row.nbd-selected", has_text=f"step {step} · {phase}").wait_for()
     cell(page, 1).locator(".jp-OutputArea-output", has_text="the cell was interrupted").wait_for()
     _no_widget_errors(page, jupyter_server)
+
+
+def test_a_long_watch_opens_its_first_failing_step_and_says_what_a_summarised_step_holds(page, tmp_path):
+    # 60 watched steps, the bug from step 30: clicking step 30 or 40 on the chart did nothing (only the
+    # first 4 steps were kept), and nothing said why. The steps around the first failing one are kept; a
+    # summarised one shows its worst errors and how to keep it; the arrows go step by step along a series.
+    import torch
+
+    import nbdiff
+    from tests.test_watching import _deep, _train
+
+    base, raw = _deep("torch", 3), _deep("torch", 3)
+    late = {"on": False}  # a code path the loop reaches from step 30 on
+    inner = raw[2].forward
+    raw[2].forward = lambda x: inner(x) * (1.01 if late["on"] else 1.0)
+    torch.manual_seed(0)
+    with nbdiff.watch(base, raw, layer_map=None) as w:
+        _train([("torch", base), ("torch", raw)], 60, before_step=lambda k: late.update(on=k >= 30))
+    assert w.result.first_divergence.step == 30, w.result.report()
+    path = tmp_path / "long.html"
+    w.result.to_html(str(path))
+    view = _opened(page, path)
+    point = lambda step, series: view.locator(f".nbd-point[data-step='{step}'][data-series='{series}']")  # noqa: E731
+    # The first failing step, and the two before it, open their rows.
+    for step in (30, 28):
+        point(step, "outputs").dispatch_event("click")
+        view.locator(".nbd-row.nbd-selected.nbd-group", has_text=f"step {step} · forward").wait_for()
+        view.locator(".nbd-step-summary").wait_for()
+    # A summarised step: its worst errors, and how to open it.
+    point(40, "gradients").dispatch_event("click")
+    view.locator(".nbd-title", has_text="step 40 · summarised").wait_for()
+    said = view.locator(".nbd-panel").inner_text()
+    assert "keep_steps=41" in said and "gradients" in said and "model outputs" in said, said
+    # Keys: → is the next step of the same series, ↓ another series at that step, Enter opens it.
+    point(30, "outputs").focus()
+    page.keyboard.press("ArrowRight")
+    assert page.evaluate("() => [document.activeElement.dataset.step, document.activeElement.dataset.series]") == [
+        "31",
+        "outputs",
+    ]
+    page.keyboard.press("ArrowDown")
+    assert page.evaluate("() => [document.activeElement.dataset.step, document.activeElement.dataset.series]") == [
+        "31",
+        "gradients",
+    ]
+    page.keyboard.press("Enter")
+    view.locator(".nbd-row.nbd-selected.nbd-group", has_text="step 31 · backward").wait_for()
+    assert not [m for m in page.console_messages if m.startswith(("error", "pageerror"))]

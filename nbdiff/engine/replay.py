@@ -16,6 +16,7 @@ import numpy as np
 from nbdiff.align.received import received_pairs
 from nbdiff.engine.types import TolFn
 from nbdiff.frameworks import Framework
+from nbdiff.frameworks.interrupts import interrupts_deferred
 from nbdiff.judge.metrics import TensorDiff, compare_tensors
 from nbdiff.judge.tolerance import summed_terms
 from nbdiff.trace.calls import input_name
@@ -220,8 +221,9 @@ class Replayer:
         (args, kwargs), _, own = built
         # Inputs base has no counterpart for keep raw's own values: what the layer hands on of them
         # unchanged (position embeddings in another layout) is not its own code's difference.
-        handles, fed, given = self._force_outputs(children, own)
+        handles: list[Any] = []  # filled inside the try: a Ctrl-C once one is on still removes it
         try:
+            fed, given = self._force_outputs(children, own, handles)
             with kept_state(fw, raw.layer), kept_user_state(fw, raw.layer) as state, fw.no_grad():
                 out = raw.layer(*args, **kwargs)
         except Exception:
@@ -243,9 +245,11 @@ class Replayer:
     def _force_outputs(
         self,
         children: list[tuple[Event, Event]],
-        own: list[np.ndarray] = (),  # type: ignore[assignment]
-    ) -> tuple[list[Any], list[TensorDiff], list[TensorRecord]]:
-        """Hooks making each paired sublayer return the base side's recorded outputs, call by call.
+        own: list[np.ndarray],
+        handles: list[Any],
+    ) -> tuple[list[TensorDiff], list[TensorRecord]]:
+        """Hooks (their handles added to ``handles``) making each paired sublayer return the base side's
+        recorded outputs, call by call.
 
         What the layer's own code hands each sublayer is compared with what base handed it
         (the second list, filled as the replay runs): code between two sublayers shows there.
@@ -302,10 +306,10 @@ class Replayer:
                 values.append(_forced(fw, t, mine, theirs))
             return unflatten(template, values)
 
-        handles: list[Any] = []
-        for layer in layers.values():
-            handles += fw.hook_forward(layer, pre, post)
-        return handles, fed, failing
+        with interrupts_deferred():  # each hook with its handle kept, or neither
+            for layer in layers.values():
+                handles += fw.hook_forward(layer, pre, post)
+        return fed, failing
 
     def _grads(
         self, fw: Framework, fwd: Event, base_fwd: Event, grad_out: Event, plan_recursive: bool

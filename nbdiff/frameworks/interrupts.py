@@ -2,7 +2,9 @@
 
 A Ctrl-C while hooks are removed or patched functions restored would leave half of them in
 place, never undone later (hundreds of paddle functions wrapped, a hook on every layer). The
-undo runs with SIGINT held; a Ctrl-C that came meanwhile is raised once it is done.
+undo runs with SIGINT held; a Ctrl-C that came meanwhile is raised once it is done. So does
+putting them on: a Ctrl-C between registering a hook and keeping its handle left the hook, and
+nothing that could remove it.
 """
 
 from __future__ import annotations
@@ -24,23 +26,34 @@ def is_interrupt(exc: BaseException) -> bool:
     return isinstance(exc, KeyboardInterrupt) or (isinstance(exc, OSError) and "KeyboardInterrupt" in str(exc))
 
 
+class _Caught:
+    """The SIGINT handler while a block runs deferred: it notes the Ctrl-C."""
+
+    def __init__(self) -> None:
+        self.signals: list[int] = []
+
+    def __call__(self, signum: int, frame: Any) -> None:
+        self.signals.append(signum)
+
+
 @contextmanager
 def interrupts_deferred() -> Iterator[None]:
     """Run the block to its end; a Ctrl-C during it is raised after (main thread only: elsewhere,
-    and where Python does not own SIGINT's handler, the block runs as it is)."""
+    and where Python does not own SIGINT's handler, the block runs as it is). Inside another such
+    block, the outer one holds the Ctrl-C until it ends."""
     previous: Any = None
     if threading.current_thread() is threading.main_thread():
         previous = signal.getsignal(signal.SIGINT)
-    if previous is None or previous in (signal.SIG_IGN, signal.SIG_DFL):
+    if previous is None or previous in (signal.SIG_IGN, signal.SIG_DFL) or isinstance(previous, _Caught):
         yield
         return
-    caught: list[int] = []
-    signal.signal(signal.SIGINT, lambda signum, frame: caught.append(signum))
+    caught = _Caught()
+    signal.signal(signal.SIGINT, caught)
     try:
         yield
     finally:
         signal.signal(signal.SIGINT, previous)
-        if caught:
+        if caught.signals:
             raise KeyboardInterrupt
 
 

@@ -105,16 +105,19 @@ class Recorder:
 
     # -- context -------------------------------------------------------------
     def __enter__(self) -> Recorder:
-        lost_interrupts_kept(True)
-        self._keeping = True
+        # Whole or not at all: a Ctrl-C between registering a hook and keeping its handle left the hook on
+        # the user's layer (and the unraisable hook set) with nothing to remove them; it is raised after.
         try:
-            for path, layer in self.fw.named_layers(self.model):
-                if self.keep is not None and not self.keep(path, layer):
-                    continue
-                self._handles += self.fw.hook_forward(layer, self._pre(path), self._post())
-            if self.api_level:
-                self._api_ctx = self.fw.api_tracing(self._api)
-                self._api_ctx.__enter__()
+            with interrupts_deferred():
+                lost_interrupts_kept(True)
+                self._keeping = True
+                for path, layer in self.fw.named_layers(self.model):
+                    if self.keep is not None and not self.keep(path, layer):
+                        continue
+                    self._handles += self.fw.hook_forward(layer, self._pre(path), self._post())
+                if self.api_level:
+                    self._api_ctx = self.fw.api_tracing(self._api)
+                    self._api_ctx.__enter__()
         except BaseException:
             self.remove()
             raise

@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 
 from nbdiff.frameworks import Framework, Handle
+from nbdiff.frameworks.interrupts import interrupts_deferred
 from nbdiff.trace.modes import no_dropout, training_flags
 from nbdiff.trace.recorder import Recorder
 
@@ -52,16 +53,19 @@ class ModelSession:
     def install(self, stack: ExitStack, on_root: Callable[..., Any]) -> None:
         """Hook the model until ``stack`` closes: dropout off, modes kept, ``on_root`` before each step."""
         fw = self.fw
-        stack.enter_context(training_flags(fw, self.model))
-        self.dropout_off = stack.enter_context(no_dropout(fw, self.model))
-        # The step hook goes first, so a step is counted before its layers are recorded.
-        handles = fw.hook_forward(self.model, on_root, lambda *a, **k: None)
-        stack.callback(_remove, handles)
-        stack.enter_context(self.recorder)
-        stack.callback(self.recorder.remove_tensor_hooks)
-        if self.recorder.backward:
-            grad_handles = [fw.hook_tensor(p, self.grad_hook(p)) for p in self.params]
-            stack.callback(_remove, grad_handles)
+        # Each hook and what removes it go on ``stack`` together: a Ctrl-C meanwhile is raised after.
+        with interrupts_deferred():
+            stack.enter_context(training_flags(fw, self.model))
+            self.dropout_off = stack.enter_context(no_dropout(fw, self.model))
+            # The step hook goes first, so a step is counted before its layers are recorded.
+            handles = fw.hook_forward(self.model, on_root, lambda *a, **k: None)
+            stack.callback(_remove, handles)
+            stack.enter_context(self.recorder)
+            stack.callback(self.recorder.remove_tensor_hooks)
+            if self.recorder.backward:
+                grad_handles: list[Handle] = []
+                stack.callback(_remove, grad_handles)
+                grad_handles += [fw.hook_tensor(p, self.grad_hook(p)) for p in self.params]
 
     def begin_step(self) -> None:
         self.weights.append(self.weights_now())

@@ -28,6 +28,7 @@ from nbdiff.judge.blame import Divergence, EventDiff
 from nbdiff.judge.metrics import TensorDiff
 from nbdiff.judge.tolerance import Tolerance
 from nbdiff.result import DiffResult
+from nbdiff.trace.cells import cells_of, remember_cells
 from nbdiff.trace.codec import (
     event_from_json,
     event_json,
@@ -145,6 +146,7 @@ def save_result(result: DiffResult, path: str | os.PathLike[str]) -> Path:
         "unmatched_raw": [event(e, f"ur{i}.") for i, e in enumerate(result.unmatched_raw)],
         "step_summary": [_plain(r) for r in result.step_summary],
         "tensors": tensors,
+        "cells": cells_of(_frame_files(result)),
     }
     try:
         save_file(payload, str(out / tensors))
@@ -226,6 +228,13 @@ def _step_row(r: Any) -> dict[str, Any]:
     return {str(k): int(v) if k in ("step", "tokens") else None if v is None else read_float(v) for k, v in r.items()}
 
 
+def _frame_files(result: DiffResult) -> set[str]:
+    """Every file a frame of the result points into (the findings' stacks, every event's)."""
+    frames = [x for f in result.findings for x in (*f.base_stack, *f.raw_stack)]
+    events = [e for d in result.events for e in (d.base, d.raw)] + [*result.unmatched_base, *result.unmatched_raw]
+    return {x.filename for x in frames} | {x.filename for e in events for x in e.stack}
+
+
 def load_result(path: str | os.PathLike[str]) -> DiffResult:
     """Read a result written by :meth:`DiffResult.save`; a damaged one is a :class:`DumpError`."""
     folder = Path(path)
@@ -239,6 +248,7 @@ def load_result(path: str | os.PathLike[str]) -> DiffResult:
     # Checked as a dump's payload is: a regular file, its header inside it, no more than memory holds
     # (a FIFO in its place hung `nbdiff view`; a sparse file claiming 4 GiB was read whole).
     payload = read_payload(folder / name, "the saved tensors")
+    remember_cells(data.get("cells"), str(where))
     try:
 
         def event(j: dict[str, Any]) -> Event:

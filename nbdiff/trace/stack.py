@@ -21,6 +21,7 @@ __all__ = [
     "frame_label",
     "short_traceback",
     "ipython_shell",
+    "remember_cell_number",
 ]
 
 _NBDIFF_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
@@ -161,8 +162,19 @@ def cell_number(filename: str) -> int | None:
     names = getattr(getattr(ipython_shell(), "compile", None), "_filename_map", None)
     if isinstance(names, dict) and isinstance(names.get(filename), int):
         return names[filename]
+    if filename in _REMEMBERED:
+        return _REMEMBERED[filename]
     m = re.match(r"<ipython-input-(\d+)-", filename)
     return int(m.group(1)) if m else None
+
+
+_REMEMBERED: dict[str, int] = {}
+"""Cell numbers a saved result or a dump carried (:mod:`nbdiff.trace.cells`), by file name."""
+
+
+def remember_cell_number(filename: str, n: int) -> None:
+    """``filename`` is the notebook cell ``n`` of the session that recorded it."""
+    _REMEMBERED[filename] = n
 
 
 def frame_label(filename: str, lineno: int) -> str:

@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 
 from nbdiff.errors import DumpError
+from nbdiff.trace.cells import remember_cells
 from nbdiff.trace.codec import (
     event_from_json,
     load_dump_json,
@@ -127,6 +128,7 @@ def _manifest(folder: Path) -> dict[str, Any]:
         if key not in data:
             raise DumpError(f"{path}: the manifest has no {key!r} field; the dump was edited or truncated.")
     validate_manifest(data, path)
+    remember_cells(data.get("cells"), str(path))
     return data
 
 

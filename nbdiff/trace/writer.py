@@ -18,6 +18,7 @@ import numpy as np
 
 from nbdiff.errors import DumpError
 from nbdiff.trace.capture import amplifies
+from nbdiff.trace.cells import cells_of
 from nbdiff.trace.codec import (
     event_json,
     write_json_atomic,
@@ -127,6 +128,8 @@ class DumpWriter:
         """In a ``tensor`` dump, the events whose values are written (``None``: all; the rest keep statistics)."""
         self.steps = 0
         self._last: dict[str, Any] | None = None
+        self._files: set[str] = set()
+        """Files the steps' frames point into: its notebook cells go into the manifest (trace/cells)."""
         self._write_manifest(complete=False)
         self._failure: tuple[int, BaseException] | None = None
         self._ahead: dict[int, tuple[np.ndarray, Stats]] = {}
@@ -238,6 +241,7 @@ class DumpWriter:
             self._last_header = ahead.header_size or self._last_header
         elif file is not None:
             save_file(payload, str(self.path / file))
+        self._files.update(f.filename for e in events for f in e.stack)
         number = events[0].step if events else k  # the training step, where a recording keeps some
         self._last = {"step": k, "number": number, "payload": file, "events": ev_json, "complete": True}
         write_json_atomic(self.path / f"step{k}.json", self._last)  # after its payload: never a dangling name
@@ -252,6 +256,9 @@ class DumpWriter:
                 self._last["complete"] = False
                 write_json_atomic(self.path / f"step{self._last['step']}.json", self._last)
             self._last = None
+            cells = cells_of(self._files)  # read back elsewhere, a cell's frame has its label and source
+            if cells:
+                self.meta["cells"] = cells
             self._write_manifest(complete=True)
         finally:
             self._release()

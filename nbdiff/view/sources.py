@@ -8,27 +8,10 @@ import os
 import sys
 from typing import Any
 
-from nbdiff.trace.stack import cell_number, frame_label, ipython_shell
+from nbdiff.trace.cells import cell_lines, is_cell
+from nbdiff.trace.stack import cell_number, frame_label
 
 __all__ = ["source_excerpt"]
-
-
-def _is_cell(filename: str) -> bool:
-    # IPython names cells `<ipython-input-N-...>`; ipykernel writes them as `.../ipykernel_PID/NNN.py`.
-    return filename.startswith("<ipython-input-") or "ipykernel_" in filename or filename.startswith("<cell")
-
-
-def _cell_lines(filename: str) -> list[str]:
-    """The cell as the user wrote it: IPython's history has the raw text (``%magic`` lines, not
-    their ``get_ipython().run_line_magic(...)`` rewrite); the compiled text when lines would not match."""
-    compiled = [x.rstrip("\n") for x in linecache.getlines(filename)]
-    n = cell_number(filename)
-    raw_cells = getattr(getattr(ipython_shell(), "history_manager", None), "input_hist_raw", None)
-    if n is not None and isinstance(raw_cells, list) and 0 <= n < len(raw_cells):
-        raw = raw_cells[n].rstrip("\n").split("\n")
-        if len(raw) == len(compiled):
-            return raw
-    return compiled
 
 
 def _may_read(filename: str) -> bool:
@@ -65,9 +48,9 @@ def source_excerpt(filename: str, lineno: int, context: int = 6, since: int | No
     since = lineno if since is None or not 0 < since <= lineno else since
     if not lines:
         return dict(kind="missing", file=filename, line=lineno, first=1, lines=[], relpath=None, since=since)
-    if _is_cell(filename) or cell_number(filename) is not None:
+    if is_cell(filename) or cell_number(filename) is not None:
         return dict(
-            kind="cell", file=filename, line=lineno, first=1, lines=_cell_lines(filename), relpath=None,
+            kind="cell", file=filename, line=lineno, first=1, lines=cell_lines(filename), relpath=None,
             label=frame_label(filename, lineno), since=since,
         )  # fmt: skip
     lo = max(1, since - context)

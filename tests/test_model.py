@@ -223,6 +223,8 @@ def test_a_code_blame_shows_the_tensor_that_carries_its_local_error_first(code_b
     assert sum(detail["picture"]["counts"]) == 2 * 5 * 16
     # Only failing evidence is listed: the sublayers handed the same values are not.
     assert [t["name"] for t in detail["tensors"] if t["metrics"] is None] == ["proj:in[0]"]
+    # The block's outputs carry no local block of their own: it read "local 0x" under "local 1e3".
+    assert [t["local"] for t in detail["tensors"] if t["metrics"] is not None] == [None]
     # The matplotlib figure of the blamed tensor is the same tensor's.
     assert code_blame.plot_divergence() is not None
 

@@ -253,3 +253,15 @@ def test_torch_reduces_a_tensor_in_chunks_through_one_scratch_without_a_temporar
         warnings.simplefilter("error")
         again, _, _ = fw.reduced(x, sample_positions(x.numel()))
     np.testing.assert_allclose(again, sums, rtol=1e-12)
+
+
+def test_reading_a_paddle_model_says_nothing_of_ccache():
+    # paddle warns on import that it found no ccache: a line every notebook and `nbdiff compare` showed.
+    import subprocess
+    import sys
+
+    pytest.importorskip("paddle")
+    code = "import warnings; warnings.simplefilter('default'); import nbdiff.frameworks.paddle"
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr
+    assert "ccache" not in run.stderr, run.stderr

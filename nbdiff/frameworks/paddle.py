@@ -13,7 +13,12 @@ from contextlib import AbstractContextManager
 from typing import Any
 
 import numpy as np
-import paddle
+
+with warnings.catch_warnings():
+    # paddle warns on import that it found no ccache (for building C++ extensions): nothing nbdiff's
+    # users build, said each time a notebook or `nbdiff compare` first reads a paddle model.
+    warnings.filterwarnings("ignore", message="No ccache found", category=UserWarning)
+    import paddle
 
 from nbdiff.frameworks.base import framework_class_names, own_entries, spread_around
 

@@ -183,7 +183,7 @@ class Divergence:
             place = " and ".join(f"`{x}`" for x in (prev, nxt) if x) or "its sublayers"
             return (
                 f"no constructor argument differs; the code of `{self.base_path or '<root>'}` itself around {place} "
-                "computes something else: api_level=True (%modeldiff --api) names the framework call that differs"
+                "computes something else: run again with api_level=True (`%%modeldiff ... --api`) to name the call"
             )
         return "; ".join(a.describe() for a in self.arguments)
 

@@ -294,7 +294,9 @@ for i in range(10):
     run = ip.run_cell(cell)
     assert not run.success and isinstance(run.error_in_exec, KeyboardInterrupt)
     out = capsys.readouterr().out
-    assert "the 3 step(s) both models completed were compared" in out
+    said = out.find("the 3 step(s) both models completed were compared")
+    # Said first, then the view (a long view hid the line under it).
+    assert 0 <= said < out.find("FAILED at step 0"), out
     found = ip.user_ns["found"]
     assert found.steps == 3 and not found and found.first_divergence.step == 0
     assert any(w.startswith("interrupted in step 3") for w in found.warnings)

@@ -148,15 +148,17 @@ class ModelDiffMagics(Magics):
             done = "nbdiff removed its hooks and restored modes; nothing was compared."
             if stopped:
                 if w.result is not None:
-                    # The complete steps are the answer so far: kept and shown before stopping "Run All".
+                    # The complete steps are the answer so far: kept and shown before stopping "Run All",
+                    # said before the view (under it, a long view hid the line).
                     shell.user_ns[args.out] = w.result
                     from IPython.display import display
 
-                    display(w.result.show())
-                    done = (
-                        f"nbdiff removed its hooks and restored modes; the {w.result.steps} step(s) both models "
-                        f"completed were compared (shown above, and in `{args.out}`)."
+                    print(
+                        f"nbdiff: the cell was interrupted; the {w.result.steps} step(s) both models completed were "
+                        f"compared (below, and in `{args.out}`)."
                     )
+                    display(w.result.show())
+                    done = f"nbdiff removed its hooks and restored modes; the steps compared are shown above, in `{args.out}`."
                 raise CellInterrupted(f"the cell was interrupted; {done}")
             # Raised again, so that "Run All" and nbconvert --execute stop here.
             raise CellFailed(f"the cell raised {type(error).__name__} (traceback above); {done}")

@@ -60,7 +60,12 @@ def _built(result: DiffResult, d: Any) -> list[str]:
 def _tree(events: list[EventDiff], mark: tuple[str, int] | None) -> list[str]:
     rows: list[str] = []
     at = 0
+    shown: list[int] = []  # depths of the rows this one is nested in (pre-order): an unpaired container has none
     for e in sorted(events, key=lambda d: d.base.order):
+        while shown and shown[-1] >= e.base.depth:
+            shown.pop()
+        indent = len(shown)
+        shown.append(e.base.depth)
         name = e.base.path or "<root>"
         status = "ok" if e.passed else f"x {e.ratio:.3g}"
         local = "" if e.local_ratio is None else f" (local {e.local_ratio:.3g})"
@@ -69,7 +74,7 @@ def _tree(events: list[EventDiff], mark: tuple[str, int] | None) -> list[str]:
             at = len(rows)
         raw = f"  ~ {e.raw.path or '<root>'}" if e.raw.path != e.base.path else ""
         rows.append(
-            f"  {'  ' * e.base.depth}{name} ({e.base.type_name}){raw}  {status}{local}{'   <--- first divergence' if here else ''}"
+            f"  {'  ' * indent}{name} ({e.base.type_name}){raw}  {status}{local}{'   <--- first divergence' if here else ''}"
         )
     if len(rows) > TREE_ROWS:
         lo = max(0, min(at - TREE_ROWS // 2, len(rows) - TREE_ROWS))

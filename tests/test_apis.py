@@ -94,3 +94,29 @@ def test_a_mask_of_minus_inf_and_one_of_minus_1e9_agree_at_api_level(raw_fill):
     assert masked and all(t.passed for t in masked)
     if raw_fill != float("-inf"):
         assert all("masked alike" in t.note for t in masked)
+
+
+def test_a_code_blame_under_api_level_tracing_does_not_ask_for_api_level_tracing():
+    # With api_level=True every recorded call agreed; the blame said "run again with api_level=True".
+    torch = pytest.importorskip("torch")
+    import nbdiff
+
+    class Net(torch.nn.Module):
+        def __init__(self, scale):
+            super().__init__()
+            self.fc, self.scale = torch.nn.Linear(4, 4), scale
+
+        def forward(self, x):
+            y = torch.tanh(self.fc(x)).sum(-1)
+            return y.mul_(self.scale)  # in place: API-level tracing leaves such writes out
+
+    torch.manual_seed(0)
+    base, raw = Net(1.0), Net(1.0)
+    raw.load_state_dict(base.state_dict())
+    raw.scale = 1.01
+    x = np.random.RandomState(0).randn(2, 4).astype("float32")
+    d = nbdiff.auto_diff(base, raw, x, api_level=True).first_divergence
+    assert d.where == "between" and any("::" in (b or "") for b in d.between), d.describe()
+    assert "api_level=True" not in d.why(), d.why()
+    plain = nbdiff.auto_diff(base, raw, x).first_divergence
+    assert plain.where == "between" and "api_level=True" in plain.why(), plain.why()

@@ -181,9 +181,15 @@ class Divergence:
         if self.where == "between" and not self.arguments:
             prev, nxt = self.between
             place = " and ".join(f"`{x}`" for x in (prev, nxt) if x) or "its sublayers"
+            traced = any(x and "::" in x for x in (prev, nxt))  # API calls were recorded: they all agreed
             return (
                 f"no constructor argument differs; the code of `{self.base_path or '<root>'}` itself around {place} "
-                "computes something else: run again with api_level=True (`%%modeldiff ... --api`) to name the call"
+                + (
+                    "computes something else, in an operation that API-level tracing does not record (an operator on a "
+                    "Python number, a tensor method, an in-place write)"
+                    if traced
+                    else "computes something else: run again with api_level=True (`%%modeldiff ... --api`) to name the call"
+                )
             )
         return "; ".join(a.describe() for a in self.arguments)
 

@@ -292,10 +292,10 @@ function render({ model, el }) {
       { class: "nbd-replay" },
       btn("«", "first event", () => replay(0)),
       btn("⇤", "start of this phase, or of the one before", () => phaseJump(-1)),
-      btn("◀", "previous event", () => replay(replayAt - 1)),
+      btn("‹", "previous event", () => replay(replayAt - 1)),
       playBtn,
       slider,
-      btn("▶", "next event", () => replay(replayAt + 1)),
+      btn("›", "next event", () => replay(replayAt + 1)),
       btn("⇥", "start of the next phase (forward, backward, optimizer, next step)", () => phaseJump(1)),
       btn("»", "last event", () => replay(model.get("order").length - 1)),
       replayLabel,
@@ -543,7 +543,7 @@ function render({ model, el }) {
     const order = model.get("order");
     const n = nodes()[model.get("selected")];
     const at = n ? order.indexOf(n.id) : -1;
-    replayLabel.textContent = n ? `${at >= 0 ? `${at + 1}/${order.length}` : "–"} · step ${n.step} ${n.phase}` : "";
+    replayLabel.textContent = n ? `${at >= 0 ? `event ${at + 1} of ${order.length}` : "–"} · step ${n.step} ${n.phase}` : "";
   }
 
   function replay(i) {
@@ -714,14 +714,16 @@ function render({ model, el }) {
       // A tensor measured only on base's inputs (what the layer's own code handed a sublayer) has
       // no accumulated error: its local measurement is its headline.
       const m = t.metrics || t.local;
+      // The tolerance itself is in the title's tooltip: the same long formula on every tensor read as noise.
       const head = t.metrics
-        ? `${t.name}: ${fmt(m.ratio)}x of tolerance (${m.tolerance}, ${m.mode})${m.note ? " · " + m.note : ""}`
-        : `${t.name}: local ${fmt(m.ratio)}x of tolerance (${t.local_label || "same inputs"}; ${m.tolerance}, ${m.mode})`;
+        ? `${t.name}: ${fmt(m.ratio)}x its tolerance${m.note ? " · " + m.note : ""}`
+        : `${t.name}: local ${fmt(m.ratio)}x its tolerance (${t.local_label || "same inputs"})`;
+      const allowed = `allowed: ${m.tolerance} (${m.mode === "strict" ? "every element within it" : m.mode})`;
       parts.push(
         h(
           "div",
           { class: `nbd-tensor${m.passed && (!t.local || t.local.passed) ? "" : " nbd-fail"}`, dataset: { tensor: t.name } },
-          h("div", { class: "nbd-tname" }, head),
+          h("div", { class: "nbd-tname", title: allowed }, head),
           t.what ? h("div", { class: "nbd-what" }, t.what) : null,
           h(
             "table",

@@ -3,8 +3,8 @@
 ``python tests/tp_job.py OUT`` trains the model in one process; ``torchrun --nproc_per_node N
 tests/tp_job.py OUT --tp`` trains it with torch's own tensor parallelism (``up`` column-parallel,
 ``down`` row-parallel) over N ranks. ``--bug-rank R --bug-step S``: from step S on, rank R's
-activation computes something else (a bug in one rank's shard). Two SGD steps, recorded with
-``nbdiff.record``.
+activation computes something else (a bug in one rank's shard). Two SGD steps (``--steps``), recorded
+with ``nbdiff.record``.
 """
 
 from __future__ import annotations
@@ -58,6 +58,7 @@ def main() -> None:
     ap.add_argument("--bug-rank", type=int, default=-1)
     ap.add_argument("--bug-step", type=int, default=0)
     ap.add_argument("--dump-type", default="tensor", help="record's dump_type (statistics for big models)")
+    ap.add_argument("--steps", type=int, default=2, help="SGD steps recorded (benchmarks/bench_ranks.py: 20)")
     args = ap.parse_args()
     torch.manual_seed(0)
     model = Model(args.bug_rank, args.bug_step)
@@ -71,7 +72,7 @@ def main() -> None:
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     tokens = torch.randint(0, 32, (2, 5), generator=torch.Generator().manual_seed(1))
     with nbdiff.record(model, args.out, dump_type=args.dump_type):
-        for _ in range(2):
+        for _ in range(args.steps):
             model(tokens).square().mean().backward()
             opt.step()
             opt.zero_grad()

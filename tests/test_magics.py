@@ -389,3 +389,12 @@ def test_a_cell_with_train_mode_batchnorms_compares_running_statistics_and_can_f
     failed = ip.user_ns["failed"]
     assert not failed and failed.first_divergence.where == "framework", failed.report()
     assert not _hooks_left(ip)
+
+
+def test_the_headline_is_said_once_not_again_as_a_repr_line(ip, capsys):
+    # "<DiffResult ...: FAILED at ...>" was printed above the view, whose headline says the same.
+    _models(ip, bug="eps")
+    ip.run_line_magic("modeldiff", "tb pb x")
+    out = capsys.readouterr().out
+    assert "<DiffResult" not in out, out
+    assert out.count("FAILED at step 0") == 1, out

@@ -201,8 +201,9 @@ class ModelDiffMagics(Magics):
         else:
             result = self._watch_cell(cell, base, raw, args, options)
         self.shell.user_ns[args.out] = result  # type: ignore[union-attr]
-        print(repr(result))
         from IPython.display import display
+
+        # The view's headline says it (a `<DiffResult …>` line printed above it said it twice).
 
         display(result.show())
         return None

@@ -263,7 +263,9 @@ function render({ model, el }) {
   let replayAt = -1;
 
   const summary = h("div", { class: "nbd-summary" });
-  const filter = h("select", { class: "nbd-filter", title: LEGEND }, ...FILTERS.map(([v, label]) => h("option", { value: v }, label)));
+  // Only the entries some row has: a "framework difference" entry in a run with none listed nothing.
+  const present = FILTERS.filter(([v, , pass], i) => i === 0 || v === "own" || nodes().some(pass));
+  const filter = h("select", { class: "nbd-filter", title: LEGEND }, ...present.map(([v, label]) => h("option", { value: v }, label)));
   // A diverging result opens on the rows with their own error (and their ancestors): the inherited
   // rows downstream of a bug are most of a deep model's red. An agreeing one shows every row.
   filter.value = nodes().some(FILTERS[1][2]) ? "own" : "all";

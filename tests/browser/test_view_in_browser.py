@@ -838,3 +838,21 @@ def test_the_filter_lists_only_what_some_row_is(page, tmp_path):
     for value in listed[2:]:
         view.locator(".nbd-filter").select_option(value)
         view.locator(".nbd-rows .nbd-row").first.wait_for()
+
+
+_TWISTY_OVERLAPS = """(root) => [...root.querySelectorAll('.nbd-row .nbd-twisty')].filter((t) => t.textContent.trim()).map((t) => {
+    const glyph = document.createRange(), name = document.createRange();
+    glyph.selectNodeContents(t);
+    name.selectNodeContents(t.nextSibling);
+    const g = glyph.getBoundingClientRect(), n = name.getBoundingClientRect();
+    return [t.nextSibling.textContent, g.right - n.left];
+}).filter(([, over]) => over > 0.5)"""
+
+
+def test_the_fold_twisty_is_drawn_before_the_name_not_over_it(page, tmp_path):
+    # The row's indent (text-indent) was inherited by the twisty's inline-block: "◂root>", "blo▾ck".
+    _, path = _trained_report(tmp_path)
+    view = _opened(page, path)
+    _show_all(view)
+    view.locator(".nbd-row .nbd-twisty", has_text="▾").first.wait_for()
+    assert view.evaluate(_TWISTY_OVERLAPS) == []

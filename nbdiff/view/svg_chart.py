@@ -58,9 +58,13 @@ def step_chart_svg(rows: list[dict[str, Any]], first: int | None = None) -> str:
         f"steps {s0} to {s1} left to right; log scale, a grid line per power of ten from 1e{lo} to 1e{hi}; "
         "dashed: the tolerance (1x)"
     )
+    # Axis labels as HTML around the SVG (no text inside it): the top and bottom of the scale, the first and last step.
+    edge = f'style="display:flex;justify-content:space-between;width:{_W}px;font-size:10px"'
     return (
         f'<div class="nbd-static-chart"><div style="font-size:11px">worst error / tolerance per step {" ".join(legend)}</div>'
+        f'<div class="nbd-axis-top" {edge}><span>1e{hi} (error / tolerance, log)</span></div>'
         f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {_W} {_H}" width="{_W}" height="{_H}">{"".join(parts)}</svg>'
+        f'<div class="nbd-axis-bottom" {edge}><span>1e{lo} · step {s0}</span><span>step</span><span>step {s1}</span></div>'
         f'<div style="font-size:10px">{scale}</div>{_table(rows, first)}</div>'
     )
 

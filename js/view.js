@@ -56,6 +56,7 @@ const FILTERS = [
   ["none", "not compared", (n) => n.status === "none"],
 ];
 const LEGEND =
+  "base: the reference model; raw: the one checked against it (the port). " +
   "error / tol: the worst tensor's error over what the tolerance allows; above 1 fails. " +
   "(local x): the error the layer adds on identical inputs. Red: own error; orange: inherited from " +
   "earlier layers; blue: a known framework difference, verified (not the port's bug); pale yellow: over " +
@@ -306,8 +307,8 @@ function render({ model, el }) {
   const header = h(
     "div",
     { class: "nbd-row nbd-header" },
-    h("span", { class: "nbd-cell nbd-base" }, "base"),
-    h("span", { class: "nbd-cell nbd-raw" }, "raw"),
+    h("span", { class: "nbd-cell nbd-base", title: "base: the reference model, whose results count as right" }, "base (reference)"),
+    h("span", { class: "nbd-cell nbd-raw", title: "raw: the model checked against base (the port)" }, "raw (port)"),
     h("span", { class: "nbd-cell nbd-err" }, "error / tol"),
   );
   const spacer = h("div", { class: "nbd-spacer" });

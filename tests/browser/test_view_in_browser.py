@@ -154,6 +154,9 @@ def test_a_code_blame_opens_on_its_evidence_and_its_lines(page, jupyter_server, 
 def test_a_step_rows_panel_summarises_the_step_and_jumps_to_its_worst_rows(page, tmp_path):
     path = _eps_report(tmp_path)
     view = _opened(page, path)
+    # Which side is which is said where the columns are named (nothing said base is the reference).
+    header = view.locator(".nbd-header").inner_text()
+    assert "base (reference)" in header and "raw (port)" in header, header
     _select_row(view, "step 0 · backward")
     view.locator(".nbd-step-summary").wait_for()
     assert "loss: base" in view.locator(".nbd-step-summary").inner_text()

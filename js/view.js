@@ -841,9 +841,11 @@ function render({ model, el }) {
       return h("div", { class: `nbd-src-line${mark}` }, h("span", { class: "nbd-lineno" }, String(at)), text);
     });
     const link = s.relpath ? labUrl(s.relpath) : null;
-    const title = s.kind === "cell" ? s.label || `notebook cell, line ${s.line}` : `${s.file}:${s.line}`;
+    // A frame standing for lines since..line (a layer's own code between two sublayers) says all of them.
+    const span = since < s.line ? `lines ${since}-${s.line}` : `line ${s.line}`;
+    const title = s.kind === "cell" ? s.label || `notebook cell, ${span}` : `${s.file}:${since < s.line ? `${since}-${s.line}` : s.line}`;
     const pre = h("pre", { class: "nbd-src" }, ...lines);
-    const open = link ? h("a", { href: link.href, target: "_blank", class: "nbd-open", title: `line ${s.line}` }, `${link.label} at line ${s.line}`) : null;
+    const open = link ? h("a", { href: link.href, target: "_blank", class: "nbd-open", title: span }, `${link.label} at ${span}`) : null;
     if (open) openAtLine(open, model, link, s.line);
     source.replaceChildren(
       h("div", { class: "nbd-src-title" }, title, " ", open),

@@ -46,3 +46,11 @@ def test_a_span_of_lines_is_all_in_the_excerpt():
     # A span that does not end at the line (or starts before line 1) is the line alone.
     assert source_excerpt(here, 10, since=12)["since"] == 10
     assert source_excerpt(here, 10, since=0)["since"] == 10
+
+
+def test_a_cell_frame_standing_for_several_lines_says_all_of_them():
+    # The source box's title said "line 24" for a code blame's frame of lines 20-24.
+    name = "<ipython-input-9-0123456789ab>"
+    linecache.cache[name] = (30, None, [f"x{i} = {i}\n" for i in range(1, 30)], name)
+    assert source_excerpt(name, 24, since=20)["label"] == "Cell In [9], lines 20-24"
+    assert source_excerpt(name, 24)["label"] == "Cell In [9], line 24"

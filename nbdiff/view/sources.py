@@ -33,6 +33,13 @@ def _loaded_files(_modules: int) -> frozenset[str]:
     return frozenset(os.path.realpath(f) for m in list(sys.modules.values()) if (f := getattr(m, "__file__", None)))
 
 
+def _span_label(filename: str, since: int, lineno: int) -> str:
+    """``Cell In [5], lines 20-24`` for a frame standing for several lines (a layer's own code between
+    two sublayers), ``Cell In [5], line 24`` for one."""
+    label = frame_label(filename, lineno)
+    return label.replace(f"line {lineno}", f"lines {since}-{lineno}") if since < lineno else label
+
+
 def source_excerpt(filename: str, lineno: int, context: int = 6, since: int | None = None) -> dict[str, Any]:
     """``{kind, file, line, first, lines, relpath, since}``: ``kind`` is ``cell`` (the whole cell) or ``file``.
 
@@ -51,7 +58,7 @@ def source_excerpt(filename: str, lineno: int, context: int = 6, since: int | No
     if is_cell(filename) or cell_number(filename) is not None:
         return dict(
             kind="cell", file=filename, line=lineno, first=1, lines=cell_lines(filename), relpath=None,
-            label=frame_label(filename, lineno), since=since,
+            label=_span_label(filename, since, lineno), since=since,
         )  # fmt: skip
     lo = max(1, since - context)
     hi = min(len(lines), lineno + context)

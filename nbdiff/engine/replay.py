@@ -340,7 +340,6 @@ class Replayer:
                 return None
             grads = fw.grad(outs, targets, gouts)
         if state.changed:
-            self.kept_state = True
             return None  # it keeps state between calls: run again, it is not the call of the step
         k = sum(1 for x in ins if fw.requires_grad(x))
         in_grads = [None if g is None else fw.to_numpy(g) for g in grads[:k]]

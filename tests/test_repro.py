@@ -282,3 +282,28 @@ def test_a_script_that_cannot_run_exits_2_and_says_why(tmp_path):
     (tmp_path / "repro" / "repro.safetensors").unlink()
     run = _run(script)
     assert run.returncode == 2 and "could not run: FileNotFoundError" in run.stderr, run.stdout + run.stderr
+
+
+def test_a_class_defined_inside_a_cells_block_is_written_at_the_top_level():
+    """A class defined under an `if` of its cell came out indented: the script could not be read."""
+    from IPython.core.interactiveshell import InteractiveShell
+
+    from nbdiff.report.cell_classes import CellDefinitions
+
+    shell = InteractiveShell.instance()
+    try:
+        cells = [
+            "import torch",
+            "OFFSET = 0.5\nif True:\n    class Shift(torch.nn.Module):\n        def forward(self, x):\n            return x + OFFSET",
+        ]
+        for text in cells:
+            assert shell.run_cell(text, store_history=True).success
+        found = CellDefinitions()
+        assert found.add(shell.user_ns["Shift"])
+        source = found.source()
+    finally:
+        InteractiveShell.clear_instance()
+    assert "\nclass Shift(torch.nn.Module):" in source and "OFFSET = 0.5" in source, source
+    namespace: dict = {}
+    exec(compile(source, "repro.py", "exec"), namespace)  # the script's own text, as it would run
+    assert namespace["Shift"]()(torch.ones(2)).tolist() == [1.5, 1.5]

@@ -14,6 +14,7 @@ import builtins
 import inspect
 import linecache
 import sys
+import textwrap
 from typing import Any
 
 __all__ = ["CellDefinitions"]
@@ -95,14 +96,19 @@ def _definition_block(obj: Any) -> str | None:
         if isinstance(node, kinds) and node.name == obj.__name__:
             start = min([node.lineno, *(d.lineno for d in node.decorator_list)])
             if start <= code.co_firstlineno <= (node.end_lineno or 0):
-                return "\n".join(text.splitlines()[start - 1 : node.end_lineno])
+                # Dedented: a definition inside a cell's `if` or `with` is written at the script's top level.
+                return textwrap.dedent("\n".join(text.splitlines()[start - 1 : node.end_lineno]))
     return None
 
 
 def _free_names(block: str) -> list[str]:
     """Names the code reads, in the order they first appear (those it binds itself are harmless extra)."""
     seen: dict[str, None] = {}
-    for node in ast.walk(ast.parse(block)):
+    try:
+        tree = ast.parse(block)
+    except SyntaxError:
+        return []
+    for node in ast.walk(tree):
         if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load):
             seen.setdefault(node.id)
     return list(seen)

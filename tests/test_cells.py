@@ -88,6 +88,7 @@ def test_a_saved_result_and_a_dump_carry_their_cells_to_another_process(tmp_path
         {"/tmp/ipykernel_1/1.py": {"cell": 3, "lines": [7]}},
         {"/tmp/ipykernel_1/1.py": {"cell": True, "lines": ["x"]}},
         {"/etc/passwd": {"cell": 3, "lines": ["x"]}},
+        {"/home/me/project/ipykernel_notes/model.py": {"cell": 3, "lines": ["x"]}},
     ],
 )
 def test_cells_that_do_not_fit_are_refused_naming_the_file(cells):

@@ -10,6 +10,7 @@ cell's number and text (:func:`cells_of`), and reading it back makes them known 
 from __future__ import annotations
 
 import linecache
+import re
 from collections.abc import Iterable
 from typing import Any
 
@@ -20,6 +21,9 @@ __all__ = ["cell_lines", "cells_of", "is_cell", "remember_cells"]
 
 MAX_CELLS = 1000
 MAX_CELL_CHARS = 1 << 20
+_CELL_NAME = re.compile(r"<ipython-input-\d+-[0-9a-f]+>|.*[/\\]ipykernel_\d+[/\\]\d+\.py|<cell[^<>]*>")
+"""What IPython and ipykernel name a cell: only such a name read from a file becomes a cell here (a
+dump naming a project's real file could otherwise show other text as its source)."""
 
 
 def is_cell(filename: str) -> bool:
@@ -63,7 +67,7 @@ def remember_cells(cells: Any, where: str) -> None:
     if not isinstance(cells, dict) or len(cells) > MAX_CELLS:
         raise DumpError(f"{where}: cells is not an object of at most {MAX_CELLS} notebook cells; the file was edited.")
     for name, cell in cells.items():
-        ok = isinstance(cell, dict) and is_cell(name) and len(name) <= 4096
+        ok = isinstance(cell, dict) and len(name) <= 4096 and _CELL_NAME.fullmatch(name) is not None
         n, lines = (cell.get("cell"), cell.get("lines")) if ok else (None, None)
         if not (isinstance(n, int) and not isinstance(n, bool) and 0 <= n < 10**9):
             raise DumpError(f"{where}: cells[{name[:80]!r}] has no cell number; the file was edited.")

@@ -14,16 +14,16 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from nbdiff.align.layer_map import LayerMap
-from nbdiff.align.pairing import Pairing, pair_forward
+from nbdiff.align.pairing import Pairing
 from nbdiff.engine.backward import GradsOf, backward_diffs
 from nbdiff.engine.conditioning import MARGIN, Floor, Noise
 from nbdiff.engine.drift import Explanation
 from nbdiff.engine.forward import api_local, forward_diffs
 from nbdiff.engine.outside import Writes, as_outside
 from nbdiff.engine.step_size import noted, step_sizes_apart
+from nbdiff.engine.step_structure import final_backward, final_forward, pair_step, paired_children, paired_parents
 from nbdiff.engine.types import Plans, StepRecord, TolFn
 from nbdiff.engine.updates import GradientSpread, Updates, name_parameter, update_diffs
-from nbdiff.errors import PairingError
 from nbdiff.judge.blame import Divergence, EventDiff, blame_all, first_nonfinite
 from nbdiff.judge.metrics import TensorDiff
 from nbdiff.judge.unpaired import with_unpaired
@@ -208,7 +208,7 @@ class StepComparer:
     def pair(self, brec: StepRecord, rrec: StepRecord, plan: bool = True) -> tuple[Pairing, list[str]]:
         """The step's layer calls paired; the first one paired with ``plan`` decides the weight plans
         (returned notes: what that plan found)."""
-        pairing = _pair(brec, rrec, self.layer_map, *self.layers(), self.require_pairs)
+        pairing = pair_step(brec, rrec, self.layer_map, *self.layers(), self.require_pairs)
         self.paired(pairing)
         return pairing, self.plan_from(pairing) if plan else []
 
@@ -253,13 +253,13 @@ class StepComparer:
         found: list[Divergence] = []
         amplified = None
         if self.diff_phase != "backward":
-            up = _paired_parents(fwd, brec.forward)
-            kids = _paired_children(fwd, up)
+            up = paired_parents(fwd, brec.forward)
+            kids = paired_children(fwd, up)
             # The loss is computed from the model's outputs: its own error is measurable only where they agree.
-            agree = all(d.passed for d in fwd if _final_forward(d) and d.base.kind is Kind.LAYER)
+            agree = all(d.passed for d in fwd if final_forward(d) and d.base.kind is Kind.LAYER)
             failing = {d.base.order for d in fwd if not d.passed}
             local = lambda d: self._local_or_received(d, kids.get(d.base.order, []), agree, failing)  # noqa: E731
-            found, fwd = blame_all(fwd, local, _final_forward, noise, every, parent_of=up)
+            found, fwd = blame_all(fwd, local, final_forward, noise, every, parent_of=up)
             fwd, found = self.with_evidence(fwd, found)
             found = self._unless_drift(found, drift, out.notes)
             said = self.amplified_rounding()
@@ -273,28 +273,7 @@ class StepComparer:
         # Backward is measured on base's inputs and output gradients: its own errors show after a
         # forward one too (a backward-only bug in a port that also has a forward bug).
         if bwd and (every or not found):
-            bup = _paired_parents(bwd, brec.backward)
-            bkids = _paired_children(bwd, bup)
-            local = lambda d: self.local_backward(brec, rrec, d, bkids.get(d.base.order, []))  # noqa: E731
-            more, bwd = blame_all(bwd, local, _final_backward, noise, every, False, parent_of=bup)
-            more = self._unless_drift(more, drift, out.notes)
-            # Only where the forward found nothing: its inputs' differences were then accepted there.
-            if (
-                more
-                and more[0].where == "accumulated"
-                and not found
-                and (said := self.rounding_gated(brec, rrec, more[0]))
-            ):
-                more = _explained(more, Explanation(said), out.notes)
-            more = _explained(more, amplified, [])  # the forward's note says it
-            # A gradient made NaN/Inf from finite ones (a custom backward) is where it comes from.
-            made = None if any(f.where == "nonfinite" for f in found) else first_nonfinite(bwd, self.read, True)
-            if made is not None:
-                same = lambda f: (
-                    (f.base_path, f.event and f.event.base.call)
-                    == (made.base_path, made.event and made.event.base.call)
-                )  # noqa: E731
-                more = [made, *(m for m in more if not same(m) and m.where != "accumulated")]
+            bwd, more = self._blame_backward(brec, rrec, bwd, found, noise, every, drift, amplified, out.notes)
             found += [m for m in more if not (found and m.where == "accumulated")]
         found = [self.how_local(f) for f in found]
         out.findings = [with_unpaired(f, pairing) if f.where == "between" else f for f in found]
@@ -303,6 +282,38 @@ class StepComparer:
         if noise is not None and noise.dismissed:
             out.notes += [_conditioning_note(e, err, limit) for e, err, limit in noise.dismissed[:3]]
         return out
+
+    def _blame_backward(
+        self,
+        brec: StepRecord,
+        rrec: StepRecord,
+        bwd: list[EventDiff],
+        found: list[Divergence],
+        noise: Noise | None,
+        every: bool,
+        drift: Explanation | Callable[[], Explanation | None] | None,
+        amplified: Explanation | None,
+        notes: list[str],
+    ) -> tuple[list[EventDiff], list[Divergence]]:
+        """The backward's own errors, measured on base's inputs and output gradients, after the forward's
+        ``found``; the diffs with their local errors filled in."""
+        bup = paired_parents(bwd, brec.backward)
+        bkids = paired_children(bwd, bup)
+        local = lambda d: self.local_backward(brec, rrec, d, bkids.get(d.base.order, []))  # noqa: E731
+        more, bwd = blame_all(bwd, local, final_backward, noise, every, False, parent_of=bup)
+        more = self._unless_drift(more, drift, notes)
+        # Only where the forward found nothing: its inputs' differences were then accepted there.
+        if more and more[0].where == "accumulated" and not found and (said := self.rounding_gated(brec, rrec, more[0])):
+            more = _explained(more, Explanation(said), notes)
+        more = _explained(more, amplified, [])  # the forward's note says it
+        # A gradient made NaN/Inf from finite ones (a custom backward) is where it comes from.
+        made = None if any(f.where == "nonfinite" for f in found) else first_nonfinite(bwd, self.read, True)
+        if made is not None:
+            same = lambda f: (
+                (f.base_path, f.event and f.event.base.call) == (made.base_path, made.event and made.event.base.call)
+            )  # noqa: E731
+            more = [made, *(m for m in more if not same(m) and m.where != "accumulated")]
+        return bwd, more
 
     def whole_step(
         self, k: int, brec: StepRecord, rrec: StepRecord, source: StepSource, pairing: Pairing | None = None
@@ -406,72 +417,3 @@ def _conditioning_note(e: Event, err: float, limit: float) -> str:
         "the computation amplifies rounding here (e.g. a train-mode BatchNorm over few values), so it is not "
         "reported as a divergence"
     )
-
-
-def _pair(
-    brec: StepRecord,
-    rrec: StepRecord,
-    layer_map: LayerMap | None,
-    blayers: dict[str, Any],
-    rlayers: dict[str, Any],
-    required: bool = True,
-) -> Pairing:
-    b = [e for e in brec.forward if e.kind is Kind.LAYER]
-    r = [e for e in rrec.forward if e.kind is Kind.LAYER]
-    pairing = pair_forward(b, r, layer_map, blayers or None, rlayers or None)
-    nb, nr = len(pairing.pairs) + len(pairing.unmatched_base), len(pairing.pairs) + len(pairing.unmatched_raw)
-    inner = [p for p in pairing.pairs if p.base.depth > 0 or p.raw.depth > 0]
-    # Structures that differ a lot still pair what they can (blame then names the first layer that
-    # differs); only two models with sublayers and not one pair between them is an error.
-    if required and (not pairing.pairs or (not inner and pairing.unmatched_base and pairing.unmatched_raw)):
-        # The roots rarely tell the user anything: name the first unpaired sublayers.
-        ub = next((e for e in pairing.unmatched_base if e.path), next(iter(pairing.unmatched_base), None))
-        ur = next((e for e in pairing.unmatched_raw if e.path), next(iter(pairing.unmatched_raw), None))
-        show = lambda e: (
-            "none" if e is None else f"`{e.path or '<root>'}` ({e.type_name}, outputs {[t.shape for t in e.outputs]})"
-        )  # noqa: E731
-        raise PairingError(
-            f"The two models' layer calls could not be paired: {len(pairing.unmatched_base)} of {nb} base and "
-            f"{len(pairing.unmatched_raw)} of {nr} raw calls have no counterpart. First unpaired: base {show(ub)}, "
-            f"raw {show(ur)}. Pair them explicitly: LayerMap({{{ub.path if ub else 'base.path'!r}: "
-            f"{ur.path if ur else 'raw.path'!r}}}), or ignore layers with LayerMap(ignore=[...])."
-        )
-    return pairing
-
-
-def _final_forward(d: EventDiff) -> bool:
-    """The model's own outputs and the loss: what the user sees of a forward pass."""
-    return d.base.kind is Kind.LOSS or (d.base.kind is Kind.LAYER and d.base.parent is None and d.base.depth == 0)
-
-
-def _final_backward(d: EventDiff) -> bool:
-    """Parameter gradients: what the optimizer sees of a backward pass."""
-    params = {t.name for t in d.raw.params} | {t.name for t in d.base.params}
-    return any(not t.passed and t.name in params for t in d.tensors) or bool(
-        params and any(not t.passed and not t.name.startswith("in") for t in d.tensors)
-    )
-
-
-def _paired_parents(diffs: list[EventDiff], everything: list[Event]) -> dict[int, int | None]:
-    """Base order of each compared layer call -> its nearest compared ancestor's: a block left unpaired
-    between them (torchvision's ``block`` Sequential, which paddle.vision does not have) is looked through,
-    so the ancestor's own error leaves out what its paired sublayers made."""
-    parent = {e.order: e.parent for e in everything}
-    paired = {d.base.order for d in diffs if d.base.kind is Kind.LAYER}
-    out: dict[int, int | None] = {}
-    for d in diffs:
-        p = d.base.parent
-        while p is not None and p not in paired:
-            p = parent.get(p)
-        out[d.base.order] = p
-    return out
-
-
-def _paired_children(diffs: list[EventDiff], up: dict[int, int | None]) -> dict[int, list[tuple[Event, Event]]]:
-    """Base order of a layer call -> the paired layer calls under it, with no paired call between."""
-    out: dict[int, list[tuple[Event, Event]]] = {}
-    for d in diffs:
-        p = up.get(d.base.order, d.base.parent)
-        if d.base.kind is Kind.LAYER and p is not None:
-            out.setdefault(p, []).append((d.base, d.raw))
-    return out

@@ -105,8 +105,7 @@ class Recorder:
 
     # -- context -------------------------------------------------------------
     def __enter__(self) -> Recorder:
-        # Whole or not at all: a Ctrl-C between registering a hook and keeping its handle left the hook on
-        # the user's layer (and the unraisable hook set) with nothing to remove them; it is raised after.
+        # Whole or not at all: a Ctrl-C between a hook and its kept handle left it on; it is raised after.
         try:
             with interrupts_deferred():
                 lost_interrupts_kept(True)
@@ -345,12 +344,10 @@ class Recorder:
         return value
 
     def _remember(self, t: Any, key: tuple[int, int], record: TensorRecord) -> None:
-        """Find ``record`` for ``t`` while ``t`` lives. Only a weak reference: holding the tensor
-        kept every output the model itself lets go of (a Linear's, once the next layer has it)
-        until the step's end, 16 MiB more peak on a 16-layer MLP. A lookup checks that the entry's
-        tensor is still the one asked about (its id may be another's once it died). No callback at
-        its death: a Ctrl-C that lands in a weak reference's callback is printed and dropped, and
-        the user's loop ran on ("Exception ignored in: <function Recorder._remember.<locals>...")."""
+        """Find ``record`` for ``t`` while ``t`` lives. A weak reference: holding the tensor kept every
+        output the model lets go of until the step's end (16 MiB more peak on a 16-layer MLP); a lookup
+        checks the entry's tensor is still the one asked about (a dead one's id is reused). No callback
+        at its death: a Ctrl-C landing in one is printed and dropped, and the user's loop ran on."""
         try:
             self._copies[key] = (weakref.ref(t), record)
         except TypeError:  # no weak references: held instead, till the step ends

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import threading
 import warnings
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
@@ -30,6 +30,7 @@ from nbdiff.trace.capture import BATCH_NORMS, Capture
 from nbdiff.trace.constructors import NotRebuildable, constructor_of
 from nbdiff.trace.events import Event, Kind, Phase, TensorRecord, changed
 from nbdiff.trace.layer_paths import relative
+from nbdiff.trace.mesh import Mesh
 from nbdiff.trace.session import ModelSession, Weights
 from nbdiff.trace.store import DUMP_TYPES
 from nbdiff.trace.writer import DumpWriter
@@ -55,6 +56,13 @@ class record:
     step index), ``tensors`` the values of some layers only (the rest as statistics), for example
     ``tensors=result.blamed_paths("raw"), steps=[result.first_divergence.step]`` after a first
     comparison of statistics dumps. Both sides must be recorded with the same selection.
+
+    Distributed jobs: every rank records its own folder. A job on several mesh dimensions says its
+    mesh, ``mesh=`` torch's ``DeviceMesh`` (found on the parameters where ``fully_shard`` or
+    ``parallelize_module`` put it) or ``{"dp": 2, "tp": 2}`` (ranks row-major, as fleet lays them),
+    and ``compare`` gathers each tensor over it. ``data_parallel`` names the dimensions the batch is
+    split along (default: those named like ``dp``, ``fsdp``, ``data``), ``dp_reduce`` how their
+    gradients are reduced (``mean``, DDP's and FSDP's, or ``sum``).
     """
 
     def __init__(
@@ -74,6 +82,9 @@ class record:
         depth: int | None = None,
         steps: int | Iterable[int] | Callable[[int], bool] | None = None,
         tensors: Sequence[str] | str | None = None,
+        mesh: Any = None,
+        data_parallel: str | Sequence[str] | None = None,
+        dp_reduce: str = "mean",
     ) -> None:
         if dump_type not in DUMP_TYPES:
             raise OptionError(f"dump_type={dump_type!r} is not one of {DUMP_TYPES}.")
@@ -88,6 +99,7 @@ class record:
         check_recordable((self.fw,), (model,), ("the model",))
         self.model = model
         self.dump_dir = Path(dump_dir)
+        self._mesh_args = (mesh, data_parallel, dp_reduce)
         self.options = dict(
             dump_type=dump_type, mode=mode, scope=list(scope or []), filter_data=filter_data,
             filter_stack=filter_stack, retain_backward=retain_backward,
@@ -109,6 +121,8 @@ class record:
             rank=rank, world_size=world, api_level=self.api_level, **{k: v for k, v in self.options.items() if k != "dump_type"},
             capture=self.capture.described or {},
         )  # fmt: skip
+        if (mesh := self._mesh(rank, world)) is not None:
+            meta["mesh"] = mesh.to_json()
         self._layers = dict(self.fw.named_layers(self.model))
         # Each layer's own parameters, read once: every step's updates and gradients look them up.
         self._params = {path: dict(self.fw.direct_params(layer)) for path, layer in self._layers.items()}
@@ -158,6 +172,21 @@ class record:
             raise
         return self
 
+    def _mesh(self, rank: int, world: int) -> Mesh | None:
+        """The mesh the job runs on (given, or the one its parameters lie on); ``None`` for one
+        tensor-parallel dimension, which needs none (every rank holds a shard)."""
+        given, data_parallel, reduce = self._mesh_args
+        if isinstance(given, Mapping):
+            return Mesh.of_sizes(given, rank, world, data_parallel, reduce)
+        facts = self.fw.mesh_of(given, self.model)
+        if facts is None:
+            if data_parallel is not None:
+                raise OptionError(f"record(data_parallel={data_parallel!r}) needs the mesh: mesh={{'dp': {world}}}, or "
+                                  "the framework's device mesh.")  # fmt: skip
+            return None
+        mesh = Mesh.made(*facts, data_parallel, reduce)
+        return mesh if given is not None or len(mesh.shape) > 1 or mesh.data_parallel else None
+
     def _start_recording(self, background: bool) -> None:
         """The hooks and listeners of a recording whose writer is made (``background``: it writes in its thread)."""
         assert self._writer is not None
@@ -175,7 +204,8 @@ class record:
         # What each optimizer step left: a parameter written after it is the user's write, kept apart.
         session = self._session
         stepped = lambda opt: session.stepped({id(p) for p in optimizer_params(opt)})  # noqa: E731
-        self._stack.enter_context(self.fw.optimizer_steps(lambda opt: None, stepped))
+        applied = lambda opt: session.distributed_grads({id(p) for p in optimizer_params(opt)})  # noqa: E731
+        self._stack.enter_context(self.fw.optimizer_steps(applied, stepped))
         # What lives now is out of the collector's passes while the loop records (engine/gc_pause).
         self._stack.enter_context(gc_frozen())
 

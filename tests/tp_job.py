@@ -2,7 +2,9 @@
 
 ``python tests/tp_job.py OUT`` trains the model in one process; ``torchrun --nproc_per_node N
 tests/tp_job.py OUT --tp`` trains it with torch's own tensor parallelism (``up`` column-parallel,
-``down`` row-parallel) over N ranks. ``--bug-rank R --bug-step S``: from step S on, rank R's
+``down`` row-parallel) over N ranks. ``--dp D`` adds data parallelism: a ``(D, N/D)`` mesh named
+``("dp", "tp")``, each data-parallel rank training on its slice of the batch, gradients averaged over
+``dp`` by hand (as a training loop without a wrapper does), or sharded with ``fully_shard`` (``--fsdp``). ``--bug-rank R --bug-step S``: from step S on, rank R's
 activation computes something else (a bug in one rank's shard). Two SGD steps (``--steps``), recorded
 with ``nbdiff.record``.
 """
@@ -58,22 +60,42 @@ def main() -> None:
     ap.add_argument("--bug-rank", type=int, default=-1)
     ap.add_argument("--bug-step", type=int, default=0)
     ap.add_argument("--dump-type", default="tensor", help="record's dump_type (statistics for big models)")
+    ap.add_argument("--dp", type=int, default=1, help="data-parallel degree (the mesh is (dp, ranks/dp))")
+    ap.add_argument("--fsdp", action="store_true", help="fully_shard over the data-parallel dimension")
     ap.add_argument("--steps", type=int, default=2, help="SGD steps recorded (benchmarks/bench_ranks.py: 20)")
     args = ap.parse_args()
     torch.manual_seed(0)
     model = Model(args.bug_rank, args.bug_step)
+    tokens = torch.randint(0, 32, (4, 5), generator=torch.Generator().manual_seed(1))
+    mesh, dp_group = None, None
     if args.tp:
         from torch.distributed.device_mesh import init_device_mesh
         from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
 
         dist.init_process_group("gloo")
-        mesh = init_device_mesh("cpu", (dist.get_world_size(),))
-        parallelize_module(model, mesh, {"up": ColwiseParallel(), "down": RowwiseParallel()})
+        world = dist.get_world_size()
+        if args.dp > 1:
+            mesh = init_device_mesh("cpu", (args.dp, world // args.dp), mesh_dim_names=("dp", "tp"))
+            tp_mesh, dp_group = mesh["tp"], mesh["dp"].get_group()
+            rows = len(tokens) // args.dp
+            tokens = tokens[mesh.get_coordinate()[0] * rows :][:rows]  # this data-parallel rank's slice
+        else:
+            tp_mesh = init_device_mesh("cpu", (world,))
+        parallelize_module(model, tp_mesh, {"up": ColwiseParallel(), "down": RowwiseParallel()})
+        if args.fsdp:
+            from torch.distributed.fsdp import fully_shard
+
+            fully_shard(model, mesh=mesh["dp"])
+            dp_group = None  # fully_shard averages the gradients itself
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    tokens = torch.randint(0, 32, (2, 5), generator=torch.Generator().manual_seed(1))
-    with nbdiff.record(model, args.out, dump_type=args.dump_type):
+    with nbdiff.record(model, args.out, dump_type=args.dump_type, mesh=mesh):
         for _ in range(args.steps):
             model(tokens).square().mean().backward()
+            if dp_group is not None:
+                for p in model.parameters():
+                    g = p.grad.to_local() if hasattr(p.grad, "to_local") else p.grad
+                    dist.all_reduce(g, group=dp_group)
+                    g /= args.dp
             opt.step()
             opt.zero_grad()
     if args.tp:

@@ -25,16 +25,17 @@ The rules are data (:data:`SHARD_RULES`); :func:`register_shard_rule` adds other
 from __future__ import annotations
 
 import fnmatch
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
+from nbdiff.align.data_parallel import data_parallel_groups, joined_groups, run_mesh
+from nbdiff.align.gathering import Gathering, event_key, fit_layout, joined_stats, mate_record, same_record
 from nbdiff.errors import DumpError, OptionError
 from nbdiff.trace.events import Event, Phase, TensorRecord, changed
-from nbdiff.trace.stats import Stats, concatenated_stats
+from nbdiff.trace.mesh import Mesh, Placement, placements
 
 __all__ = [
     "SHARD_RULES",
@@ -133,16 +134,6 @@ _HELD = 3
 
 
 @dataclass
-class Gathering:
-    """How one gathered tensor was put together, for naming the rank whose shard differs."""
-
-    layout: str
-    """``shard(d)`` (``d`` non-negative), ``replicate`` or ``partial``."""
-    shards: list[np.ndarray | None]
-    """Each rank's own values (``None`` where only statistics were kept)."""
-
-
-@dataclass
 class Gathered:
     """Both runs' steps, each whole: one side gathered from its ranks (or both, degrees differing)."""
 
@@ -173,25 +164,47 @@ class Gathered:
         """Step ``k`` of both runs, every tensor whole."""
         if k not in self._steps:
             self._into = self.gatherings[k] = {}
-            a_ranks = [d.steps[k] for d in self.a]
-            b_ranks = [d.steps[k] for d in self.b]
-            a_whole = a_ranks[0] if len(a_ranks) == 1 else None
-            b_whole = b_ranks[0] if len(b_ranks) == 1 else None
-            a = a_whole if a_whole is not None else self._gather(a_ranks, self.a, b_whole, k)
-            b = b_whole if b_whole is not None else self._gather(b_ranks, self.b, a_whole, k)
-            self._steps[k] = (a, b)
+            ranks = ([d.steps[k] for d in self.a], [d.steps[k] for d in self.b])
+            whole: list[list[Event] | None] = [r[0] if len(r) == 1 else None for r in ranks]
+            # The side of fewer ranks first: gathered, its shapes tell the other's layouts.
+            for side in sorted((0, 1), key=lambda s: len(ranks[s])):
+                if whole[side] is None:
+                    whole[side] = self._whole(ranks[side], (self.a, self.b)[side], whole[1 - side], k)
+            self._steps[k] = (whole[0], whole[1])  # type: ignore[assignment]
             for old in sorted(self._steps)[:-_HELD]:
                 del self._steps[old], self.gatherings[old]
         return self._steps[k]
+
+    def _whole(self, ranks: list[list[Event]], dumps: list[Any], other: list[Event] | None, k: int) -> list[Event]:
+        """One run's step gathered: each data-parallel group's tensor-parallel shards, then the groups."""
+        mesh = run_mesh(dumps)
+        if mesh is None or not mesh.data_parallel:
+            return self._gather(ranks, dumps, other, k, mesh)
+        groups = data_parallel_groups(dumps)
+        wholes, parts = [], {}
+        for members in groups:
+            if len(members) == 1:
+                wholes.append([e for e in ranks[members[0]] if e.phase is not Phase.WEIGHTS])
+                continue
+            # Within a group the batch is a slice of the other run's: its shapes tell nothing here.
+            wholes.append(self._gather([ranks[i] for i in members], [dumps[i] for i in members], None, k, mesh))
+            for key in list(self._into):
+                parts[key] = self._into.pop(key)
+        return joined_groups(
+            wholes, other, mesh, [[int(dumps[i].meta["rank"]) for i in m] for m in groups], parts, self._into,
+            self._note, k,
+        )  # fmt: skip
 
     def _note(self, text: str) -> None:
         if text not in self._said:
             self._said.add(text)
             self.notes.append(text)
 
-    def _gather(self, ranks: list[list[Event]], dumps: list[Any], other: list[Event] | None, k: int) -> list[Event]:
-        keyed = [{_key(e): e for e in events} for events in ranks]
-        others = {_key(e): e for e in other} if other is not None else {}
+    def _gather(
+        self, ranks: list[list[Event]], dumps: list[Any], other: list[Event] | None, k: int, mesh: Mesh | None = None
+    ) -> list[Event]:
+        keyed = [{event_key(e): e for e in events} for events in ranks]
+        others = {event_key(e): e for e in other} if other is not None else {}
         framework = str(dumps[0].meta["framework"])
         mate_framework = str((self.b if dumps is self.a else self.a)[0].meta["framework"])
         known: dict[int, str] = {}  # id of rank 0's values -> layout: one tensor seen by two layers
@@ -202,7 +215,7 @@ class Gathered:
                 continue
             copies = []
             for r, by_key in enumerate(keyed):
-                c = by_key.get(_key(e))
+                c = by_key.get(event_key(e))
                 if c is None:
                     raise DumpError(
                         f"{dumps[r].path}: step {k} has no {e.phase.value} call of `{e.path or '<root>'}`, which "
@@ -210,8 +223,9 @@ class Gathered:
                     )
                 copies.append(c)
             ctx = _Layer(
-                e, copies, self._rule(e, dumps[0]), others.get(_key(e)), framework, mate_framework, known, forward
-            )
+                e, copies, self._rule(e, dumps[0]), others.get(event_key(e)), framework, mate_framework, known, forward,
+                mesh, [int(d.meta["rank"]) for d in dumps],
+            )  # fmt: skip
             # What flows in is laid out first: a parameter-less layer passes its layout on.
             order = ("outputs", "inputs", "params") if e.phase is Phase.BACKWARD else ("inputs", "outputs", "params")
             slots = {
@@ -222,7 +236,9 @@ class Gathered:
         return out
 
     def _record(self, ctx: _Layer, group: str, i: int, t: TensorRecord) -> TensorRecord | None:
-        shards = [_same_record(getattr(c, group), i, t) for c in ctx.copies]
+        shards = [same_record(getattr(c, group), i, t) for c in ctx.copies]
+        tp, dp = _split(ctx, t)
+        t = changed(t, layout=tp)
         layout = self._layout(ctx, group, i, t, shards)
         if t.value is not None:
             ctx.known[id(t.value)] = layout
@@ -231,13 +247,16 @@ class Gathered:
         slot = _slot(ctx.event.phase, group)
         if slot in ("in", "grad_out") and ctx.passes is None:
             ctx.passes = layout
-        return self._joined(ctx.event, t, shards, layout)
+        return self._joined(ctx.event, t, shards, layout, ctx.rank_ids, ",".join(p.written() for p in dp))
 
     def _rule(self, e: Event, dump: Any) -> str | None:
         for pattern, rule in self.user_map.items():
             if fnmatch.fnmatchcase(e.path, pattern):
                 return rule
         weight = dump.meta.get("param_layouts", {}).get(e.path, {}).get("weight")
+        if weight:  # its tensor-parallel placement (a mesh's data-parallel ones say nothing of the rule)
+            tp = [p for p in placements(weight) if not p.name or p.name not in _data_parallel(dump)]
+            weight = tp[0].text() if len(tp) == 1 else None
         for cls in dump.layers.get(e.path) or [e.type_name]:
             if weight and (cls, weight) in RULE_BY_WEIGHT:
                 return RULE_BY_WEIGHT[(cls, weight)]
@@ -248,11 +267,6 @@ class Gathered:
     def _layout(self, ctx: _Layer, group: str, i: int, t: TensorRecord, shards: list[TensorRecord]) -> str:
         e, ndim = ctx.event, len(t.shape)
         if t.layout:
-            if "," in t.layout:
-                raise DumpError(
-                    f"`{e.path}` {t.name}: laid out over a mesh of several dimensions ({t.layout}); nbdiff gathers "
-                    "tensor parallelism over one dimension only. Record with a 1-d mesh (tensor parallel only)."
-                )
             kind, d = _parse(t.layout) or ("", 0)
             if kind == "shard" and not -ndim <= d < ndim:  # a 0-d tensor "sharded": no dimension to join along
                 raise DumpError(
@@ -266,7 +280,7 @@ class Gathered:
             return ruled
         # Shapes tell a layout where both lay the tensor out alike: values always, weights within a framework.
         alike = slot != "param" or ctx.mate_framework == ctx.framework
-        if ctx.mate is not None and alike and (fit := _fit(shards, _mate_record(ctx.mate, group, i, t.name))):
+        if ctx.mate is not None and alike and (fit := fit_layout(shards, mate_record(ctx.mate, group, i, t.name))):
             return fit
         if ruled is not None:
             return ruled
@@ -292,15 +306,18 @@ class Gathered:
     def _user(self, path: str) -> bool:
         return any(fnmatch.fnmatchcase(path, p) for p in self.user_map)
 
-    def _joined(self, e: Event, t: TensorRecord, shards: list[TensorRecord], layout: str) -> TensorRecord | None:
+    def _joined(
+        self, e: Event, t: TensorRecord, shards: list[TensorRecord], layout: str, ranks: list[int], dp: str
+    ) -> TensorRecord | None:
+        """The shards joined by ``layout`` into a whole, laid out as ``dp`` over the data-parallel groups."""
         values = [s.value for s in shards]
         kind, d = _parse(layout) or ("rank0", 0)
         if kind == "shard":
             value = np.concatenate(values, axis=d) if all(v is not None for v in values) else None
             shape = list(t.shape)
             shape[d] = sum(s.shape[d] for s in shards)
-            stats = None if value is not None else _joined_stats(shards)
-            whole = TensorRecord(t.name, tuple(shape), t.dtype, value, stats)
+            stats = None if value is not None else joined_stats(shards)
+            whole = TensorRecord(t.name, tuple(shape), t.dtype, value, stats, dp)
         elif kind == "partial":
             if any(v is None for v in values):
                 self._note(
@@ -309,10 +326,11 @@ class Gathered:
                 )
                 return None
             else:
-                whole = TensorRecord(t.name, t.shape, t.dtype, np.sum(np.stack(values), axis=0, dtype=values[0].dtype))
+                total = np.sum(np.stack(values), axis=0, dtype=values[0].dtype)
+                whole = TensorRecord(t.name, t.shape, t.dtype, total, None, dp)
         else:
-            whole = changed(t, layout="")
-        self._into[id(whole)] = Gathering(layout if kind != "rank0" else "replicate", values)
+            whole = changed(t, layout=dp)
+        self._into[id(whole)] = Gathering(layout if kind != "rank0" else "replicate", values, ranks)
         return whole
 
 
@@ -330,21 +348,31 @@ class _Layer:
     known: dict[int, str]
     forward: dict[tuple, str]
     """Each forward tensor's layout by (path, call, group, name): its gradient's, unless recorded."""
+    mesh: Mesh | None
+    """The run's mesh, where it has data-parallel dimensions beside the tensor-parallel one."""
+    rank_ids: list[int]
+    """The rank of each copy, by its number in the job."""
     passes: str | None = None
     """The layout of what flowed in first (a parameter-less layer hands it on)."""
 
 
-def _key(e: Event) -> tuple:
-    return (e.phase, e.kind, e.path, e.call)
+def _data_parallel(dump: Any) -> list[str]:
+    return list((dump.meta.get("mesh") or {}).get("data_parallel", ()))
 
 
-def _same_record(records: tuple[TensorRecord, ...], i: int, t: TensorRecord) -> TensorRecord:
-    if i < len(records) and records[i].name == t.name:
-        return records[i]
-    for r in records:
-        if r.name == t.name:
-            return r
-    raise DumpError(f"tensor {t.name!r} is recorded on one rank and not on another; the ranks ran different code.")
+def _split(ctx: _Layer, t: TensorRecord) -> tuple[str, list[Placement]]:
+    """``t``'s recorded layout as its tensor-parallel placement and its data-parallel ones."""
+    e = ctx.event
+    where = f"`{e.path or '<root>'}` {t.name} (step {e.step}, {e.phase.value})"
+    if ctx.mesh is not None:
+        return ctx.mesh.split(t.layout, where)
+    found = placements(t.layout)
+    if len(found) > 1:
+        raise DumpError(
+            f"{where}: laid out over a mesh of {len(found)} dimensions ({t.layout}), but the dump does not say the "
+            "mesh. Record with nbdiff.record(..., mesh=your_device_mesh) (or mesh={'dp': 2, 'tp': 2})."
+        )
+    return (found[0].text() if found else ""), []
 
 
 def _slot(phase: Phase, group: str, name: str = "") -> str:
@@ -369,36 +397,6 @@ def _from_rule(rule: str, slot: str, name: str, framework: str, ndim: int) -> st
             lay = spec.get(slot[5:])
             lay = "replicate" if lay == "partial" else lay
     return _normal(lay, ndim) if lay is not None else None
-
-
-def _mate_record(mate: Event, group: str, i: int, name: str) -> TensorRecord | None:
-    records = getattr(mate, group)
-    if i < len(records) and records[i].name == name:
-        return records[i]
-    return next((r for r in records if r.name == name), None)
-
-
-def _fit(shards: list[TensorRecord], whole: TensorRecord | None) -> str | None:
-    """The layout under which ``shards`` make ``whole``'s shape: the same shape is ``replicate``,
-    shards adding up along one dimension are ``shard(d)``."""
-    if whole is None or any(len(s.shape) != len(whole.shape) for s in shards):
-        return None
-    if all(s.shape == whole.shape for s in shards):
-        return "replicate"
-    for d in range(len(whole.shape)):
-        rest = [n for j, n in enumerate(whole.shape) if j != d]
-        if all([n for j, n in enumerate(s.shape) if j != d] == rest for s in shards):
-            if sum(s.shape[d] for s in shards) == whole.shape[d]:
-                return f"shard({d})"
-    return None
-
-
-def _joined_stats(shards: list[TensorRecord]) -> Stats | None:
-    """Statistics of the concatenation, from each shard's (population) statistics."""
-    stats = [s.statistics() for s in shards]
-    if any(s is None for s in stats):
-        return None
-    return concatenated_stats([(s, math.prod(t.shape)) for s, t in zip(stats, shards)])  # type: ignore[misc]
 
 
 def shard_slices(layout: str, shards: Sequence[np.ndarray | None], whole: np.ndarray) -> list[np.ndarray] | None:

@@ -166,8 +166,9 @@ class Framework(Protocol):
 
     def layout_of(self, tensor: Any) -> str:
         """How a distributed tensor is laid out over the ranks, as the framework says it
-        (``shard(1)``, ``replicate``, ``partial``; several mesh dimensions comma-separated);
-        ``""`` for a plain tensor, whose layout the framework does not say."""
+        (``shard(1)``, ``replicate``, ``partial``; several mesh dimensions comma-separated, each
+        ``@name`` where the mesh names it; :mod:`nbdiff.trace.mesh`); ``""`` for a plain tensor,
+        whose layout the framework does not say."""
         return ""
 
     def requires_grad(self, tensor: Any) -> bool: ...
@@ -223,6 +224,12 @@ class Framework(Protocol):
     def distributed_rank(self) -> tuple[int, int] | None:
         """``(rank, world size)`` when a distributed job is initialised, else ``None``."""
         ...
+
+    def mesh_of(self, mesh: Any, model: Any) -> tuple[tuple[int, ...], tuple[str, ...], tuple[int, ...]] | None:
+        """``(shape, dimension names, this rank's coordinate)`` of the framework's device mesh
+        ``mesh`` or, where ``mesh`` is ``None``, of the named mesh ``model``'s distributed
+        parameters lie on; ``None`` where there is none."""
+        return None
 
     def api_tracing(self, callback: Any) -> AbstractContextManager[Any]:
         """While active, ``callback(name, args, kwargs, output)`` follows each framework API call."""

@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from nbdiff.errors import OptionError
 from nbdiff.frameworks.base import cores, framework_class_names, own_entries, spread_around
 
 __all__ = ["TorchFramework"]
@@ -165,7 +166,11 @@ class TorchFramework:
     def layout_of(self, tensor: Any) -> str:
         if type(tensor) is torch.Tensor or not hasattr(tensor, "placements"):
             return ""
-        return ",".join(_placement(p, tensor.ndim) for p in tensor.placements)
+        names = tensor.device_mesh.mesh_dim_names or ()
+        return ",".join(
+            _placement(p, tensor.ndim) + (f"@{names[i]}" if i < len(names) else "")
+            for i, p in enumerate(tensor.placements)
+        )
 
     def requires_grad(self, tensor: Any) -> bool:
         return bool(tensor.requires_grad)
@@ -238,6 +243,26 @@ class TorchFramework:
         if dist.is_available() and dist.is_initialized():
             return int(dist.get_rank()), int(dist.get_world_size())
         return None
+
+    def mesh_of(self, mesh: Any, model: Any) -> tuple[tuple[int, ...], tuple[str, ...], tuple[int, ...]] | None:
+        if mesh is None:
+            # The mesh of the first named DTensor parameter (FSDP's, or parallelize_module's submesh),
+            # widened to the mesh it was cut from: a (dp, tp) job's parameters may lie on "tp" alone.
+            for p in model.parameters():
+                sub = getattr(p, "device_mesh", None)
+                if sub is not None and sub.mesh_dim_names:
+                    root = sub._get_root_mesh() if hasattr(sub, "_get_root_mesh") else sub
+                    mesh = root if root.mesh_dim_names else sub
+                    break
+            else:
+                return None
+        if not hasattr(mesh, "get_coordinate"):
+            raise OptionError(f"record(mesh={type(mesh).__name__}): expected torch's DeviceMesh or {{name: size}}.")
+        names = tuple(mesh.mesh_dim_names or (f"dim{i}" for i in range(mesh.ndim)))
+        coordinate = mesh.get_coordinate()
+        if coordinate is None:
+            raise OptionError("record(mesh=...): this rank is not on the mesh given; pass the mesh it runs on.")
+        return tuple(mesh.mesh.shape), names, tuple(int(c) for c in coordinate)
 
     def api_tracing(self, callback: Any) -> AbstractContextManager[Any]:
         """Report every torch function, ``torch.nn.functional`` call and Tensor method/operator."""
@@ -341,7 +366,10 @@ _MODULE_INTERNALS = frozenset(vars(torch.nn.Module())) | {"training"}
 
 
 def _placement(p: Any, ndim: int) -> str:
-    """One DTensor placement as a dump names it (``Shard(-1)`` of a 3-d tensor is ``shard(2)``)."""
+    """One DTensor placement as a dump names it (``Shard(-1)`` of a 3-d tensor is ``shard(2)``; FSDP's
+    shard of a tensor-parallel shard, ``_StridedShard(0, sf=2)``, is ``strided(0,2)``)."""
+    if getattr(p, "split_factor", None) is not None:  # not is_shard(): it was recorded as replicate
+        return f"strided({p.dim % max(ndim, 1)},{int(p.split_factor)})"
     if p.is_shard():
         return f"shard({p.dim % max(ndim, 1)})"
     return "partial" if p.is_partial() else "replicate"

@@ -21,12 +21,14 @@ def build_events(
     loss: Any | None,
     grad_of: Callable[[Any], np.ndarray | None],
     backward: bool,
+    params_of: Callable[[Any], list[tuple[str, Any]]] | None = None,
 ) -> tuple[list[Event], list[Event], list[str]]:
     """Forward and backward events of ``calls`` (one step), plus warnings.
 
     Backward events come in backward order: the reverse of the forward call starts, which
     puts every layer after its sublayers, as autograd runs them. ``grad_of(param)`` gives a
-    parameter's gradient for the step.
+    parameter's gradient for the step; ``params_of(layer)`` its own parameters as ``grad_of`` knows
+    them (default: as the layer holds them now).
     """
     forward = _forward_events(fw, calls, step)
     if loss is not None:
@@ -36,7 +38,7 @@ def build_events(
         forward.append(
             Event(step, Phase.FORWARD, Kind.LOSS, len(forward), "<loss>", "Loss", 0, 0, None, False, (), (record,))
         )
-    grads = _backward_events(fw, calls, step, forward, grad_of) if backward else []
+    grads = _backward_events(fw, calls, step, forward, grad_of, params_of or fw.direct_params) if backward else []
     return forward, link_backward_parents(grads), []
 
 
@@ -73,7 +75,12 @@ def _forward_events(fw: Framework, calls: list[Call], step: int) -> list[Event]:
 
 
 def _backward_events(
-    fw: Framework, calls: list[Call], step: int, forward: list[Event], grad_of: Callable[[Any], np.ndarray | None]
+    fw: Framework,
+    calls: list[Call],
+    step: int,
+    forward: list[Event],
+    grad_of: Callable[[Any], np.ndarray | None],
+    params_of: Callable[[Any], list[tuple[str, Any]]],
 ) -> list[Event]:
     """Each layer call's gradients, in backward order; a parameter's gradient goes with the last call of
     its layer (the first met going backward)."""
@@ -85,7 +92,7 @@ def _backward_events(
         if f is None or rec.api:
             continue
         params = []
-        for pname, p in fw.direct_params(rec.layer):
+        for pname, p in params_of(rec.layer):
             if id(p) in seen_params or not fw.is_trainable(p):
                 continue
             g = grad_of(p)

@@ -95,6 +95,8 @@ class Recorder:
         self._busy = False  # inside our own hooks: their tensor ops are not the user's API calls
         self._keeping = False  # this recorder keeps lost interrupts (lost_interrupts_kept)
         self._api_ctx: Any = None
+        self._own_params: dict[int, list[tuple[str, Any]]] = {}
+        """``id`` of a layer -> its parameters as the recording began."""
         self.param_grads: dict[int, np.ndarray] = {}
         """``id`` of a parameter -> the copy of its gradient the step's events hold (read once)."""
         self.on_copy: Callable[[np.ndarray], Any] | None = None
@@ -111,6 +113,9 @@ class Recorder:
                 lost_interrupts_kept(True)
                 self._keeping = True
                 for path, layer in self.fw.named_layers(self.model):
+                    # Its parameters as they are now: FSDP swaps its own tensors in while it runs, and the
+                    # next step's forward has begun by the time a step's gradients are looked up.
+                    self._own_params[id(layer)] = list(self.fw.direct_params(layer))
                     if self.keep is not None and not self.keep(path, layer):
                         continue
                     self._handles += self.fw.hook_forward(layer, self._pre(path), self._post())
@@ -437,7 +442,8 @@ class Recorder:
         for new, old in zip(renumbered, group):
             new.parent = new_order.get(old.parent) if old.parent is not None else None
         step_grads: dict[int, np.ndarray] = grads[k] if k < len(grads) else {}
-        return build_events(self.fw, renumbered, k, None, lambda p, g=step_grads: g.get(id(p)), self.backward)  # type: ignore[misc]
+        own = lambda layer: self._own_params.get(id(layer)) or self.fw.direct_params(layer)  # noqa: E731
+        return build_events(self.fw, renumbered, k, None, lambda p, g=step_grads: g.get(id(p)), self.backward, own)  # type: ignore[misc]
 
     def _live_grad(self, param: Any) -> np.ndarray | None:
         g = self.fw.grad_of(param)

@@ -9,12 +9,12 @@ non-negative integers.
 from __future__ import annotations
 
 import math
-import re
 from pathlib import Path
 from typing import Any
 
 from nbdiff.errors import DumpError
 from nbdiff.trace.events import Kind, Phase
+from nbdiff.trace.mesh import LAYOUT, Mesh
 from nbdiff.trace.stats import check_sample_json
 
 __all__ = ["validate_manifest", "validate_step", "payload_path", "FRAMEWORKS", "MAX_DEPTH"]
@@ -23,7 +23,6 @@ FRAMEWORKS = ("torch", "paddle")
 _PHASES = {p.value for p in Phase}
 _KINDS = {k.value for k in Kind}
 _STAT_KEYS = ("min", "max", "mean", "std", "abs_mean")
-_LAYOUT = re.compile(r"(shard\(\d{1,3}\)|replicate|partial)(,(shard\(\d{1,3}\)|replicate|partial)){0,7}")
 
 
 class _Check:
@@ -79,6 +78,8 @@ def validate_manifest(data: Any, path: Path) -> None:
         raise c.fail("framework", f"is {framework!r}; nbdiff reads dumps of {', '.join(FRAMEWORKS)}")
     c.type(data.get("model"), str, "model", "a string")
     c.int(data.get("rank"), "rank")
+    if data.get("mesh") is not None:
+        Mesh.from_json(c.type(data["mesh"], dict, "mesh", "an object"), str(path))
     if data.get("complete") is not None:
         c.type(data["complete"], bool, "complete", "true or false")
     layers = c.type(data.get("layers", {}), dict, "layers", "an object of layer path to class names")
@@ -196,8 +197,11 @@ def _tensor(c: _Check, t: Any, key: str) -> None:
 
 
 def _layout(c: _Check, value: Any, key: str) -> None:
-    if not _LAYOUT.fullmatch(c.type(value, str, key, "a string")):
-        raise c.fail(key, f"must be shard(d), replicate or partial per mesh dimension, not {value!r:.60}")
+    if not LAYOUT.fullmatch(c.type(value, str, key, "a string")):
+        raise c.fail(
+            key,
+            f"must be shard(d), strided(d,k), replicate or partial per mesh dimension (each @name or not), not {value!r:.60}",
+        )
 
 
 def _tree(c: _Check, events: list[dict[str, Any]], key: str) -> None:

@@ -86,6 +86,18 @@ class ModelSession:
             if id(p) in param_ids:
                 self._stepped[id(p)] = _fingerprint(self.fw.to_numpy(p))
 
+    def distributed_grads(self, param_ids: set[int]) -> None:
+        """An optimizer holding these parameters is about to step: the distributed gradients it will
+        apply of parameters no hook saw this step. FSDP runs its forward on tensors of its own and
+        sets the parameters' reduced, sharded gradients after the backward."""
+        if not self.steps or self.recorder.paused:
+            return
+        into = self.grads[self.steps - 1]
+        for p in self.params:
+            if id(p) in param_ids and id(p) not in into and (g := self.fw.grad_of(p)) is not None:
+                if self.fw.layout_of(g):
+                    into[id(p)] = self.recorder.hold(self.fw.to_numpy(g))
+
     def _written_since(self) -> dict[int, float]:
         """The parameters changed since an optimizer stepped them (read at a step boundary)."""
         now, out = self.weights[-1], {}

@@ -18,7 +18,9 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-JOB = ROOT / "tests" / "tp_job.py"
+sys.path.insert(0, str(ROOT))
+from tests.jobs import run_job  # noqa: E402
+
 COMPARE = """
 import sys, time, resource
 import nbdiff
@@ -31,14 +33,7 @@ print(f"{took:.2f} {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0
 
 
 def record(out: Path, ranks: int, steps: int) -> None:
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
-    if ranks:
-        torchrun = Path(sys.executable).with_name("torchrun")
-        cmd = [str(torchrun), "--standalone", f"--nproc_per_node={ranks}", str(JOB), str(out), "--tp"]
-    else:
-        cmd = [sys.executable, str(JOB), str(out)]
-    done = subprocess.run([*cmd, "--steps", str(steps)], env=env, capture_output=True, text=True, timeout=1800)
-    assert done.returncode == 0, done.stderr[-3000:]
+    run_job(out, ranks, "--steps", str(steps), timeout=1800)
 
 
 def main() -> None:

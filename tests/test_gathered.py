@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -19,36 +17,23 @@ import pytest
 
 import nbdiff
 from nbdiff.errors import DumpError, OptionError
+from tests.jobs import run_job
 
 torch = pytest.importorskip("torch")
-JOB = Path(__file__).with_name("tp_job.py")
-ROOT = JOB.parent.parent
-
-
-def _run(out: Path, ranks: int = 0, *extra: str) -> Path:
-    """Record tests/tp_job.py: in one process (``ranks=0``), or under torchrun with ``ranks``."""
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
-    if ranks:
-        torchrun = Path(sys.executable).with_name("torchrun")
-        cmd = [str(torchrun), "--standalone", f"--nproc_per_node={ranks}", str(JOB), str(out), "--tp", *extra]
-    else:
-        cmd = [sys.executable, str(JOB), str(out), *extra]
-    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    return out
+from tests.paddle_split import TorchWhole, paddle_ranks, record_torch_whole  # noqa: E402
 
 
 @pytest.fixture(scope="module")
 def jobs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     d = tmp_path_factory.mktemp("tp")
     return {
-        "reference": _run(d / "reference"),
-        "tp1": _run(d / "tp1", 1),
-        "tp2": _run(d / "tp2", 2),
-        "tp2_bug": _run(d / "tp2_bug", 2, "--bug-rank", "1", "--bug-step", "1"),
-        "reference_stats": _run(d / "reference_stats", 0, "--dump-type", "statistics"),
-        "tp2_stats": _run(d / "tp2_stats", 2, "--dump-type", "statistics"),
-        "tp2_bug_stats": _run(
+        "reference": run_job(d / "reference"),
+        "tp1": run_job(d / "tp1", 1),
+        "tp2": run_job(d / "tp2", 2),
+        "tp2_bug": run_job(d / "tp2_bug", 2, "--bug-rank", "1", "--bug-step", "1"),
+        "reference_stats": run_job(d / "reference_stats", 0, "--dump-type", "statistics"),
+        "tp2_stats": run_job(d / "tp2_stats", 2, "--dump-type", "statistics"),
+        "tp2_bug_stats": run_job(
             d / "tp2_bug_stats", 2, "--bug-rank", "1", "--bug-step", "1", "--dump-type", "statistics"
         ),
     }
@@ -127,76 +112,10 @@ def test_an_unknown_shard_rule_in_the_users_map_is_an_option_error(jobs):
 # --- paddle: a hand-written 2-way split, described by the user's map ---------------------------
 
 
-def _torch_whole():
-    torch.manual_seed(0)
-    return torch.nn.ModuleDict(
-        {"up": torch.nn.Linear(8, 16), "down": torch.nn.Linear(16, 8, bias=False), "head": torch.nn.Linear(8, 4)}
-    )
-
-
-class _TorchWhole(torch.nn.Module):
-    def __init__(self, scale: float = 1.0) -> None:
-        super().__init__()
-        m = _torch_whole()
-        self.up, self.act, self.down, self.head = m["up"], torch.nn.GELU(), m["down"], m["head"]
-
-    def forward(self, x):
-        return self.head(x + self.down(self.act(self.up(x))))
-
-
-def _paddle_ranks(whole: _TorchWhole, bug_rank: int = -1):
-    """Rank r holds columns r of ``up`` and rows r of ``down`` (paddle lays weights [in, out]), so
-    ``down``'s output is a partial sum; the block all-reduces it (every rank gets the same sum, and
-    its gradient back whole, as a real all-reduce does)."""
-    paddle = pytest.importorskip("paddle")
-
-    class AllReduce(paddle.autograd.PyLayer):
-        @staticmethod
-        def forward(ctx, own, total):
-            return total.clone()
-
-        @staticmethod
-        def backward(ctx, grad):
-            return grad
-
-    class Act(paddle.nn.Layer):
-        def __init__(self, bug: bool) -> None:
-            super().__init__()
-            self.bug = bug
-
-        def forward(self, x):
-            return paddle.nn.functional.gelu(x) * (1.01 if self.bug else 1.0)
-
-    class Rank(paddle.nn.Layer):
-        def __init__(self, r: int) -> None:
-            super().__init__()
-            cols = slice(8 * r, 8 * (r + 1))
-            self.up, self.act = paddle.nn.Linear(8, 8), Act(r == bug_rank)
-            self.down, self.head = paddle.nn.Linear(8, 8, bias_attr=False), paddle.nn.Linear(8, 4)
-            t = lambda x: x.detach().numpy()  # noqa: E731
-            self.up.weight.set_value(t(whole.up.weight)[cols].T)
-            self.up.bias.set_value(t(whole.up.bias)[cols])
-            self.down.weight.set_value(t(whole.down.weight)[:, cols].T)
-            self.head.weight.set_value(t(whole.head.weight).T)
-            self.head.bias.set_value(t(whole.head.bias))
-            self.total = None
-
-        def partial(self, x):
-            """This rank's part of the all-reduce, without calling (or recording) its layers."""
-            with paddle.no_grad():
-                h = paddle.nn.functional.gelu(paddle.matmul(x, self.up.weight) + self.up.bias)
-                return paddle.matmul(h * (1.01 if self.act.bug else 1.0), self.down.weight)
-
-        def forward(self, x):
-            return self.head(x + AllReduce.apply(self.down(self.act(self.up(x))), self.total))
-
-    return [Rank(0), Rank(1)]
-
-
-def _record_paddle_split(out: Path, whole: _TorchWhole, bug_rank: int = -1) -> Path:
+def _record_paddle_split(out: Path, whole: TorchWhole, bug_rank: int = -1) -> Path:
     import paddle
 
-    ranks = _paddle_ranks(whole, bug_rank)
+    ranks = paddle_ranks(whole, bug_rank)
     opts = [paddle.optimizer.SGD(0.1, parameters=m.parameters()) for m in ranks]
     x = paddle.to_tensor(np.random.default_rng(3).standard_normal((4, 8)).astype("float32"))
     os.environ["WORLD_SIZE"] = "2"
@@ -218,23 +137,12 @@ def _record_paddle_split(out: Path, whole: _TorchWhole, bug_rank: int = -1) -> P
     return out
 
 
-def _record_torch_whole(out: Path, whole: _TorchWhole) -> Path:
-    opt = torch.optim.SGD(whole.parameters(), lr=0.1)
-    x = torch.from_numpy(np.random.default_rng(3).standard_normal((4, 8)).astype("float32"))
-    with nbdiff.record(whole, out):
-        for _ in range(2):
-            whole(x).square().mean().backward()
-            opt.step()
-            opt.zero_grad()
-    return out
-
-
 @pytest.mark.parametrize("bug_rank", [-1, 0])
 def test_a_paddle_split_described_by_the_users_map_compares_with_a_torch_reference(tmp_path, bug_rank):
     pytest.importorskip("paddle")
-    whole = _TorchWhole()
-    raw = _record_paddle_split(tmp_path / "paddle", _TorchWhole(), bug_rank)
-    base = _record_torch_whole(tmp_path / "torch", whole)
+    whole = TorchWhole()
+    raw = _record_paddle_split(tmp_path / "paddle", TorchWhole(), bug_rank)
+    base = record_torch_whole(tmp_path / "torch", whole)
     shards = {"up": "column", "down": "row_partial"}
     r = nbdiff.compare(base, raw, shards=shards)
     if bug_rank < 0:

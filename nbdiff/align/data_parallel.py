@@ -167,8 +167,9 @@ class _Join:
             return whole
         if how in ("mean", "sum"):
             if not have:
-                self.note(f"`{self.e.path or '<root>'}` {t.name} ({self.e.phase.value}): each data-parallel rank's "
-                          "own part, kept as statistics only, cannot be added up; not compared.")  # fmt: skip
+                self.note("Gradients each data-parallel rank computed from its own slice of the batch (before their "
+                          "all-reduce), kept as statistics only, cannot be added up: not compared. Record "
+                          "dump_type='tensor' to compare them.")  # fmt: skip
                 return None
             total = np.sum(np.stack(values), axis=0, dtype=np.float64)
             total = (total / len(values) if how == "mean" else total).astype(values[0].dtype)  # type: ignore[union-attr]

@@ -195,6 +195,14 @@ class Gathered:
             self._note, k,
         )  # fmt: skip
 
+    def place(self, side: int, rank: int) -> str:
+        """Where ``rank`` of run ``side`` (0 base, 1 raw) sits on its mesh (``dp=1, tp=0``); ``""``
+        where the run records no mesh."""
+        for d in (self.a, self.b)[side]:
+            if int(d.meta["rank"]) == rank and (mesh := d.meta.get("mesh")):
+                return ", ".join(f"{n}={c}" for n, c in zip(mesh["names"], mesh["coordinate"]))
+        return ""
+
     def _note(self, text: str) -> None:
         if text not in self._said:
             self._said.add(text)
@@ -207,7 +215,7 @@ class Gathered:
         others = {event_key(e): e for e in other} if other is not None else {}
         framework = str(dumps[0].meta["framework"])
         mate_framework = str((self.b if dumps is self.a else self.a)[0].meta["framework"])
-        known: dict[int, str] = {}  # id of rank 0's values -> layout: one tensor seen by two layers
+        known: dict[Any, str] = {}  # rank 0's tensor (_same_tensor) -> layout: one tensor seen by two layers
         forward: dict[tuple, str] = {}
         out: list[Event] = []
         for e in ranks[0]:
@@ -224,7 +232,7 @@ class Gathered:
                 copies.append(c)
             ctx = _Layer(
                 e, copies, self._rule(e, dumps[0]), others.get(event_key(e)), framework, mate_framework, known, forward,
-                mesh, [int(d.meta["rank"]) for d in dumps],
+                mesh, [int(d.meta["rank"]) for d in dumps], dumps[0].path,
             )  # fmt: skip
             # What flows in is laid out first: a parameter-less layer passes its layout on.
             order = ("outputs", "inputs", "params") if e.phase is Phase.BACKWARD else ("inputs", "outputs", "params")
@@ -240,8 +248,7 @@ class Gathered:
         tp, dp = _split(ctx, t)
         t = changed(t, layout=tp)
         layout = self._layout(ctx, group, i, t, shards)
-        if t.value is not None:
-            ctx.known[id(t.value)] = layout
+        ctx.known[_same_tensor(t)] = layout
         if ctx.event.phase is Phase.FORWARD:
             ctx.forward[(ctx.event.path, ctx.event.call, group, t.name)] = layout
         slot = _slot(ctx.event.phase, group)
@@ -284,8 +291,8 @@ class Gathered:
             return fit
         if ruled is not None:
             return ruled
-        if t.value is not None and id(t.value) in ctx.known:
-            return ctx.known[id(t.value)]
+        if _same_tensor(t) in ctx.known:
+            return ctx.known[_same_tensor(t)]
         if e.phase is Phase.BACKWARD and (forward := ctx.forward.get((e.path, e.call, group, t.name))) is not None:
             return "replicate" if forward == "partial" else forward  # a gradient is laid out as its value was
         if slot in ("out", "grad_in") and ctx.passes is not None and ctx.rule is None and not e.weights:
@@ -345,15 +352,25 @@ class _Layer:
     """The other run's event of the same call, where that run is whole."""
     framework: str
     mate_framework: str
-    known: dict[int, str]
+    known: dict[Any, str]
     forward: dict[tuple, str]
     """Each forward tensor's layout by (path, call, group, name): its gradient's, unless recorded."""
     mesh: Mesh | None
     """The run's mesh, where it has data-parallel dimensions beside the tensor-parallel one."""
     rank_ids: list[int]
     """The rank of each copy, by its number in the job."""
+    folder: Any
+    """The first copy's rank folder, for errors."""
     passes: str | None = None
     """The layout of what flowed in first (a parameter-less layer hands it on)."""
+
+
+def _same_tensor(t: TensorRecord) -> Any:
+    """What one tensor recorded twice (a layer's output, the next one's input) shares: its values'
+    array as read, or, kept as statistics only, its shape and statistics."""
+    if t.value is not None:
+        return id(t.value)
+    return (t.shape, tuple(t.stats.as_dict().items())) if t.stats is not None else id(t)
 
 
 def _data_parallel(dump: Any) -> list[str]:
@@ -363,7 +380,7 @@ def _data_parallel(dump: Any) -> list[str]:
 def _split(ctx: _Layer, t: TensorRecord) -> tuple[str, list[Placement]]:
     """``t``'s recorded layout as its tensor-parallel placement and its data-parallel ones."""
     e = ctx.event
-    where = f"`{e.path or '<root>'}` {t.name} (step {e.step}, {e.phase.value})"
+    where = f"{ctx.folder}: `{e.path or '<root>'}` {t.name} (step {e.step}, {e.phase.value})"
     if ctx.mesh is not None:
         return ctx.mesh.split(t.layout, where)
     found = placements(t.layout)

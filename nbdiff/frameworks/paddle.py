@@ -20,6 +20,7 @@ with warnings.catch_warnings():
     warnings.filterwarnings("ignore", message="No ccache found", category=UserWarning)
     import paddle
 
+from nbdiff.errors import OptionError
 from nbdiff.frameworks.base import framework_class_names, own_entries, spread_around
 
 __all__ = ["PaddleFramework"]
@@ -288,6 +289,19 @@ class PaddleFramework:
     def distributed_rank(self) -> tuple[int, int] | None:
         world = int(paddle.distributed.get_world_size())
         return (int(paddle.distributed.get_rank()), world) if world > 1 else None
+
+    def mesh_of(self, mesh: Any, model: Any) -> tuple[tuple[int, ...], tuple[str, ...], tuple[int, ...]] | None:
+        # fleet's hybrid-parallel layers hold plain tensors: a job says its mesh ({"dp": 2, "mp": 2}, or
+        # its ProcessMesh).
+        if mesh is None:
+            return None
+        if not hasattr(mesh, "process_ids") or not hasattr(mesh, "dim_names"):
+            raise OptionError(f"record(mesh={type(mesh).__name__}): expected paddle's ProcessMesh or {{name: size}}.")
+        ids = np.array(mesh.process_ids).reshape(mesh.shape)
+        found = np.argwhere(ids == paddle.distributed.get_rank())
+        if not len(found):
+            raise OptionError("record(mesh=...): this rank is not on the mesh given; pass the mesh it runs on.")
+        return tuple(mesh.shape), tuple(mesh.dim_names), tuple(int(c) for c in found[0])
 
     def api_tracing(self, callback: Any) -> AbstractContextManager[Any]:
         """Report calls of paddle's public functions and Tensor methods/operators (wrapped here only)."""

@@ -62,32 +62,71 @@ def _attributed(f: Divergence, gathered: Gathered) -> Divergence:
         if how is None:
             continue
         other = theirs.tensor(f.metrics.name)
-        text, rank = _which(how, t, other, f, side)  # type: ignore[arg-type]
+        text, rank = _which(how, t, other, f, side, gathered)  # type: ignore[arg-type]
         return replace(f, shards=text, rank=rank if side == "raw" else f.rank)
     return f
 
 
-def _which(how: Gathering, mine: TensorRecord, other: TensorRecord | None, f: Divergence, side: str) -> tuple[str, int]:
+def _which(
+    how: Gathering, mine: TensorRecord, other: TensorRecord | None, f: Divergence, side: str, g: Gathered
+) -> tuple[str, int]:
     n = len(how.shards)
-    if how.layout == "partial":
-        return f"{side} holds it as partial sums on {n} ranks (before their all-reduce): every rank's part adds in", 0
-    untold = f"{side}'s {how.layout} over {n} ranks; which rank's part differs is not told"
+    if how.layout in _ADDED:
+        return f"{side} holds it as {_ADDED[how.layout].format(n=n)}: every rank's part adds in", 0
+    over = f"{n} data-parallel groups" if any(how.parts) else f"{n} ranks"
+    untold = f"{side}'s {how.layout} over {over}; which rank's part differs is not told"
     if other is None or other.value is None or any(s is None for s in how.shards):
         return f"{untold} (statistics only)", 0
     if other.shape != mine.shape:
         return f"{untold} (the other side's tensor is laid out otherwise)", 0
-    cuts = shard_slices(how.layout, how.shards, other.value)
-    if cuts is None:
-        return f"{side}'s {how.layout} over {n} ranks; which rank differs is not told (statistics only)", 0
-    ratios = [
-        compare_tensors(mine.name, np.asarray(s), c, f.metrics.tolerance, f.metrics.mode).ratio
-        for s, c in zip(how.shards, cuts)  # type: ignore[arg-type]
-    ]
-    top = max(ratios)
-    bad = [r for r, x in enumerate(ratios) if x > 1.0] or [r for r, x in enumerate(ratios) if x >= top / 2 and top > 0]
-    good = [r for r in range(n) if r not in bad]
-    what = "copy" if how.layout == "replicate" else "shard"
-    text = f"{side} rank{'s' if len(bad) > 1 else ''} {', '.join(map(str, bad))}: its {what} ({how.layout}) differs"
+    found = _ranks(how, other.value, f)
+    if found is None:
+        return f"{untold} (statistics only)" if not how.layout.startswith("strided") else untold, 0
+    bad, good, layout = found
+    place = lambda r: f"{r} ({p})" if (p := g.place(1 if side == "raw" else 0, r)) else str(r)  # noqa: E731
+    what = "copy" if layout == "replicate" else "shard"
+    text = f"{side} rank{'s' if len(bad) > 1 else ''} {', '.join(map(place, bad))}: its {what} ({layout}) differs"
     if good:
         text += f"; rank{'s' if len(good) > 1 else ''} {', '.join(map(str, good))} agree{'s' if len(good) == 1 else ''}"
     return text, bad[0] if bad else 0
+
+
+_ADDED = {
+    "partial": "partial sums on {n} ranks (before their all-reduce)",
+    "mean": "the mean of {n} data-parallel ranks' own parts (each from its slice of the batch)",
+    "sum": "the sum of {n} data-parallel ranks' own parts (each from its slice of the batch)",
+}
+"""Layouts whose every part adds into the whole: which rank's part is wrong is not told."""
+
+
+def _ranks(how: Gathering, whole: np.ndarray, f: Divergence) -> tuple[list[int], list[int], str] | None:
+    """The ranks whose part of ``whole`` differs, those that agree, and the layout they held it in
+    (a data-parallel group's parts followed into its tensor-parallel shards); ``None`` if not told."""
+    if how.layout.startswith("strided") or how.layout in _ADDED:
+        return None
+    cuts = shard_slices(how.layout, how.shards, whole)
+    if cuts is None:
+        return None
+    ratios = [
+        compare_tensors(f.metrics.name, np.asarray(s), c, f.metrics.tolerance, f.metrics.mode).ratio
+        for s, c in zip(how.shards, cuts)  # type: ignore[arg-type]
+    ]
+    top = max(ratios)
+    wrong = [i for i, x in enumerate(ratios) if x > 1.0] or [
+        i for i, x in enumerate(ratios) if x >= top / 2 and top > 0
+    ]
+    bad: list[int] = []
+    good: list[int] = []
+    layout = how.layout
+    for i in range(len(ratios)):
+        rank = how.ranks[i] if i < len(how.ranks) else i
+        part = how.parts[i] if i < len(how.parts) else None
+        if part is None:
+            (bad if i in wrong else good).append(rank)
+        elif i not in wrong:
+            good += part.ranks or [rank]
+        elif (sub := _ranks(part, (cuts[i] / how.scale).astype(cuts[i].dtype), f)) is None:
+            bad += part.ranks or [rank]
+        else:
+            bad, good, layout = bad + sub[0], good + sub[1], sub[2]
+    return bad, good, layout

@@ -1,0 +1,227 @@
+"""Data parallelism as a layout (align/data_parallel): DP x TP and FSDP + TP runs compared with a
+one-process run on the global batch, with a TP=2 run, and with each other.
+
+torch: real 4-rank jobs under ``torchrun`` with gloo, a ``(2, 2)`` mesh named ``("dp", "tp")``,
+torch's own ``parallelize_module``, and either gradients averaged over ``dp`` by hand or
+``fully_shard`` (tests/tp_job.py). Each data-parallel rank trains on its half of the batch.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import nbdiff
+from nbdiff.align.shards import Gathered
+from nbdiff.errors import DumpError
+from nbdiff.trace.events import Phase
+from nbdiff.trace.store import rank_dirs, read_dump
+from tests.jobs import run_job
+
+pytest.importorskip("torch")
+from tests.paddle_split import TorchWhole, paddle_ranks, record_torch_whole  # noqa: E402
+
+BUG = ("--bug-step", "1")
+"""From step 1 on, one rank's shard of the activation is wrong."""
+
+
+@pytest.fixture(scope="module")
+def jobs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    d = tmp_path_factory.mktemp("dp")
+    stats = ("--dump-type", "statistics")
+    return {
+        "reference": run_job(d / "reference"),
+        "reference_stats": run_job(d / "reference_stats", 0, *stats),
+        "tp2": run_job(d / "tp2", 2),
+        "dp_tp": run_job(d / "dp_tp", 4, "--dp", "2"),
+        "dp_tp_bug": run_job(d / "dp_tp_bug", 4, "--dp", "2", "--bug-rank", "3", *BUG),
+        "dp_tp_stats": run_job(d / "dp_tp_stats", 4, "--dp", "2", *stats),
+        "dp_tp_bug_stats": run_job(d / "dp_tp_bug_stats", 4, "--dp", "2", "--bug-rank", "3", *BUG, *stats),
+        "fsdp_tp": run_job(d / "fsdp_tp", 4, "--dp", "2", "--fsdp"),
+        "fsdp_tp_bug": run_job(d / "fsdp_tp_bug", 4, "--dp", "2", "--fsdp", "--bug-rank", "2", *BUG),
+        "fsdp_tp_stats": run_job(d / "fsdp_tp_stats", 4, "--dp", "2", "--fsdp", *stats),
+    }
+
+
+def _ranks(path: Path) -> list:
+    return [read_dump(folder) for _, folder in sorted(rank_dirs(path).items())]
+
+
+@pytest.mark.parametrize("run", ["dp_tp", "fsdp_tp"])
+def test_every_tensor_of_a_dp_x_tp_step_gathers_to_the_single_process_runs(jobs, run):
+    # Activations joined along the batch, their gradients scaled to the global mean, parameter
+    # gradients averaged (by hand) or taken as FSDP reduced and sharded them, updates likewise.
+    gathered = Gathered(_ranks(jobs["reference"]), _ranks(jobs[run]))
+    for k in (0, 1):
+        reference, whole = gathered.step(k)
+        by_key = {(e.phase, e.path, e.call): e for e in whole}
+        counted = {phase: 0 for phase in (Phase.FORWARD, Phase.BACKWARD, Phase.OPTIMIZER)}
+        for e in reference:
+            if e.phase is Phase.WEIGHTS:
+                continue
+            mine = by_key[(e.phase, e.path, e.call)]
+            for group in ("inputs", "outputs", "params"):
+                gathered_records = {t.name: t for t in getattr(mine, group)}
+                for t in getattr(e, group):
+                    g = gathered_records[t.name]
+                    assert g.shape == t.shape, (k, e.phase, e.path, t.name, g.shape, t.shape)
+                    np.testing.assert_allclose(g.value, t.value, rtol=1e-4, atol=1e-6, err_msg=f"{k} {e} {t.name}")
+                    counted[e.phase] += 1
+        # Every parameter's gradient and update is there, step 0's too (FSDP's forward had begun
+        # when step 0's gradients were looked up).
+        assert counted == {Phase.FORWARD: 10, Phase.BACKWARD: 17, Phase.OPTIMIZER: 7}, (k, counted)
+
+
+@pytest.mark.parametrize(("base", "raw"), [("reference", "dp_tp"), ("reference", "fsdp_tp"), ("tp2", "dp_tp"),
+                                           ("tp2", "fsdp_tp"), ("dp_tp", "fsdp_tp")])  # fmt: skip
+def test_equivalent_layouts_agree_without_a_word(jobs, base, raw):
+    r = nbdiff.compare(jobs[base], jobs[raw])
+    assert r.aligned, r.report()
+    assert r.warnings == (), r.warnings
+
+
+@pytest.mark.parametrize(
+    ("base", "raw", "rank", "place", "others"),
+    [
+        ("reference", "dp_tp_bug", 3, "dp=1, tp=1", "0, 1, 2"),
+        ("tp2", "dp_tp_bug", 3, "dp=1, tp=1", "0, 1, 2"),
+        ("reference", "fsdp_tp_bug", 2, "dp=1, tp=0", "0, 1, 3"),
+        ("dp_tp", "fsdp_tp_bug", 2, "dp=1, tp=0", "0, 1, 3"),
+    ],
+)
+def test_a_bug_in_one_ranks_shard_is_blamed_at_its_layer_step_and_place_on_the_mesh(
+    jobs, base, raw, rank, place, others
+):
+    d = nbdiff.compare(jobs[base], jobs[raw]).first_divergence
+    assert (d.step, d.phase.value, d.raw_path, d.rank) == (1, "forward", "act", rank), d.describe()
+    assert d.shards == f"raw rank {rank} ({place}): its shard (shard(2)) differs; ranks {others} agree", d.shards
+
+
+def test_statistics_dumps_of_dp_x_tp_runs_gather_and_say_what_they_cannot_add_up(jobs):
+    fsdp = nbdiff.compare(jobs["reference_stats"], jobs["fsdp_tp_stats"])
+    assert fsdp.aligned, fsdp.report()
+    # FSDP reduced its gradients before they were read: their statistics join like any shard's.
+    assert not [w for w in fsdp.warnings if "data-parallel" in w], fsdp.warnings
+    dp = nbdiff.compare(jobs["reference_stats"], jobs["dp_tp_stats"])
+    assert dp.aligned, dp.report()
+    # Averaged by hand after they were read, each rank's own gradient is a part of a mean.
+    assert [w for w in dp.warnings if "data-parallel rank computed from its own slice" in w], dp.warnings
+    d = nbdiff.compare(jobs["reference_stats"], jobs["dp_tp_bug_stats"]).first_divergence
+    assert (d.step, d.phase.value, d.raw_path) == (1, "forward", "act"), d.describe()
+    assert "which rank's part differs is not told (statistics only)" in d.shards, d.shards
+
+
+def test_each_rank_records_its_place_on_the_mesh_and_fsdps_strided_shards(jobs):
+    manifest = json.loads((jobs["fsdp_tp"] / "rank2" / "manifest.json").read_text())
+    assert manifest["mesh"] == {
+        "shape": [2, 2], "names": ["dp", "tp"], "coordinate": [1, 0], "data_parallel": ["dp"], "reduce": "mean",
+    }  # fmt: skip
+    # FSDP's shard of a column-parallel weight was recorded as "replicate" over dp (torch's
+    # _StridedShard is no Shard): its rows gathered in the wrong order.
+    assert manifest["param_layouts"]["up"] == {
+        "weight": "strided(0,2)@dp,shard(0)@tp",
+        "bias": "strided(0,2)@dp,shard(0)@tp",
+    }
+    assert manifest["param_layouts"]["down"]["weight"] == "shard(0)@dp,shard(1)@tp"
+
+
+def _edited(src: Path, dst: Path, edit) -> Path:
+    shutil.copytree(src, dst)
+    for manifest in dst.glob("rank*/manifest.json"):
+        data = json.loads(manifest.read_text())
+        edit(data)
+        manifest.write_text(json.dumps(data))
+    return dst
+
+
+def test_a_mesh_whose_places_do_not_match_the_ranks_is_refused(jobs, tmp_path):
+    def wider(m):
+        m["mesh"]["shape"] = [2, 3]
+
+    with pytest.raises(DumpError, match=r"the mesh \{'dp': 2, 'tp': 3\} has 6 places, but 4 ranks were recorded"):
+        nbdiff.compare(jobs["reference"], _edited(jobs["dp_tp"], tmp_path / "wider", wider))
+
+    def same_place(m):
+        m["mesh"]["coordinate"] = [0, 0] if m["rank"] in (0, 1) else m["mesh"]["coordinate"]
+
+    with pytest.raises(DumpError, match=r"both say they are at \(0, 0\)"):
+        nbdiff.compare(jobs["reference"], _edited(jobs["dp_tp"], tmp_path / "same", same_place))
+
+
+def test_placements_that_disagree_with_the_mesh_are_refused(jobs, tmp_path):
+    def renamed(m):
+        m["mesh"]["names"] = ["data", "model"]
+        m["mesh"]["data_parallel"] = ["data"]
+
+    match = r"rank0: `up` in\[0\] \(step 0, forward\): laid out over mesh dimension 'tp', which the run's mesh"
+    with pytest.raises(DumpError, match=match):
+        nbdiff.compare(jobs["reference"], _edited(jobs["fsdp_tp"], tmp_path / "renamed", renamed))
+
+    def unsaid(m):
+        del m["mesh"]
+
+    # Without its mesh, a 2-d layout cannot be told apart: said, with the fix.
+    with pytest.raises(DumpError, match=r"does not say the mesh. Record with nbdiff.record\(..., mesh="):
+        nbdiff.compare(jobs["reference"], _edited(jobs["fsdp_tp"], tmp_path / "unsaid", unsaid))
+
+
+# --- paddle: a hand-written 2 x 2 split, its mesh given as sizes --------------------------------
+
+
+def _record_paddle_dp_tp(out: Path, bug_rank: int = -1) -> Path:
+    """Four ranks of the port: data-parallel group ``g`` trains on rows ``2g, 2g+1`` of the batch,
+    its two tensor-parallel ranks each a column/row split of the MLP (tests/paddle_split), and the
+    gradients are averaged over the groups by hand before each step. fleet's hybrid-parallel layers
+    need an accelerator, so the split and the mesh are the user's: ``mesh={"dp": 2, "tp": 2}``."""
+    import contextlib
+    import os
+
+    paddle = pytest.importorskip("paddle")
+    groups = [paddle_ranks(TorchWhole(), bug_rank, g) for g in (0, 1)]
+    ranks = [m for group in groups for m in group]
+    opts = [paddle.optimizer.SGD(0.1, parameters=m.parameters()) for m in ranks]
+    x = paddle.to_tensor(np.random.default_rng(3).standard_normal((4, 8)).astype("float32"))
+    os.environ["WORLD_SIZE"] = "4"
+    try:
+        with contextlib.ExitStack() as stack:
+            for rank, m in enumerate(ranks):
+                os.environ["RANK"] = str(rank)
+                stack.enter_context(nbdiff.record(m, out, mesh={"dp": 2, "tp": 2}))
+            for _ in range(2):
+                for g, group in enumerate(groups):
+                    half = x[2 * g : 2 * g + 2]
+                    total = group[0].partial(half) + group[1].partial(half)
+                    for m in group:
+                        m.total = total
+                        m(half).square().mean().backward()
+                for a, b in zip(*groups):  # the data-parallel all-reduce (mean) of each tp rank's gradients
+                    for p, q in zip(a.parameters(), b.parameters()):
+                        mean = (p.grad + q.grad) / 2
+                        p.grad.set_value(mean)
+                        q.grad.set_value(mean)
+                for opt in opts:
+                    opt.step()
+                    opt.clear_grad()
+    finally:
+        os.environ.pop("RANK")
+        os.environ.pop("WORLD_SIZE")
+    return out
+
+
+@pytest.mark.parametrize("bug_rank", [-1, 3])
+def test_a_paddle_dp_x_tp_split_given_its_mesh_compares_with_a_torch_reference(tmp_path, bug_rank):
+    pytest.importorskip("paddle")
+    raw = _record_paddle_dp_tp(tmp_path / "paddle", bug_rank)
+    base = record_torch_whole(tmp_path / "torch", TorchWhole())
+    r = nbdiff.compare(base, raw, shards={"up": "column", "down": "row_partial"})
+    if bug_rank < 0:
+        assert r.aligned, r.report()
+        assert r.warnings == (), r.warnings
+    else:
+        d = r.first_divergence
+        assert (d.step, d.phase.value, d.raw_path, d.rank) == (0, "forward", "act", 3), d.describe()
+        assert d.shards == "raw rank 3 (dp=1, tp=1): its shard (shard(1)) differs; ranks 0, 1, 2 agree", d.shards

@@ -44,6 +44,8 @@ def jobs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         "fsdp_tp": run_job(d / "fsdp_tp", 4, "--dp", "2", "--fsdp"),
         "fsdp_tp_bug": run_job(d / "fsdp_tp_bug", 4, "--dp", "2", "--fsdp", "--bug-rank", "2", *BUG),
         "fsdp_tp_stats": run_job(d / "fsdp_tp_stats", 4, "--dp", "2", "--fsdp", *stats),
+        "hsdp": run_job(d / "hsdp", 4, "--hsdp"),
+        "hsdp_bug": run_job(d / "hsdp_bug", 4, "--hsdp", "--bug-rank", "1", *BUG),
     }
 
 
@@ -51,10 +53,11 @@ def _ranks(path: Path) -> list:
     return [read_dump(folder) for _, folder in sorted(rank_dirs(path).items())]
 
 
-@pytest.mark.parametrize("run", ["dp_tp", "fsdp_tp"])
+@pytest.mark.parametrize("run", ["dp_tp", "fsdp_tp", "hsdp"])
 def test_every_tensor_of_a_dp_x_tp_step_gathers_to_the_single_process_runs(jobs, run):
     # Activations joined along the batch, their gradients scaled to the global mean, parameter
-    # gradients averaged (by hand) or taken as FSDP reduced and sharded them, updates likewise.
+    # gradients averaged (by hand) or taken as FSDP reduced and sharded them, updates likewise;
+    # hybrid sharding's copies over dp_replicate taken once.
     gathered = Gathered(_ranks(jobs["reference"]), _ranks(jobs[run]))
     for k in (0, 1):
         reference, whole = gathered.step(k)
@@ -77,7 +80,8 @@ def test_every_tensor_of_a_dp_x_tp_step_gathers_to_the_single_process_runs(jobs,
 
 
 @pytest.mark.parametrize(("base", "raw"), [("reference", "dp_tp"), ("reference", "fsdp_tp"), ("tp2", "dp_tp"),
-                                           ("tp2", "fsdp_tp"), ("dp_tp", "fsdp_tp")])  # fmt: skip
+                                           ("tp2", "fsdp_tp"), ("dp_tp", "fsdp_tp"), ("reference", "hsdp"),
+                                           ("hsdp", "fsdp_tp")])  # fmt: skip
 def test_equivalent_layouts_agree_without_a_word(jobs, base, raw):
     r = nbdiff.compare(jobs[base], jobs[raw])
     assert r.aligned, r.report()

@@ -4,7 +4,9 @@
 tests/tp_job.py OUT --tp`` trains it with torch's own tensor parallelism (``up`` column-parallel,
 ``down`` row-parallel) over N ranks. ``--dp D`` adds data parallelism: a ``(D, N/D)`` mesh named
 ``("dp", "tp")``, each data-parallel rank training on its slice of the batch, gradients averaged over
-``dp`` by hand (as a training loop without a wrapper does), or sharded with ``fully_shard`` (``--fsdp``). ``--bug-rank R --bug-step S``: from step S on, rank R's
+``dp`` by hand (as a training loop without a wrapper does), or sharded with ``fully_shard`` (``--fsdp``).
+``--hsdp``: no tensor parallelism, ``fully_shard`` over a ``(2, N/2)`` mesh named ``("dp_replicate",
+"dp_shard")`` (hybrid sharding), each rank on its own slice of the batch. ``--bug-rank R --bug-step S``: from step S on, rank R's
 activation computes something else (a bug in one rank's shard). Two SGD steps (``--steps``), recorded
 with ``nbdiff.record``.
 """
@@ -62,6 +64,9 @@ def main() -> None:
     ap.add_argument("--dump-type", default="tensor", help="record's dump_type (statistics for big models)")
     ap.add_argument("--dp", type=int, default=1, help="data-parallel degree (the mesh is (dp, ranks/dp))")
     ap.add_argument("--fsdp", action="store_true", help="fully_shard over the data-parallel dimension")
+    ap.add_argument(
+        "--hsdp", action="store_true", help="no tensor parallelism: fully_shard on (dp_replicate, dp_shard)"
+    )
     ap.add_argument("--steps", type=int, default=2, help="SGD steps recorded (benchmarks/bench_ranks.py: 20)")
     args = ap.parse_args()
     torch.manual_seed(0)
@@ -74,14 +79,22 @@ def main() -> None:
 
         dist.init_process_group("gloo")
         world = dist.get_world_size()
-        if args.dp > 1:
+        if args.hsdp:  # no tensor parallelism: FSDP within each of 2 replica groups, DDP-like across them
+            from torch.distributed.fsdp import fully_shard
+
+            mesh = init_device_mesh("cpu", (2, world // 2), mesh_dim_names=("dp_replicate", "dp_shard"))
+            rows = len(tokens) // world
+            tokens = tokens[dist.get_rank() * rows :][:rows]
+            fully_shard(model, mesh=mesh)
+        elif args.dp > 1:
             mesh = init_device_mesh("cpu", (args.dp, world // args.dp), mesh_dim_names=("dp", "tp"))
             tp_mesh, dp_group = mesh["tp"], mesh["dp"].get_group()
             rows = len(tokens) // args.dp
             tokens = tokens[mesh.get_coordinate()[0] * rows :][:rows]  # this data-parallel rank's slice
         else:
             tp_mesh = init_device_mesh("cpu", (world,))
-        parallelize_module(model, tp_mesh, {"up": ColwiseParallel(), "down": RowwiseParallel()})
+        if not args.hsdp:
+            parallelize_module(model, tp_mesh, {"up": ColwiseParallel(), "down": RowwiseParallel()})
         if args.fsdp:
             from torch.distributed.fsdp import fully_shard
 

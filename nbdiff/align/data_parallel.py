@@ -71,27 +71,31 @@ def run_mesh(dumps: Sequence[Any]) -> Mesh | None:
     return first
 
 
-def data_parallel_groups(dumps: Sequence[Any]) -> list[list[int]]:
-    """Indices of ``dumps`` by data-parallel group, each group's in tensor-parallel order."""
-    placed = [(m.group(), m.position(), i) for i, d in enumerate(dumps) for m in [Mesh.from_json(d.meta["mesh"], "")]]
-    groups: dict[int, list[tuple[int, int]]] = {}
-    for g, pos, i in placed:
-        groups.setdefault(g, []).append((pos, i))
-    return [[i for _, i in sorted(groups[g])] for g in sorted(groups)]
+def data_parallel_groups(dumps: Sequence[Any]) -> list[tuple[dict[str, int], list[int]]]:
+    """Each data-parallel group: its data-parallel coordinates, and the indices of its ``dumps`` in
+    tensor-parallel order; the groups in row-major order."""
+    groups: dict[int, tuple[dict[str, int], list[tuple[int, int]]]] = {}
+    for i, d in enumerate(dumps):
+        m = Mesh.from_json(d.meta["mesh"], str(d.path))
+        place = {n: c for n, c in zip(m.names, m.coordinate) if n in m.data_parallel}
+        groups.setdefault(m.group(), (place, []))[1].append((m.position(), i))
+    return [(groups[g][0], [i for _, i in sorted(groups[g][1])]) for g in sorted(groups)]
 
 
 def joined_groups(
     wholes: list[list[Event]],
     other: list[Event] | None,
     mesh: Mesh,
-    ranks: list[list[int]],
+    groups: list[tuple[dict[str, int], list[int]]],
     parts: dict[int, Gathering],
     into: dict[int, Gathering],
     note: Callable[[str], None],
     k: int,
 ) -> list[Event]:
-    """One step from each data-parallel group's whole step (``ranks``: each group's ranks, ``parts``:
-    how each group's tensors were gathered, by ``id``); ``into`` learns how each joined tensor was."""
+    """One step from each data-parallel group's whole step (``groups``: each one's data-parallel
+    coordinates and ranks, ``parts``: how its tensors were gathered, by ``id``); ``into`` learns how
+    each joined tensor was."""
+    ranks = [members for _, members in groups]
     keyed = [{event_key(e): e for e in events} for events in wholes]
     mates = {event_key(e): e for e in other} if other is not None else {}
     out = []
@@ -103,12 +107,12 @@ def joined_groups(
                 raise DumpError(f"rank {ranks[g][0]}: step {k} has no {e.phase.value} call of `{e.path or '<root>'}`, "
                                 f"which rank {ranks[0][0]} has; the data-parallel ranks did not run the same steps.")  # fmt: skip
             copies.append(c)
-        join = _Join(e, mesh, mates.get(event_key(e)), ranks, parts, into, note)
-        groups = {
+        join = _Join(e, mesh, mates.get(event_key(e)), groups, parts, into, note)
+        joined = {
             group: tuple(r for i, t in enumerate(getattr(e, group)) if (r := join.record(group, i, t, copies)))
             for group in ("inputs", "outputs", "params")
         }
-        out.append(changed(e, **groups))
+        out.append(changed(e, **joined))
     return out
 
 
@@ -120,24 +124,31 @@ class _Join:
         e: Event,
         mesh: Mesh,
         mate: Event | None,
-        ranks: list[list[int]],
+        groups: list[tuple[dict[str, int], list[int]]],
         parts: dict[int, Gathering],
         into: dict[int, Gathering],
         note: Callable[[str], None],
     ) -> None:
-        self.e, self.mesh, self.mate, self.ranks, self.parts, self.into, self.note = (
-            e, mesh, mate, ranks, parts, into, note,
+        self.e, self.mesh, self.mate, self.groups, self.parts, self.into, self.note = (
+            e, mesh, mate, groups, parts, into, note,
         )  # fmt: skip
 
     def record(self, group: str, i: int, t: TensorRecord, copies: list[Event]) -> TensorRecord | None:
         records = [same_record(getattr(c, group), i, t) for c in copies]
         where = f"`{self.e.path or '<root>'}` {t.name} (step {self.e.step}, {self.e.phase.value})"
-        placed = [p for p in self.mesh.split(t.layout, where)[1] if p.kind != "replicate"]
+        dp = self.mesh.split(t.layout, where)[1]
+        placed = [p for p in dp if p.kind != "replicate"]
         if len(placed) > 1:
-            raise DumpError(f"{where}: laid out over {len(placed)} data-parallel dimensions ({t.layout}); nbdiff "
-                            "joins one (HSDP's replicas: record dp_replicate and dp_shard as one dimension).")  # fmt: skip
-        how, scale = self._how(group, i, records, placed[0] if placed else None)
-        return self._joined(t, records, how, scale)
+            raise DumpError(f"{where}: sharded over {len(placed)} data-parallel dimensions ({t.layout}); nbdiff "
+                            "joins a tensor sharded over one of them.")  # fmt: skip
+        keep = list(range(len(records)))
+        if dp:  # a distributed tensor: copies along every data-parallel dimension it is not sharded over
+            along = {p.name for p in placed}
+            keep = [
+                g for g, (place, _) in enumerate(self.groups) if all(c == 0 or n in along for n, c in place.items())
+            ]
+        how, scale = self._how(group, i, [records[g] for g in keep], placed[0] if placed else None)
+        return self._joined(t, [records[g] for g in keep], how, scale, keep)
 
     def _how(self, group: str, i: int, records: list[TensorRecord], placed: Placement | None) -> tuple[Any, float]:
         """How the groups' copies make the whole: a :class:`Placement` to concatenate by, ``"same"``
@@ -156,11 +167,13 @@ class _Join:
             return self.mesh.reduce, 1.0
         return Placement("shard", 0), scale  # no other run to tell: the batch's dimension by convention
 
-    def _joined(self, t: TensorRecord, records: list[TensorRecord], how: Any, scale: float) -> TensorRecord | None:
+    def _joined(
+        self, t: TensorRecord, records: list[TensorRecord], how: Any, scale: float, keep: list[int]
+    ) -> TensorRecord | None:
         values = [r.value for r in records]
         have = all(v is not None for v in values)
         parts = [self.parts.get(id(r)) for r in records]
-        firsts = [g[0] for g in self.ranks]
+        firsts = [self.groups[g][1][0] for g in keep]
         if how == "same":
             whole = changed(t, layout="")
             self.into[id(whole)] = Gathering("replicate", values, firsts, parts)

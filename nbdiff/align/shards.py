@@ -182,7 +182,7 @@ class Gathered:
             return self._gather(ranks, dumps, other, k, mesh)
         groups = data_parallel_groups(dumps)
         wholes, parts = [], {}
-        for members in groups:
+        for _, members in groups:
             if len(members) == 1:
                 wholes.append([e for e in ranks[members[0]] if e.phase is not Phase.WEIGHTS])
                 continue
@@ -191,8 +191,8 @@ class Gathered:
             for key in list(self._into):
                 parts[key] = self._into.pop(key)
         return joined_groups(
-            wholes, other, mesh, [[int(dumps[i].meta["rank"]) for i in m] for m in groups], parts, self._into,
-            self._note, k,
+            wholes, other, mesh, [(place, [int(dumps[i].meta["rank"]) for i in m]) for place, m in groups], parts,
+            self._into, self._note, k,
         )  # fmt: skip
 
     def place(self, side: int, rank: int) -> str:

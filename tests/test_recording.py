@@ -401,3 +401,25 @@ def test_a_ctrl_c_just_as_the_writer_starts_leaves_no_thread_and_no_lock(tmp_pat
     with nbdiff.record(model, tmp_path / "d", overwrite=True) as rec:
         model(torch.tensor(X))
     assert rec.path is not None
+
+
+def test_a_mesh_given_as_sizes_is_recorded_with_the_ranks_place_on_it(tmp_path, monkeypatch):
+    torch = pytest.importorskip("torch")
+    monkeypatch.setenv("RANK", "3")
+    monkeypatch.setenv("WORLD_SIZE", "4")
+    model = torch.nn.Linear(2, 2)
+    with nbdiff.record(model, tmp_path / "d", mesh={"dp": 2, "tp": 2}):
+        model(torch.ones(1, 2)).sum().backward()
+    mesh = json.loads((tmp_path / "d" / "rank3" / "manifest.json").read_text())["mesh"]
+    assert mesh == {
+        "shape": [2, 2],
+        "names": ["dp", "tp"],
+        "coordinate": [1, 1],
+        "data_parallel": ["dp"],
+        "reduce": "mean",
+    }
+    with pytest.raises(OptionError, match=r"record\(mesh=\{'dp': 2\}\): its 2 places do not match the job's 4 ranks"):
+        nbdiff.record(model, tmp_path / "e", mesh={"dp": 2}).__enter__()
+    with pytest.raises(OptionError, match=r"data_parallel='batch'\) needs the mesh"):
+        nbdiff.record(model, tmp_path / "f", data_parallel="batch").__enter__()
+    assert not (tmp_path / "e").exists() and not (tmp_path / "f").exists()  # refused before anything was written

@@ -71,8 +71,8 @@ class Recorder:
         self._copies: dict[tuple[int, int], tuple[Any, TensorRecord]] = {}
         """``(id, version)`` of a live tensor -> (a weak reference to it; its copy): see :meth:`_remember`."""
         self._hook_epoch = 0
-        """Counts removals of the gradient hooks: a hook its handle could not reach (its tensor
-        gone, the hook left in the graph) does nothing once the hooks of its epoch are removed."""
+        """Counts removals of the gradient hooks: a hook its handle could not reach (its tensor gone,
+        the hook left in the graph) does nothing once its epoch's hooks are removed."""
         self._grad_copies: RecentGradients[np.ndarray] = RecentGradients(fw)
         self._grad_summaries: RecentGradients[TensorRecord] = RecentGradients(fw)
         self._copy_grad = lambda g: self.hold(fw.to_numpy(g))  # made once: a gradient hook's hot path
@@ -83,20 +83,17 @@ class Recorder:
         self.paused = False
         """While True, calls are not recorded (a probe call made from a hook)."""
         self.thread: int | None = None
-        """The thread whose calls are recorded (``None``: any); another thread's calls of the model
-        would be merged into its steps."""
+        """The thread whose calls are recorded (``None``: any; another's would merge into its steps)."""
         self._next_order = 0  # call numbers stay unique when finished steps are taken out
         self.steps_taken = 0
         """Root calls (steps) already handed out by :meth:`take_steps` and dropped."""
         self.api_level = bool(api_level)
         self.api_in_library = api_in_library or api_level == "all"
-        """Also record the API calls made inside framework-provided layers (their implementation):
-        ``api_level="all"``. By default a framework layer is one event, not its internals too."""
+        """Also record the API calls inside framework layers (``api_level="all"``; else one event each)."""
         self._busy = False  # inside our own hooks: their tensor ops are not the user's API calls
         self._keeping = False  # this recorder keeps lost interrupts (lost_interrupts_kept)
         self._api_ctx: Any = None
-        self._own_params: dict[int, list[tuple[str, Any]]] = {}
-        """``id`` of a layer -> its parameters as the recording began."""
+        self._own_params: dict[int, list[tuple[str, Any]]] = {}  # by layer, as at the start (FSDP swaps its own in)
         self.param_grads: dict[int, np.ndarray] = {}
         """``id`` of a parameter -> the copy of its gradient the step's events hold (read once)."""
         self.on_copy: Callable[[np.ndarray], Any] | None = None
@@ -113,8 +110,6 @@ class Recorder:
                 lost_interrupts_kept(True)
                 self._keeping = True
                 for path, layer in self.fw.named_layers(self.model):
-                    # Its parameters as they are now: FSDP swaps its own tensors in while it runs, and the
-                    # next step's forward has begun by the time a step's gradients are looked up.
                     self._own_params[id(layer)] = list(self.fw.direct_params(layer))
                     if self.keep is not None and not self.keep(path, layer):
                         continue
@@ -437,13 +432,14 @@ class Recorder:
         for i, rec in enumerate(group):
             base_call = first_call.setdefault(rec.path, rec.call)
             renumbered.append(changed(rec, order=i, call=rec.call - base_call, parent=None))
-        # Parents: map old order -> new order inside the group.
         new_order = {rec.order: i for i, rec in enumerate(group)}
         for new, old in zip(renumbered, group):
             new.parent = new_order.get(old.parent) if old.parent is not None else None
-        step_grads: dict[int, np.ndarray] = grads[k] if k < len(grads) else {}
-        own = lambda layer: self._own_params.get(id(layer)) or self.fw.direct_params(layer)  # noqa: E731
-        return build_events(self.fw, renumbered, k, None, lambda p, g=step_grads: g.get(id(p)), self.backward, own)  # type: ignore[misc]
+        got: dict[int, np.ndarray] = grads[k] if k < len(grads) else {}
+        return build_events(self.fw, renumbered, k, None, lambda p: got.get(id(p)), self.backward, self._params_of)
+
+    def _params_of(self, layer: Any) -> list[tuple[str, Any]]:
+        return self._own_params.get(id(layer)) or self.fw.direct_params(layer)
 
     def _live_grad(self, param: Any) -> np.ndarray | None:
         g = self.fw.grad_of(param)

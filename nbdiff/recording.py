@@ -62,7 +62,10 @@ class record:
     ``parallelize_module`` put it) or ``{"dp": 2, "tp": 2}`` (ranks row-major, as fleet lays them),
     and ``compare`` gathers each tensor over it. ``data_parallel`` names the dimensions the batch is
     split along (default: those named like ``dp``, ``fsdp``, ``data``), ``dp_reduce`` how their
-    gradients are reduced (``mean``, DDP's and FSDP's, or ``sum``).
+    gradients are reduced (``mean``, DDP's and FSDP's, or ``sum``). ``micro_batches=M``: a step is
+    ``M`` calls of the model (gradient accumulation, a pipeline schedule's micro-batches), which
+    ``compare`` joins into one call on the whole batch; pipeline stages are a mesh dimension named
+    ``pp`` (``mesh={"pp": 2}``), whose ranks' layers ``compare`` joins into one model.
     """
 
     def __init__(
@@ -85,6 +88,7 @@ class record:
         mesh: Any = None,
         data_parallel: str | Sequence[str] | None = None,
         dp_reduce: str = "mean",
+        micro_batches: int = 1,
     ) -> None:
         if dump_type not in DUMP_TYPES:
             raise OptionError(f"dump_type={dump_type!r} is not one of {DUMP_TYPES}.")
@@ -100,9 +104,13 @@ class record:
         self.model = model
         self.dump_dir = Path(dump_dir)
         self._mesh_args = (mesh, data_parallel, dp_reduce)
+        if not isinstance(micro_batches, int) or isinstance(micro_batches, bool) or micro_batches < 1:
+            raise OptionError(
+                f"record(micro_batches={micro_batches!r}): expected the model's calls per step, 1 or more."
+            )
         self.options = dict(
             dump_type=dump_type, mode=mode, scope=list(scope or []), filter_data=filter_data,
-            filter_stack=filter_stack, retain_backward=retain_backward,
+            filter_stack=filter_stack, retain_backward=retain_backward, micro_batches=micro_batches,
         )  # fmt: skip
         self._session = ModelSession(self.fw, model, "model", backward=retain_backward, api_level=api_level)
         self.api_level = api_level
@@ -193,14 +201,15 @@ class record:
         if self.capture.tensors is not None:
             self._writer.keeps_values = self.capture.keeps_values
         # The steps are the calls made by the thread that records; others' would be merged into them.
-        self._thread, self._other_threads = threading.get_ident(), 0
+        self._thread, self._other_threads, self._root_calls, self._probing = threading.get_ident(), 0, 0, False
         self._session.recorder.thread = self._thread
+        self._session.recorder.roots_per_step = int(self.options["micro_batches"])
         self._session.recorder.summarize = self.options["dump_type"] == "statistics"
         if background and self.options["mode"] == "all" and not self.capture.narrows:
             # The writer thread works on each array as it is copied; where events are left out, most
             # of that would be wasted.
             self._session.recorder.on_copy = self._writer.prepare
-        self._session.install(self._stack, self._on_step)
+        self._session.install(self._stack, self._on_step, self._after_root)
         # What each optimizer step left: a parameter written after it is the user's write, kept apart.
         session = self._session
         stepped = lambda opt: session.stepped({id(p) for p in optimizer_params(opt)})  # noqa: E731
@@ -213,10 +222,20 @@ class record:
         if threading.get_ident() != self._thread:  # another thread's call: not this recording's step
             self._other_threads += 1
             return
+        if self.fw.framework_probe():  # not the user's call: neither a step nor recorded
+            self._session.recorder.paused = self._probing = True
+            return
+        self._root_calls += 1
+        if (self._root_calls - 1) % int(self.options["micro_batches"]):  # a micro-batch within the step
+            return
         self._session.begin_step()
         # The previous step is complete (this hook runs before the new root call is recorded):
         # write it and let it go.
         self._flush()
+
+    def _after_root(self, *args: Any, **kwargs: Any) -> None:
+        if self._probing:
+            self._session.recorder.paused = self._probing = False
 
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
         # Hooks off, modes back, the last steps written and the dump closed: whole, even under Ctrl-C.

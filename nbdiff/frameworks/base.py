@@ -225,6 +225,11 @@ class Framework(Protocol):
         """``(rank, world size)`` when a distributed job is initialised, else ``None``."""
         ...
 
+    def framework_probe(self) -> bool:
+        """Whether the model is being called by the framework to learn its shapes, not by the
+        user's step (torch's pipeline stages run once on empty tensors before the first step)."""
+        return False
+
     def mesh_of(self, mesh: Any, model: Any) -> tuple[tuple[int, ...], tuple[str, ...], tuple[int, ...]] | None:
         """``(shape, dimension names, this rank's coordinate)`` of the framework's device mesh
         ``mesh`` or, where ``mesh`` is ``None``, of the named mesh ``model``'s distributed

@@ -290,6 +290,9 @@ class PaddleFramework:
         world = int(paddle.distributed.get_world_size())
         return (int(paddle.distributed.get_rank()), world) if world > 1 else None
 
+    def framework_probe(self) -> bool:
+        return False
+
     def mesh_of(self, mesh: Any, model: Any) -> tuple[tuple[int, ...], tuple[str, ...], tuple[int, ...]] | None:
         # fleet's hybrid-parallel layers hold plain tensors: a job says its mesh ({"dp": 2, "mp": 2}, or
         # its ProcessMesh).

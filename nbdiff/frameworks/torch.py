@@ -6,6 +6,7 @@ import functools
 import itertools
 import math
 import os
+import sys
 import threading
 from collections.abc import Callable, Hashable, Iterator, Sequence
 from contextlib import AbstractContextManager, ExitStack, contextmanager
@@ -244,6 +245,16 @@ class TorchFramework:
             return int(dist.get_rank()), int(dist.get_world_size())
         return None
 
+    def framework_probe(self) -> bool:
+        frame = sys._getframe(2)
+        for _ in range(_PROBE_DEPTH):
+            if frame is None:
+                return False
+            if frame.f_code.co_name in _PROBES and "pipelining" in frame.f_code.co_filename:
+                return True
+            frame = frame.f_back
+        return False
+
     def mesh_of(self, mesh: Any, model: Any) -> tuple[tuple[int, ...], tuple[str, ...], tuple[int, ...]] | None:
         if mesh is None:
             # The mesh of the first named DTensor parameter (FSDP's, or parallelize_module's submesh),
@@ -363,6 +374,12 @@ class TorchFramework:
 
 _MODULE_INTERNALS = frozenset(vars(torch.nn.Module())) | {"training"}
 """Attributes every torch module keeps for itself (hooks, parameters, submodules): not the user's state."""
+
+
+_PROBES = frozenset({"_forward_metadata_inference", "_shape_inference"})
+"""torch.distributed.pipelining's calls of a stage on empty tensors, to learn its shapes."""
+_PROBE_DEPTH = 12
+"""Frames looked up from a root call for one: the stage's call is a few frames below it."""
 
 
 def _placement(p: Any, ndim: int) -> str:

@@ -94,6 +94,7 @@ class Recorder:
         self._keeping = False  # this recorder keeps lost interrupts (lost_interrupts_kept)
         self._api_ctx: Any = None
         self._own_params: dict[int, list[tuple[str, Any]]] = {}  # by layer, as at the start (FSDP swaps its own in)
+        self.roots_per_step = 1  # root calls per step: a step's micro-batches
         self.param_grads: dict[int, np.ndarray] = {}
         """``id`` of a parameter -> the copy of its gradient the step's events hold (read once)."""
         self.on_copy: Callable[[np.ndarray], Any] | None = None
@@ -380,9 +381,12 @@ class Recorder:
 
     def _groups(self) -> list[list[Call]]:
         groups: list[list[Call]] = []
+        roots = 0
         for rec in self.calls:
             if rec.depth == 0:
-                groups.append([])
+                roots += 1
+                if (roots - 1) % self.roots_per_step == 0:
+                    groups.append([])
             if groups:
                 groups[-1].append(rec)
         return groups

@@ -50,15 +50,18 @@ class ModelSession:
         self.dropout_off: list[str] = []
         """The dropout rates set to 0 while hooked (``"drop.p=0.3"``): the user's run is not the same."""
 
-    def install(self, stack: ExitStack, on_root: Callable[..., Any]) -> None:
-        """Hook the model until ``stack`` closes: dropout off, modes kept, ``on_root`` before each step."""
+    def install(
+        self, stack: ExitStack, on_root: Callable[..., Any], after_root: Callable[..., Any] | None = None
+    ) -> None:
+        """Hook the model until ``stack`` closes: dropout off, modes kept, ``on_root`` before each
+        call of the model (and ``after_root`` after it)."""
         fw = self.fw
         # Each hook and what removes it go on ``stack`` together: a Ctrl-C meanwhile is raised after.
         with interrupts_deferred():
             stack.enter_context(training_flags(fw, self.model))
             self.dropout_off = stack.enter_context(no_dropout(fw, self.model))
             # The step hook goes first, so a step is counted before its layers are recorded.
-            handles = fw.hook_forward(self.model, on_root, lambda *a, **k: None)
+            handles = fw.hook_forward(self.model, on_root, after_root or (lambda *a, **k: None))
             stack.callback(_remove, handles)
             stack.enter_context(self.recorder)
             stack.callback(self.recorder.remove_tensor_hooks)

@@ -1,0 +1,119 @@
+"""A pipeline-parallel training job as users write it, for tests/test_pipeline.py.
+
+``python tests/pp_job.py OUT`` trains the model in one process on the whole batch;
+``torchrun --nproc_per_node 2 tests/pp_job.py OUT --pp gpipe`` (or ``1f1b``) trains it with torch's
+own ``torch.distributed.pipelining``: two stages, the model split as torchtitan splits it (each
+stage the same class with the other stage's layers deleted, so layer paths stay the full model's),
+the batch in 4 micro-batches. ``--bug-stage S --bug-micro M --bug-step K``: from step K on, the
+activation of stage S's block computes something else on micro-batch M. Two SGD steps, recorded
+with ``nbdiff.record(..., micro_batches=4)``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+import nbdiff
+
+MICRO = 4
+
+
+class Act(nn.Module):
+    """A custom activation; with a bug, one micro-batch of it is scaled from some step on."""
+
+    def __init__(self, bug: tuple[int, int] | None) -> None:
+        super().__init__()
+        self.bug, self.calls = bug, 0
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = nn.functional.gelu(x)
+        if self.bug is not None and self.calls // MICRO >= self.bug[1] and self.calls % MICRO == self.bug[0]:
+            y = y * 1.01
+        self.calls += 1
+        return y
+
+
+class Block(nn.Module):
+    def __init__(self, bug: tuple[int, int] | None = None) -> None:
+        super().__init__()
+        self.up, self.act, self.down = nn.Linear(16, 32), Act(bug), nn.Linear(32, 16)
+
+    def forward(self, h: torch.Tensor) -> torch.Tensor:
+        return h + self.down(self.act(self.up(h)))
+
+
+class Model(nn.Module):
+    def __init__(self, bugs: dict[int, tuple[int, int]] | None = None) -> None:
+        super().__init__()
+        bugs = bugs or {}
+        self.emb = nn.Embedding(32, 16)
+        self.layers = nn.ModuleDict({str(i): Block(bugs.get(i)) for i in range(2)})
+        self.head = nn.Linear(16, 32)
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        h = self.emb(tokens) if self.emb is not None else tokens
+        for layer in self.layers.values():
+            h = layer(h)
+        return self.head(h) if self.head is not None else h
+
+
+def _stage(model: Model, stage: int) -> Model:
+    """Stage ``stage`` of 2: block ``stage`` and the embedding (stage 0) or the head (stage 1)."""
+    del model.layers[str(1 - stage)]
+    if stage == 0:
+        model.head = None
+    else:
+        model.emb = None
+    return model
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("out")
+    ap.add_argument("--pp", choices=["gpipe", "1f1b"], help="pipeline schedule (under torchrun, 2 ranks)")
+    ap.add_argument("--bug-stage", type=int, default=-1)
+    ap.add_argument("--bug-micro", type=int, default=0)
+    ap.add_argument("--bug-step", type=int, default=0)
+    args = ap.parse_args()
+    torch.manual_seed(0)
+    model = Model({args.bug_stage: (args.bug_micro, args.bug_step)} if args.bug_stage >= 0 else None)
+    tokens = torch.randint(0, 32, (8, 5), generator=torch.Generator().manual_seed(1))
+    loss_fn = lambda out, _: out.square().mean()  # noqa: E731
+    if args.pp is None:
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        with nbdiff.record(model, args.out):
+            for _ in range(2):
+                loss_fn(model(tokens), None).backward()
+                opt.step()
+                opt.zero_grad()
+        return
+    from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
+
+    dist.init_process_group("gloo")
+    rank = dist.get_rank()
+    model = _stage(model, rank)
+    stage = PipelineStage(model, rank, 2, torch.device("cpu"))
+    schedule = (ScheduleGPipe if args.pp == "gpipe" else Schedule1F1B)(stage, MICRO, loss_fn=loss_fn)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    with nbdiff.record(model, args.out, mesh={"pp": 2}, micro_batches=MICRO):
+        for _ in range(2):
+            if rank == 0:
+                schedule.step(tokens)
+            else:
+                schedule.step(target=torch.zeros(8))
+            opt.step()
+            opt.zero_grad()
+    dist.destroy_process_group()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)  # as tests/tp_job.py: torch's gloo teardown aborts now and then
+
+
+if __name__ == "__main__":
+    main()

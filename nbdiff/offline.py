@@ -114,7 +114,7 @@ def _gathers(ranks_a: dict[int, Any], ranks_b: dict[int, Any], shards: Mapping[s
     both are compared as whole tensors, even of the same degree, since a rank's all-reduced output
     carries another rank's error (rank by rank, the lowest rank's copy would take the blame)."""
     return bool(shards) or any(
-        (m := manifest_of(folder)).get("param_layouts") or m.get("mesh")
+        (m := manifest_of(folder)).get("param_layouts") or m.get("mesh") or int(m.get("micro_batches", 1)) > 1
         for ranks in (ranks_a, ranks_b)
         for folder in ranks.values()
     )

@@ -25,15 +25,17 @@ MICRO = 4
 
 
 class Act(nn.Module):
-    """A custom activation; with a bug, one micro-batch of it is scaled from some step on."""
+    """A custom activation; with a bug, one micro-batch of it is scaled from some step on. The loop
+    tells it the step and counts its calls from each step's start (the schedule's first step also
+    runs each stage once on empty tensors, to learn their shapes)."""
 
     def __init__(self, bug: tuple[int, int] | None) -> None:
         super().__init__()
-        self.bug, self.calls = bug, 0
+        self.bug, self.step, self.calls = bug, 0, 0
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         y = nn.functional.gelu(x)
-        if self.bug is not None and self.calls // MICRO >= self.bug[1] and self.calls % MICRO == self.bug[0]:
+        if self.bug is not None and self.step >= self.bug[1] and self.calls == self.bug[0]:
             y = y * 1.01
         self.calls += 1
         return y
@@ -102,7 +104,9 @@ def main() -> None:
     schedule = (ScheduleGPipe if args.pp == "gpipe" else Schedule1F1B)(stage, MICRO, loss_fn=loss_fn)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     with nbdiff.record(model, args.out, mesh={"pp": 2}, micro_batches=MICRO):
-        for _ in range(2):
+        for step in range(2):
+            for act in (m for m in model.modules() if isinstance(m, Act)):
+                act.step, act.calls = step, 0
             if rank == 0:
                 schedule.step(tokens)
             else:

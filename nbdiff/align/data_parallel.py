@@ -32,7 +32,7 @@ from nbdiff.trace.events import Event, Phase, TensorRecord, changed
 from nbdiff.trace.mesh import Mesh, Placement
 from nbdiff.trace.stats import Stats
 
-__all__ = ["run_mesh", "data_parallel_groups", "joined_groups"]
+__all__ = ["run_mesh", "data_parallel_groups", "joined_groups", "scaled_stats"]
 
 _WHOLE_PHASES = (Phase.OPTIMIZER, Phase.STATE)
 """Phases of parameters and buffers, which no rank holds a slice of the batch of."""
@@ -198,7 +198,7 @@ class _Join:
             whole = TensorRecord(t.name, tuple(shape), t.dtype, value)
         else:
             scaled, stats = [None] * len(values), joined_stats(records)
-            whole = TensorRecord(t.name, tuple(shape), t.dtype, None, _scaled(stats, scale) if stats else None)
+            whole = TensorRecord(t.name, tuple(shape), t.dtype, None, scaled_stats(stats, scale) if stats else None)
         layout = how.text() if how.kind == "shard" else how.written()
         self.into[id(whole)] = Gathering(layout, scaled, firsts, parts, scale)  # type: ignore[arg-type]
         return whole
@@ -220,7 +220,8 @@ def _interleaved(values: list[np.ndarray], how: Placement) -> list[np.ndarray]:
     return [pieces[g][c] for c in range(how.split) for g in range(len(values))]
 
 
-def _scaled(stats: Stats, c: float) -> Stats:
+def scaled_stats(stats: Stats, c: float) -> Stats:
+    """The statistics of a tensor multiplied by ``c > 0``."""
     return replace(
         stats, min=stats.min * c, max=stats.max * c, mean=stats.mean * c, std=stats.std * c, abs_mean=stats.abs_mean * c
     )

@@ -30,6 +30,8 @@ class Gathering:
     """Per shard, how it was gathered in turn (a data-parallel group's tensor-parallel shards)."""
     scale: float = 1.0
     """What each shard was multiplied by as it joined (a data-parallel mean's ``1/n``)."""
+    unit: str = "rank"
+    """What held each shard: a ``rank``, or a ``micro-batch`` of one rank's step."""
 
 
 def event_key(e: Event) -> tuple:

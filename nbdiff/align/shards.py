@@ -33,6 +33,8 @@ import numpy as np
 
 from nbdiff.align.data_parallel import data_parallel_groups, joined_groups, run_mesh
 from nbdiff.align.gathering import Gathering, event_key, fit_layout, joined_stats, mate_record, same_record
+from nbdiff.align.micro_batches import folded
+from nbdiff.align.stages import joined_stages
 from nbdiff.errors import DumpError, OptionError
 from nbdiff.trace.events import Event, Phase, TensorRecord, changed
 from nbdiff.trace.mesh import Mesh, Placement, placements
@@ -164,7 +166,12 @@ class Gathered:
         """Step ``k`` of both runs, every tensor whole."""
         if k not in self._steps:
             self._into = self.gatherings[k] = {}
-            ranks = ([d.steps[k] for d in self.a], [d.steps[k] for d in self.b])
+            raw = ([d.steps[k] for d in self.a], [d.steps[k] for d in self.b])
+            mates = [r[0] if len(r) == 1 else None for r in raw]
+            ranks = tuple(
+                [self._folded(e, d, mates[1 - side]) for e, d in zip(raw[side], (self.a, self.b)[side])]
+                for side in (0, 1)
+            )
             whole: list[list[Event] | None] = [r[0] if len(r) == 1 else None for r in ranks]
             # The side of fewer ranks first: gathered, its shapes tell the other's layouts.
             for side in sorted((0, 1), key=lambda s: len(ranks[s])):
@@ -175,9 +182,23 @@ class Gathered:
                 del self._steps[old], self.gatherings[old]
         return self._steps[k]
 
+    def _folded(self, events: list[Event], dump: Any, mate: list[Event] | None) -> list[Event]:
+        """One rank's step of micro-batches as one step on the whole batch."""
+        m = int(dump.meta.get("micro_batches", 1))
+        reduce = str((dump.meta.get("mesh") or {}).get("reduce", "mean"))
+        return folded(events, m, mate, reduce, int(dump.meta["rank"]), self._into, self._note, dump.path)
+
     def _whole(self, ranks: list[list[Event]], dumps: list[Any], other: list[Event] | None, k: int) -> list[Event]:
         """One run's step gathered: each data-parallel group's tensor-parallel shards, then the groups."""
         mesh = run_mesh(dumps)
+        if mesh is not None and mesh.pipeline:
+            if len(mesh.shape) > 1:
+                raise DumpError(f"{dumps[0].path.parent}: pipeline stages beside other mesh dimensions "
+                                f"({dict(zip(mesh.names, mesh.shape))}) are not gathered yet; see docs/parallel.md.")  # fmt: skip
+            by_stage = sorted(range(len(dumps)), key=lambda i: dumps[i].meta["mesh"]["coordinate"])
+            return joined_stages(
+                [[e for e in ranks[i] if e.phase is not Phase.WEIGHTS] for i in by_stage], dumps[0].path.parent
+            )
         if mesh is None or not mesh.data_parallel:
             return self._gather(ranks, dumps, other, k, mesh)
         groups = data_parallel_groups(dumps)

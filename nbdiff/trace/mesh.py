@@ -23,12 +23,15 @@ from typing import Any
 
 from nbdiff.errors import DumpError, OptionError
 
-__all__ = ["Mesh", "Placement", "placements", "DATA_PARALLEL_NAMES", "REDUCTIONS"]
+__all__ = ["Mesh", "Placement", "placements", "DATA_PARALLEL_NAMES", "PIPELINE_NAMES", "REDUCTIONS"]
 
 REDUCTIONS = ("mean", "sum")
 DATA_PARALLEL_NAMES = re.compile(r"^(dp|fsdp|ddp|hsdp|data)(_.*)?$|data_parallel", re.IGNORECASE)
 """Mesh dimension names taken as data-parallel unless the user says otherwise (torchtitan's
 ``dp_replicate`` and ``dp_shard`` too)."""
+
+PIPELINE_NAMES = re.compile(r"^(pp|pipe|pipeline|stages?)(_.*)?$", re.IGNORECASE)
+"""Mesh dimension names of pipeline stages: each rank along one holds other layers."""
 
 _PLACEMENT = re.compile(r"(shard)\((\d{1,3})\)|(strided)\((\d{1,3}),(\d{1,3})\)|(replicate)|(partial)")
 _NAME = r"[A-Za-z_][A-Za-z0-9_]{0,31}"
@@ -148,6 +151,11 @@ class Mesh:
         return mesh
 
     @property
+    def pipeline(self) -> tuple[str, ...]:
+        """The dimensions of pipeline stages."""
+        return tuple(n for n in self.names if PIPELINE_NAMES.search(n))
+
+    @property
     def data_parallel_size(self) -> int:
         return math.prod(n for n, name in zip(self.shape, self.names) if name in self.data_parallel)
 
@@ -166,7 +174,7 @@ class Mesh:
         found = placements(layout)
         if not found:
             return "", []
-        tp = [n for n in self.names if n not in self.data_parallel]
+        tp = [n for n in self.names if n not in self.data_parallel and n not in self.pipeline]
         if all(p.name for p in found):
             stray = [p.name for p in found if p.name not in self.names]
             if stray:

@@ -79,6 +79,8 @@ def _which(
         return f"{untold} (statistics only)", 0
     if other.shape != mine.shape:
         return f"{untold} (the other side's tensor is laid out otherwise)", 0
+    if how.unit == "micro-batch":
+        return _micro_batch(how, other.value, f, side, g)
     found = _ranks(how, other.value, f)
     if found is None:
         return f"{untold} (statistics only)" if not how.layout.startswith("strided") else untold, 0
@@ -89,6 +91,33 @@ def _which(
     if good:
         text += f"; rank{'s' if len(good) > 1 else ''} {', '.join(map(str, good))} agree{'s' if len(good) == 1 else ''}"
     return text, bad[0] if bad else 0
+
+
+def _micro_batch(how: Gathering, whole: np.ndarray, f: Divergence, side: str, g: Gathered) -> tuple[str, int]:
+    """Which micro-batches of one rank's step differ (their calls joined into the whole)."""
+    rank = how.ranks[0] if how.ranks else 0
+    place = g.place(1 if side == "raw" else 0, rank)
+    who = f"{side} rank {rank}" + (f" ({place})" if place else "")
+    cuts = shard_slices(how.layout, how.shards, whole) if not how.layout.startswith("strided") else None
+    if cuts is None:
+        return f"{who}: its {len(how.shards)} micro-batches make it up; which one differs is not told", rank
+    ratios = [
+        compare_tensors(f.metrics.name, np.asarray(s), c, f.metrics.tolerance, f.metrics.mode).ratio
+        for s, c in zip(how.shards, cuts)  # type: ignore[arg-type]
+    ]
+    bad, good = _split_ratios(ratios)
+    text = f"{who}, micro-batch{'es' if len(bad) > 1 else ''} {', '.join(map(str, bad))} of {len(ratios)}: "
+    text += f"its slice ({how.layout}) differs"
+    if good:
+        text += f"; micro-batch{'es' if len(good) > 1 else ''} {', '.join(map(str, good))} agree{'s' if len(good) == 1 else ''}"
+    return text, rank
+
+
+def _split_ratios(ratios: list[float]) -> tuple[list[int], list[int]]:
+    """The parts beyond tolerance (or, none being, the worst), and the rest."""
+    top = max(ratios)
+    bad = [i for i, x in enumerate(ratios) if x > 1.0] or [i for i, x in enumerate(ratios) if x >= top / 2 and top > 0]
+    return bad, [i for i in range(len(ratios)) if i not in bad]
 
 
 _ADDED = {

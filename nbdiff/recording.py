@@ -11,12 +11,10 @@ from __future__ import annotations
 import os
 import threading
 import warnings
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
-
-import numpy as np
 
 from nbdiff.align.arguments import layer_arguments, recorded_arguments
 from nbdiff.align.fused import layout_facts
@@ -28,10 +26,10 @@ from nbdiff.frameworks import Framework, framework_of
 from nbdiff.frameworks.interrupts import interrupts_deferred
 from nbdiff.trace.capture import BATCH_NORMS, Capture
 from nbdiff.trace.constructors import NotRebuildable, constructor_of
-from nbdiff.trace.events import Event, Kind, Phase, TensorRecord, changed
-from nbdiff.trace.layer_paths import relative
-from nbdiff.trace.mesh import Mesh
-from nbdiff.trace.session import ModelSession, Weights
+from nbdiff.trace.events import Event, Kind, Phase, changed
+from nbdiff.trace.mesh import JobLayout
+from nbdiff.trace.param_events import states, updates, weights_at_start, with_uncalled_grads
+from nbdiff.trace.session import ModelSession
 from nbdiff.trace.store import DUMP_TYPES
 from nbdiff.trace.writer import DumpWriter
 from nbdiff.weights.plan import all_class_names
@@ -64,8 +62,11 @@ class record:
     split along (default: those named like ``dp``, ``fsdp``, ``data``), ``dp_reduce`` how their
     gradients are reduced (``mean``, DDP's and FSDP's, or ``sum``). ``micro_batches=M``: a step is
     ``M`` calls of the model (gradient accumulation, a pipeline schedule's micro-batches), which
-    ``compare`` joins into one call on the whole batch; pipeline stages are a mesh dimension named
-    ``pp`` (``mesh={"pp": 2}``), whose ranks' layers ``compare`` joins into one model.
+    ``compare`` joins into one call on the whole batch; ``micro_batch_reduce``: ``mean`` where each
+    micro-batch backpropagates its own mean loss (torch's pipeline schedules, which scale the
+    gradients after), ``sum`` where the losses add up to the step's (a loop dividing each by ``M``).
+    Pipeline stages are a mesh dimension named ``pp`` (``mesh={"pp": 2}``), whose ranks' layers
+    ``compare`` joins into one model.
     """
 
     def __init__(
@@ -89,6 +90,7 @@ class record:
         data_parallel: str | Sequence[str] | None = None,
         dp_reduce: str = "mean",
         micro_batches: int = 1,
+        micro_batch_reduce: str = "mean",
     ) -> None:
         if dump_type not in DUMP_TYPES:
             raise OptionError(f"dump_type={dump_type!r} is not one of {DUMP_TYPES}.")
@@ -103,14 +105,11 @@ class record:
         check_recordable((self.fw,), (model,), ("the model",))
         self.model = model
         self.dump_dir = Path(dump_dir)
-        self._mesh_args = (mesh, data_parallel, dp_reduce)
-        if not isinstance(micro_batches, int) or isinstance(micro_batches, bool) or micro_batches < 1:
-            raise OptionError(
-                f"record(micro_batches={micro_batches!r}): expected the model's calls per step, 1 or more."
-            )
+        self._layout = JobLayout(mesh, data_parallel, dp_reduce, micro_batches, micro_batch_reduce)
         self.options = dict(
             dump_type=dump_type, mode=mode, scope=list(scope or []), filter_data=filter_data,
             filter_stack=filter_stack, retain_backward=retain_backward, micro_batches=micro_batches,
+            micro_batch_reduce=micro_batch_reduce,
         )  # fmt: skip
         self._session = ModelSession(self.fw, model, "model", backward=retain_backward, api_level=api_level)
         self.api_level = api_level
@@ -129,7 +128,7 @@ class record:
             rank=rank, world_size=world, api_level=self.api_level, **{k: v for k, v in self.options.items() if k != "dump_type"},
             capture=self.capture.described or {},
         )  # fmt: skip
-        if (mesh := self._mesh(rank, world)) is not None:
+        if (mesh := self._layout.mesh(self.fw, self.model, rank, world)) is not None:
             meta["mesh"] = mesh.to_json()
         self._layers = dict(self.fw.named_layers(self.model))
         # Each layer's own parameters, read once: every step's updates and gradients look them up.
@@ -179,21 +178,6 @@ class record:
                 self._writer.abandon()
             raise
         return self
-
-    def _mesh(self, rank: int, world: int) -> Mesh | None:
-        """The mesh the job runs on (given, or the one its parameters lie on); ``None`` for one
-        tensor-parallel dimension, which needs none (every rank holds a shard)."""
-        given, data_parallel, reduce = self._mesh_args
-        if isinstance(given, Mapping):
-            return Mesh.of_sizes(given, rank, world, data_parallel, reduce)
-        facts = self.fw.mesh_of(given, self.model)
-        if facts is None:
-            if data_parallel is not None:
-                raise OptionError(f"record(data_parallel={data_parallel!r}) needs the mesh: mesh={{'dp': {world}}}, or "
-                                  "the framework's device mesh.")  # fmt: skip
-            return None
-        mesh = Mesh.made(*facts, data_parallel, reduce)
-        return mesh if given is not None or len(mesh.shape) > 1 or mesh.data_parallel else None
 
     def _start_recording(self, background: bool) -> None:
         """The hooks and listeners of a recording whose writer is made (``background``: it writes in its thread)."""
@@ -276,7 +260,7 @@ class record:
         n = 0
         for i, (forward, backward, _) in enumerate(session.recorder.take_steps(session.grads)):
             k = first + i
-            updates = _updates(
+            moved = updates(
                 self.fw,
                 self._layers,
                 self._params,
@@ -284,15 +268,15 @@ class record:
                 (session.weights[k], session.weights[k + 1]),
                 session.outside[k + 1],
             )
-            updates += _states(self.fw, self._layers, k, session.states[k], session.states[k + 1])
-            backward = _with_uncalled_grads(self.fw, self._params, forward, backward, session.grads[k])
+            moved += states(self.fw, self._layers, k, session.states[k], session.states[k + 1])
+            backward = with_uncalled_grads(self.fw, self._params, forward, backward, session.grads[k])
             if self.capture.keeps_step(k):
                 # The weights once per run of recorded steps; compare adds the updates up to later ones.
                 # (a statistics dump keeps their statistics: the magnitude an update's tolerance allows for)
                 starts = k == 0 or not self.capture.keeps_step(k - 1)
-                weights = _weights(self.fw, self._layers, self._params, k, session.weights[k]) if starts else []
+                weights = weights_at_start(self.fw, self._layers, self._params, k, session.weights[k]) if starts else []
                 weights = [e for e in weights if self.capture.keeps_values(e)]
-                self._writer.add_step(self._select(forward + backward + updates + weights))
+                self._writer.add_step(self._select(forward + backward + moved + weights))
             session.let_go(k)  # done with them
             n += 1
         return n
@@ -358,78 +342,6 @@ def _floating_only(e: Event) -> Event:
     return changed(e, inputs=keep(e.inputs), outputs=keep(e.outputs), params=keep(e.params))
 
 
-def _updates(
-    fw: Framework,
-    layers: dict[str, Any],
-    params: dict[str, dict[str, Any]],
-    step: int,
-    weights: tuple[Weights, Weights],
-    written: dict[int, float],
-) -> list[Event]:
-    """One optimizer event per layer whose own parameters changed during the step (``weights``: as it
-    began and as the next began); ``written``: the parameters written after the optimizer stepped, by
-    ``id``, with their norm ratio (the event's ``params``)."""
-    before, after = weights
-    out: list[Event] = []
-    for path, layer in layers.items():
-        records, writes = [], []
-        for name, p in params[path].items():
-            if id(p) in before and id(p) in after and not np.array_equal(before[id(p)], after[id(p)]):
-                delta = after[id(p)] - before[id(p)]
-                records.append(TensorRecord(name, tuple(delta.shape), fw.dtype_name(p), delta, None, fw.layout_of(p)))
-                if id(p) in written:
-                    writes.append(TensorRecord(name, (), "float64", np.array(written[id(p)], np.float64)))
-        if records:
-            e = _param_event(fw, Phase.OPTIMIZER, step, len(out), path, layer, records)
-            out.append(changed(e, params=tuple(writes)) if writes else e)
-    return out
-
-
-def _states(fw: Framework, layers: dict[str, Any], step: int, before: Weights, after: Weights) -> list[Event]:
-    """One event per layer whose running statistics the step moved: before it (inputs), after it (outputs)."""
-    out: list[Event] = []
-    for path, layer in layers.items():
-        moved = [
-            (name, before[id(t)], after[id(t)])
-            for name, t in fw.direct_buffers(layer) + fw.direct_params(layer)
-            if not fw.is_trainable(t) and id(t) in before and id(t) in after and fw.is_floating(t)
-            and not np.array_equal(before[id(t)], after[id(t)])
-        ]  # fmt: skip
-        if moved:
-            ins = tuple(TensorRecord(n, tuple(a.shape), str(a.dtype), a) for n, a, _ in moved)
-            outs = tuple(TensorRecord(n, tuple(a.shape), str(a.dtype), a) for n, _, a in moved)
-            e = _param_event(fw, Phase.STATE, step, len(out), path, layer, list(outs))
-            out.append(changed(e, inputs=ins))
-    return out
-
-
-def _param_event(
-    fw: Framework, phase: Phase, step: int, order: int, path: str, layer: Any, records: list[TensorRecord]
-) -> Event:
-    """One layer's parameters (an update, or the weights as a step began) as an event."""
-    return Event(step, phase, Kind.PARAM, order, path, type(layer).__name__, 0,
-                 path.count(".") + 1 if path else 0, None, fw.is_library_layer(layer), (), tuple(records))  # fmt: skip
-
-
-def _weights(
-    fw: Framework, layers: dict[str, Any], params: dict[str, dict[str, Any]], step: int, at_start: Weights
-) -> list[Event]:
-    """One event per layer with its floating parameters as step ``step`` began (trainable ones from
-    ``at_start``; the rest do not change) and its floating buffers as they are now."""
-    out: list[Event] = []
-    for path, layer in layers.items():
-        records = []
-        for name, p in [*params[path].items(), *fw.direct_buffers(layer)]:
-            if not fw.is_floating(p):
-                continue
-            value = at_start.get(id(p))
-            value = fw.to_numpy(p) if value is None else value
-            records.append(TensorRecord(name, tuple(value.shape), fw.dtype_name(p), value, None, fw.layout_of(p)))
-        if records:
-            out.append(_param_event(fw, Phase.WEIGHTS, step, len(out), path, layer, records))
-    return out
-
-
 def _constructors(fw: Framework, layers: dict[str, Any]) -> dict[str, Any]:
     """``{path: {"class": "module:qualname", "kwargs": {...}}}`` of the layers whose constructor
     arguments are kept on them as literals."""
@@ -447,48 +359,3 @@ def _env_rank() -> tuple[int, int]:
         if rank in os.environ:
             return int(os.environ[rank]), int(os.environ.get(world, "1"))
     return 0, 1
-
-
-def _with_uncalled_grads(
-    fw: Framework,
-    params: dict[str, dict[str, Any]],
-    forward: list[Event],
-    backward: list[Event],
-    grads: dict[int, np.ndarray],
-) -> list[Event]:
-    """Parameter gradients of layers the step never called, in the backward event of their nearest
-    called ancestor, under dotted names (``out_proj.weight``): torch's ``MultiheadAttention`` uses
-    its ``out_proj`` weights without calling it, and a dump without them compared nothing there."""
-    if not backward:
-        return backward
-    called = {e.path for e in forward if e.kind is Kind.LAYER}
-    by_path = {e.path: i for i, e in reversed(list(enumerate(backward)))}  # a path's first backward event
-    placed: set[int] = set()
-    for e in backward:
-        own = params.get(e.path, {})
-        placed.update(id(own[t.name]) for t in e.params if t.name in own)
-    extra: dict[int, list[TensorRecord]] = {}
-    for path, own in params.items():
-        if path in called:
-            continue
-        owner = _ancestor(path, by_path)
-        for name, p in own.items():
-            g = grads.get(id(p))
-            if owner is None or g is None or id(p) in placed or not fw.is_trainable(p):
-                continue
-            placed.add(id(p))
-            rel = relative(path, backward[owner].path)
-            extra.setdefault(owner, []).append(
-                TensorRecord(f"{rel}.{name}", fw.shape_of(p), fw.dtype_name(p), g, None, fw.layout_of(p))
-            )
-    if not extra:
-        return backward
-    return [changed(e, params=e.params + tuple(extra[i])) if i in extra else e for i, e in enumerate(backward)]
-
-
-def _ancestor(path: str, by_path: dict[str, int]) -> int | None:
-    while path:
-        path = path.rpartition(".")[0]
-        if path in by_path:
-            return by_path[path]
-    return None

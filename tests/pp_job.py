@@ -82,6 +82,7 @@ def main() -> None:
     ap.add_argument("--bug-stage", type=int, default=-1)
     ap.add_argument("--bug-micro", type=int, default=0)
     ap.add_argument("--bug-step", type=int, default=0)
+    ap.add_argument("--dump-type", default="tensor", help="record's dump_type")
     args = ap.parse_args()
     torch.manual_seed(0)
     model = Model({args.bug_stage: (args.bug_micro, args.bug_step)} if args.bug_stage >= 0 else None)
@@ -89,7 +90,7 @@ def main() -> None:
     loss_fn = lambda out, _: out.square().mean()  # noqa: E731
     if args.pp is None:
         opt = torch.optim.SGD(model.parameters(), lr=0.1)
-        with nbdiff.record(model, args.out):
+        with nbdiff.record(model, args.out, dump_type=args.dump_type):
             for _ in range(2):
                 loss_fn(model(tokens), None).backward()
                 opt.step()
@@ -103,7 +104,7 @@ def main() -> None:
     stage = PipelineStage(model, rank, 2, torch.device("cpu"))
     schedule = (ScheduleGPipe if args.pp == "gpipe" else Schedule1F1B)(stage, MICRO, loss_fn=loss_fn)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    with nbdiff.record(model, args.out, mesh={"pp": 2}, micro_batches=MICRO):
+    with nbdiff.record(model, args.out, dump_type=args.dump_type, mesh={"pp": 2}, micro_batches=MICRO):
         for step in range(2):
             for act in (m for m in model.modules() if isinstance(m, Act)):
                 act.step, act.calls = step, 0

@@ -185,7 +185,7 @@ class Gathered:
     def _folded(self, events: list[Event], dump: Any, mate: list[Event] | None) -> list[Event]:
         """One rank's step of micro-batches as one step on the whole batch."""
         m = int(dump.meta.get("micro_batches", 1))
-        reduce = str((dump.meta.get("mesh") or {}).get("reduce", "mean"))
+        reduce = str(dump.meta.get("micro_batch_reduce", "mean"))
         return folded(events, m, mate, reduce, int(dump.meta["rank"]), self._into, self._note, dump.path)
 
     def _whole(self, ranks: list[list[Event]], dumps: list[Any], other: list[Event] | None, k: int) -> list[Event]:

@@ -23,7 +23,7 @@ from typing import Any
 
 from nbdiff.errors import DumpError, OptionError
 
-__all__ = ["Mesh", "Placement", "placements", "DATA_PARALLEL_NAMES", "PIPELINE_NAMES", "REDUCTIONS"]
+__all__ = ["Mesh", "Placement", "placements", "JobLayout", "DATA_PARALLEL_NAMES", "PIPELINE_NAMES", "REDUCTIONS"]
 
 REDUCTIONS = ("mean", "sum")
 DATA_PARALLEL_NAMES = re.compile(r"^(dp|fsdp|ddp|hsdp|data)(_.*)?$|data_parallel", re.IGNORECASE)
@@ -201,3 +201,38 @@ def _row_major(mesh: Mesh, names: Sequence[str]) -> int:
         i = mesh.names.index(name)
         index = index * mesh.shape[i] + mesh.coordinate[i]
     return index
+
+
+@dataclass(frozen=True)
+class JobLayout:
+    """What ``record`` was told of the job's layout, checked as it is given."""
+
+    given: Any
+    """The mesh: the framework's, ``{name: size}``, or ``None`` (the parameters' own, if any)."""
+    data_parallel: Any
+    reduce: str
+    micro_batches: int
+    micro_batch_reduce: str
+
+    def __post_init__(self) -> None:
+        m = self.micro_batches
+        if not isinstance(m, int) or isinstance(m, bool) or m < 1:
+            raise OptionError(f"record(micro_batches={m!r}): expected the model's calls per step, 1 or more.")
+        if self.micro_batch_reduce not in REDUCTIONS:
+            raise OptionError(f"record(micro_batch_reduce={self.micro_batch_reduce!r}): expected one of {REDUCTIONS}.")
+        if self.reduce not in REDUCTIONS:
+            raise OptionError(f"record(dp_reduce={self.reduce!r}): expected one of {REDUCTIONS}.")
+
+    def mesh(self, fw: Any, model: Any, rank: int, world: int) -> Mesh | None:
+        """The mesh the job runs on (given, or the one its parameters lie on); ``None`` for one
+        tensor-parallel dimension, which needs none (every rank holds a shard)."""
+        if isinstance(self.given, Mapping):
+            return Mesh.of_sizes(self.given, rank, world, self.data_parallel, self.reduce)
+        facts = fw.mesh_of(self.given, model)
+        if facts is None:
+            if self.data_parallel is not None:
+                raise OptionError(f"record(data_parallel={self.data_parallel!r}) needs the mesh: mesh={{'dp': {world}}}, "
+                                  "or the framework's device mesh.")  # fmt: skip
+            return None
+        mesh = Mesh.made(*facts, self.data_parallel, self.reduce)
+        return mesh if self.given is not None or len(mesh.shape) > 1 or mesh.data_parallel else None

@@ -71,6 +71,8 @@ def _which(
     how: Gathering, mine: TensorRecord, other: TensorRecord | None, f: Divergence, side: str, g: Gathered
 ) -> tuple[str, int]:
     n = len(how.shards)
+    if how.unit == "micro-batch":
+        return _micro_batch(how, mine, other, f, side, g)
     if how.layout in _ADDED:
         return f"{side} holds it as {_ADDED[how.layout].format(n=n)}: every rank's part adds in", 0
     over = f"{n} data-parallel groups" if any(how.parts) else f"{n} ranks"
@@ -79,8 +81,6 @@ def _which(
         return f"{untold} (statistics only)", 0
     if other.shape != mine.shape:
         return f"{untold} (the other side's tensor is laid out otherwise)", 0
-    if how.unit == "micro-batch":
-        return _micro_batch(how, other.value, f, side, g)
     found = _ranks(how, other.value, f)
     if found is None:
         return f"{untold} (statistics only)" if not how.layout.startswith("strided") else untold, 0
@@ -93,14 +93,21 @@ def _which(
     return text, bad[0] if bad else 0
 
 
-def _micro_batch(how: Gathering, whole: np.ndarray, f: Divergence, side: str, g: Gathered) -> tuple[str, int]:
+def _micro_batch(
+    how: Gathering, mine: TensorRecord, other: TensorRecord | None, f: Divergence, side: str, g: Gathered
+) -> tuple[str, int]:
     """Which micro-batches of one rank's step differ (their calls joined into the whole)."""
     rank = how.ranks[0] if how.ranks else 0
     place = g.place(1 if side == "raw" else 0, rank)
     who = f"{side} rank {rank}" + (f" ({place})" if place else "")
-    cuts = shard_slices(how.layout, how.shards, whole) if not how.layout.startswith("strided") else None
+    untold = f"{who}: its {len(how.shards)} micro-batches make it up; which one differs is not told"
+    if how.layout in _ADDED:
+        return f"{who}: {_ADDED[how.layout].format(n=len(how.shards))}, each micro-batch's part adds in", rank
+    if other is None or other.value is None or any(s is None for s in how.shards) or other.shape != mine.shape:
+        return f"{untold} (statistics only)" if other is None or other.value is None else untold, rank
+    cuts = shard_slices(how.layout, how.shards, other.value)
     if cuts is None:
-        return f"{who}: its {len(how.shards)} micro-batches make it up; which one differs is not told", rank
+        return untold, rank
     ratios = [
         compare_tensors(f.metrics.name, np.asarray(s), c, f.metrics.tolerance, f.metrics.mode).ratio
         for s, c in zip(how.shards, cuts)  # type: ignore[arg-type]

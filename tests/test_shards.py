@@ -27,7 +27,7 @@ class _Dump:
 
     @property
     def meta(self) -> dict[str, Any]:
-        return {"framework": self.framework, "param_layouts": self.layouts}
+        return {"framework": self.framework, "param_layouts": self.layouts, "rank": int(self.path.name[4:])}
 
 
 def _event(path: str, outs: list[TensorRecord], ins: list[TensorRecord] = (), phase: Phase = Phase.FORWARD) -> Event:

@@ -33,7 +33,7 @@ DATA_PARALLEL_NAMES = re.compile(r"^(dp|fsdp|ddp|hsdp|data)(_.*)?$|data_parallel
 PIPELINE_NAMES = re.compile(r"^(pp|pipe|pipeline|stages?)(_.*)?$", re.IGNORECASE)
 """Mesh dimension names of pipeline stages: each rank along one holds other layers."""
 
-_PLACEMENT = re.compile(r"(shard)\((\d{1,3})\)|(strided)\((\d{1,3}),(\d{1,3})\)|(replicate)|(partial)")
+_PLACEMENT = re.compile(r"(shard)\((-?\d{1,3})\)|(strided)\((-?\d{1,3}),(\d{1,3})\)|(replicate)|(partial)")
 _NAME = r"[A-Za-z_][A-Za-z0-9_]{0,31}"
 LAYOUT = re.compile(rf"(?:{_PLACEMENT.pattern})(?:@{_NAME})?(?:,(?:{_PLACEMENT.pattern})(?:@{_NAME})?){{0,7}}")
 """A layout as a dump writes it (the schema's check)."""

@@ -1,6 +1,7 @@
 """Pipeline stages and their micro-batches (align/stages, align/micro_batches): a 2-stage run of
 torch's own ``torch.distributed.pipelining`` (GPipe and 1F1B, 4 micro-batches, gloo on CPU,
-tests/pp_job.py) compared with one process on the whole batch, and with each other."""
+tests/pp_job.py), alone and with each stage tensor-parallel over 2 ranks, compared with one
+process on the whole batch, and with each other."""
 
 from __future__ import annotations
 
@@ -23,8 +24,8 @@ pytest.importorskip("torch")
 STATS = ("--dump-type", "statistics")
 
 
-def _bug(stage: int, micro: int) -> tuple[str, ...]:
-    return ("--bug-stage", str(stage), "--bug-micro", str(micro), "--bug-step", "1")
+def _bug(rank: int, micro: int) -> tuple[str, ...]:
+    return ("--bug-rank", str(rank), "--bug-micro", str(micro), "--bug-step", "1")
 
 
 @pytest.fixture(scope="module")
@@ -40,6 +41,8 @@ def jobs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         "1f1b_bug": run("1f1b_bug", 2, "--pp", "1f1b", *_bug(0, 1)),
         "1f1b_stats": run("1f1b_stats", 2, "--pp", "1f1b", *STATS),
         "1f1b_bug_stats": run("1f1b_bug_stats", 2, "--pp", "1f1b", *_bug(0, 1), *STATS),
+        "pp_tp": run("pp_tp", 4, "--pp", "1f1b", "--tp"),
+        "pp_tp_bug": run("pp_tp_bug", 4, "--pp", "gpipe", "--tp", *_bug(3, 2)),
     }
 
 
@@ -59,7 +62,7 @@ def test_each_stage_records_two_steps_of_four_micro_batches_and_not_the_schedule
     assert (manifest["micro_batches"], manifest["mesh"]["names"], manifest["mesh"]["coordinate"]) == (4, ["pp"], [1])
 
 
-@pytest.mark.parametrize("run", ["gpipe", "1f1b"])
+@pytest.mark.parametrize("run", ["gpipe", "1f1b", "pp_tp"])
 def test_every_tensor_of_a_pipelined_step_joins_to_the_single_process_runs(jobs, run):
     gathered = Gathered(_ranks(jobs["reference"]), _ranks(jobs[run]))
     for k in (0, 1):
@@ -95,7 +98,9 @@ def _nesting(events: list) -> dict:
     return out
 
 
-@pytest.mark.parametrize(("base", "raw"), [("reference", "gpipe"), ("reference", "1f1b"), ("gpipe", "1f1b")])
+@pytest.mark.parametrize(
+    ("base", "raw"), [("reference", "gpipe"), ("reference", "1f1b"), ("gpipe", "1f1b"), ("reference", "pp_tp")]
+)
 def test_schedules_and_the_whole_batch_agree_without_a_word(jobs, base, raw):
     r = nbdiff.compare(jobs[base], jobs[raw])
     assert r.aligned, r.report()
@@ -111,6 +116,11 @@ def test_schedules_and_the_whole_batch_agree_without_a_word(jobs, base, raw):
          "differs; micro-batches 0, 1, 3 agree"),
         ("reference", "1f1b_bug", "layers.0.act", 0, "raw rank 0 (pp=0), micro-batch 1 of 4: its slice (shard(0)) "
          "differs; micro-batches 0, 2, 3 agree"),
+        # Stage 1's micro-batch 2, followed into the tensor-parallel shard that made it wrong.
+        ("reference", "pp_tp_bug", "layers.1.act", 3, "raw rank 3 (pp=1, tp=1), micro-batch 2 of 4: its slice "
+         "(shard(0)) differs; micro-batches 0, 1, 3 agree"),
+        ("1f1b", "pp_tp_bug", "layers.1.act", 3, "raw rank 3 (pp=1, tp=1), micro-batch 2 of 4: its slice "
+         "(shard(0)) differs; micro-batches 0, 1, 3 agree"),
     ],
 )  # fmt: skip
 def test_a_bug_in_one_micro_batch_of_one_stage_is_blamed_at_its_layer_step_stage_and_micro_batch(
@@ -149,9 +159,9 @@ def test_micro_batches_the_steps_calls_do_not_divide_into_are_refused(jobs, tmp_
         nbdiff.compare(jobs["reference"], _edited(jobs["gpipe"], tmp_path / "three", three))
 
 
-def test_pipeline_stages_beside_other_mesh_dimensions_are_refused(jobs, tmp_path):
-    def with_tp(m):
-        m["mesh"] = {**m["mesh"], "shape": [2, 1], "names": ["pp", "tp"], "coordinate": [m["rank"], 0]}
+def test_two_pipeline_dimensions_are_refused(jobs, tmp_path):
+    def two(m):
+        m["mesh"] = {**m["mesh"], "shape": [2, 1], "names": ["pp", "pp_inner"], "coordinate": [m["rank"], 0]}
 
-    with pytest.raises(DumpError, match=r"pipeline stages beside other mesh dimensions \(\{'pp': 2, 'tp': 1\}\)"):
-        nbdiff.compare(jobs["reference"], _edited(jobs["gpipe"], tmp_path / "pp_tp", with_tp))
+    with pytest.raises(DumpError, match=r"2 pipeline dimensions \(pp, pp_inner\); nbdiff joins the stages of one"):
+        nbdiff.compare(jobs["reference"], _edited(jobs["gpipe"], tmp_path / "two", two))

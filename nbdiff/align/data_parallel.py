@@ -91,10 +91,12 @@ def joined_groups(
     into: dict[int, Gathering],
     note: Callable[[str], None],
     k: int,
+    placed: bool = True,
 ) -> list[Event]:
     """One step from each data-parallel group's whole step (``groups``: each one's data-parallel
     coordinates and ranks, ``parts``: how its tensors were gathered, by ``id``); ``into`` learns how
-    each joined tensor was."""
+    each joined tensor was. ``placed=False``: the tensors' layouts are not over these groups (one
+    rank's micro-batches), kept as they are for a later gathering."""
     ranks = [members for _, members in groups]
     keyed = [{event_key(e): e for e in events} for events in wholes]
     mates = {event_key(e): e for e in other} if other is not None else {}
@@ -107,7 +109,7 @@ def joined_groups(
                 raise DumpError(f"rank {ranks[g][0]}: step {k} has no {e.phase.value} call of `{e.path or '<root>'}`, "
                                 f"which rank {ranks[0][0]} has; the data-parallel ranks did not run the same steps.")  # fmt: skip
             copies.append(c)
-        join = _Join(e, mesh, mates.get(event_key(e)), groups, parts, into, note)
+        join = _Join(e, mesh, mates.get(event_key(e)), groups, parts, into, note, placed)
         joined = {
             group: tuple(r for i, t in enumerate(getattr(e, group)) if (r := join.record(group, i, t, copies)))
             for group in ("inputs", "outputs", "params")
@@ -128,15 +130,16 @@ class _Join:
         parts: dict[int, Gathering],
         into: dict[int, Gathering],
         note: Callable[[str], None],
+        placed: bool,
     ) -> None:
-        self.e, self.mesh, self.mate, self.groups, self.parts, self.into, self.note = (
-            e, mesh, mate, groups, parts, into, note,
+        self.e, self.mesh, self.mate, self.groups, self.parts, self.into, self.note, self.placed = (
+            e, mesh, mate, groups, parts, into, note, placed,
         )  # fmt: skip
 
     def record(self, group: str, i: int, t: TensorRecord, copies: list[Event]) -> TensorRecord | None:
         records = [same_record(getattr(c, group), i, t) for c in copies]
         where = f"`{self.e.path or '<root>'}` {t.name} (step {self.e.step}, {self.e.phase.value})"
-        dp = self.mesh.split(t.layout, where)[1]
+        dp = self.mesh.split(t.layout, where)[1] if self.placed else []
         placed = [p for p in dp if p.kind != "replicate"]
         if len(placed) > 1:
             raise DumpError(f"{where}: sharded over {len(placed)} data-parallel dimensions ({t.layout}); nbdiff "
@@ -174,8 +177,9 @@ class _Join:
         have = all(v is not None for v in values)
         parts = [self.parts.get(id(r)) for r in records]
         firsts = [self.groups[g][1][0] for g in keep]
+        kept = "" if self.placed else t.layout  # a later gathering's to read
         if how == "same":
-            whole = changed(t, layout="")
+            whole = changed(t, layout=kept)
             self.into[id(whole)] = Gathering("replicate", values, firsts, parts)
             return whole
         if how in ("mean", "sum"):
@@ -186,7 +190,7 @@ class _Join:
                 return None
             total = np.sum(np.stack(values), axis=0, dtype=np.float64)
             total = (total / len(values) if how == "mean" else total).astype(values[0].dtype)  # type: ignore[union-attr]
-            whole = TensorRecord(t.name, t.shape, t.dtype, total)
+            whole = TensorRecord(t.name, t.shape, t.dtype, total, None, kept)
             self.into[id(whole)] = Gathering(how, values, firsts, parts)
             return whole
         d = how.dim
@@ -195,10 +199,12 @@ class _Join:
         if have:
             scaled = [v if scale == 1.0 else (v * scale).astype(v.dtype) for v in values]  # type: ignore[operator,union-attr]
             value = np.concatenate(_interleaved(scaled, how) if how.kind == "strided" else scaled, axis=d)
-            whole = TensorRecord(t.name, tuple(shape), t.dtype, value)
+            whole = TensorRecord(t.name, tuple(shape), t.dtype, value, None, kept)
         else:
             scaled, stats = [None] * len(values), joined_stats(records)
-            whole = TensorRecord(t.name, tuple(shape), t.dtype, None, scaled_stats(stats, scale) if stats else None)
+            whole = TensorRecord(
+                t.name, tuple(shape), t.dtype, None, scaled_stats(stats, scale) if stats else None, kept
+            )
         layout = how.text() if how.kind == "shard" else how.written()
         self.into[id(whole)] = Gathering(layout, scaled, firsts, parts, scale)  # type: ignore[arg-type]
         return whole

@@ -25,7 +25,8 @@ class Gathering:
     shards: list[np.ndarray | None]
     """Each rank's own values (``None`` where only statistics were kept)."""
     ranks: list[int] = field(default_factory=list)
-    """The rank that held each shard (its number in the job); a data-parallel group's first."""
+    """The rank that held each shard (its number in the job); a data-parallel group's first. Of
+    micro-batches: the ranks that ran them all."""
     parts: list[Gathering | None] = field(default_factory=list)
     """Per shard, how it was gathered in turn (a data-parallel group's tensor-parallel shards)."""
     scale: float = 1.0

@@ -32,13 +32,15 @@ def folded(
     m: int,
     other: list[Event] | None,
     reduce: str,
-    rank: int,
+    ranks: list[int],
+    parts: dict[int, Gathering],
     into: dict[int, Gathering],
     note: Callable[[str], None],
     where: Any,
 ) -> list[Event]:
-    """``events`` (one rank's step of ``m`` micro-batches) as one step: forward and backward events
-    joined over the micro-batches, the rest as they are; ``into`` learns how each joined tensor was."""
+    """``events`` (a step of ``m`` micro-batches, gathered from ``ranks``: ``parts`` tells how each
+    of its tensors was) as one step: forward and backward events joined over the micro-batches, the
+    rest as they are; ``into`` learns how each joined tensor was."""
     if m == 1:
         return events
     k = events[0].step if events else 0
@@ -53,9 +55,10 @@ def folded(
                 per[mb].append(e)
     mesh = Mesh((m,), ("micro_batch",), (0,), ("micro_batch",), reduce)
     own: dict[int, Gathering] = {}
-    joined = joined_groups(per, other, mesh, [({"micro_batch": i}, [rank]) for i in range(m)], {}, own, note, k)
+    groups = [({"micro_batch": i}, list(ranks)) for i in range(m)]
+    joined = joined_groups(per, other, mesh, groups, parts, own, note, k, placed=False)
     for key, how in own.items():
-        how.unit = "micro-batch"
+        how.unit, how.ranks = "micro-batch", list(ranks)  # each micro-batch's: the step's ranks
         into[key] = how
     scale = 1.0 / m if reduce == "mean" else 1.0
     out = [changed(e, params=_scaled(summed[event_key(e)], scale)) if event_key(e) in summed else e for e in joined]

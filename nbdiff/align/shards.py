@@ -166,41 +166,56 @@ class Gathered:
         """Step ``k`` of both runs, every tensor whole."""
         if k not in self._steps:
             self._into = self.gatherings[k] = {}
-            raw = ([d.steps[k] for d in self.a], [d.steps[k] for d in self.b])
-            mates = [r[0] if len(r) == 1 else None for r in raw]
-            ranks = tuple(
-                [self._folded(e, d, mates[1 - side]) for e, d in zip(raw[side], (self.a, self.b)[side])]
-                for side in (0, 1)
-            )
-            whole: list[list[Event] | None] = [r[0] if len(r) == 1 else None for r in ranks]
+            ranks = ([d.steps[k] for d in self.a], [d.steps[k] for d in self.b])
+            whole: list[list[Event] | None] = [None, None]
             # The side of fewer ranks first: gathered, its shapes tell the other's layouts.
             for side in sorted((0, 1), key=lambda s: len(ranks[s])):
-                if whole[side] is None:
-                    whole[side] = self._whole(ranks[side], (self.a, self.b)[side], whole[1 - side], k)
+                whole[side] = self._whole(ranks[side], (self.a, self.b)[side], whole[1 - side], k)
             self._steps[k] = (whole[0], whole[1])  # type: ignore[assignment]
             for old in sorted(self._steps)[:-_HELD]:
                 del self._steps[old], self.gatherings[old]
         return self._steps[k]
 
-    def _folded(self, events: list[Event], dump: Any, mate: list[Event] | None) -> list[Event]:
-        """One rank's step of micro-batches as one step on the whole batch."""
-        m = int(dump.meta.get("micro_batches", 1))
-        reduce = str(dump.meta.get("micro_batch_reduce", "mean"))
-        return folded(events, m, mate, reduce, int(dump.meta["rank"]), self._into, self._note, dump.path)
-
     def _whole(self, ranks: list[list[Event]], dumps: list[Any], other: list[Event] | None, k: int) -> list[Event]:
-        """One run's step gathered: each data-parallel group's tensor-parallel shards, then the groups."""
+        """One run's step gathered: each pipeline stage's (each data-parallel group's tensor-parallel
+        shards, then the groups), then the stages."""
         mesh = run_mesh(dumps)
-        if mesh is not None and mesh.pipeline:
-            if len(mesh.shape) > 1:
-                raise DumpError(f"{dumps[0].path.parent}: pipeline stages beside other mesh dimensions "
-                                f"({dict(zip(mesh.names, mesh.shape))}) are not gathered yet; see docs/parallel.md.")  # fmt: skip
-            by_stage = sorted(range(len(dumps)), key=lambda i: dumps[i].meta["mesh"]["coordinate"])
-            return joined_stages(
-                [[e for e in ranks[i] if e.phase is not Phase.WEIGHTS] for i in by_stage], dumps[0].path.parent
-            )
-        if mesh is None or not mesh.data_parallel:
-            return self._gather(ranks, dumps, other, k, mesh)
+        if mesh is None or not mesh.pipeline:
+            return self._stage(ranks, dumps, other, k, mesh)
+        if len(mesh.pipeline) > 1:
+            raise DumpError(f"{dumps[0].path.parent}: {len(mesh.pipeline)} pipeline dimensions "
+                            f"({', '.join(mesh.pipeline)}); nbdiff joins the stages of one.")  # fmt: skip
+        at = mesh.names.index(mesh.pipeline[0])
+        stage_of = [int(d.meta["mesh"]["coordinate"][at]) for d in dumps]
+        stages = [[i for i in range(len(dumps)) if stage_of[i] == s] for s in sorted(set(stage_of))]
+        wholes = [self._stage([ranks[i] for i in m], [dumps[i] for i in m], other, k, mesh) for m in stages]
+        return joined_stages(wholes, dumps[0].path.parent)
+
+    def _stage(
+        self, ranks: list[list[Event]], dumps: list[Any], other: list[Event] | None, k: int, mesh: Mesh | None
+    ) -> list[Event]:
+        """The ranks holding the same layers gathered (each data-parallel group's tensor-parallel
+        shards, then the groups), then their micro-batches joined."""
+        m = int(dumps[0].meta.get("micro_batches", 1))
+        before = set(self._into)
+        if len(ranks) == 1:
+            events = ranks[0] if m == 1 and mesh is None else [e for e in ranks[0] if e.phase is not Phase.WEIGHTS]
+        elif mesh is None or not mesh.data_parallel:
+            # A micro-batch is a slice of the other run's batch: its shapes tell nothing then.
+            events = self._gather(ranks, dumps, other if m == 1 else None, k, mesh)
+        else:
+            events = self._groups(ranks, dumps, other, k, mesh)
+        if m == 1:
+            return events
+        parts = {key: self._into.pop(key) for key in set(self._into) - before}
+        reduce = str(dumps[0].meta.get("micro_batch_reduce", "mean"))
+        ids = [int(d.meta["rank"]) for d in dumps]
+        return folded(events, m, other, reduce, ids, parts, self._into, self._note, dumps[0].path)
+
+    def _groups(
+        self, ranks: list[list[Event]], dumps: list[Any], other: list[Event] | None, k: int, mesh: Mesh
+    ) -> list[Event]:
+        """Each data-parallel group's tensor-parallel shards gathered, then the groups joined."""
         groups = data_parallel_groups(dumps)
         wholes, parts = [], {}
         for _, members in groups:
@@ -208,8 +223,9 @@ class Gathered:
                 wholes.append([e for e in ranks[members[0]] if e.phase is not Phase.WEIGHTS])
                 continue
             # Within a group the batch is a slice of the other run's: its shapes tell nothing here.
+            before = set(self._into)
             wholes.append(self._gather([ranks[i] for i in members], [dumps[i] for i in members], None, k, mesh))
-            for key in list(self._into):
+            for key in set(self._into) - before:
                 parts[key] = self._into.pop(key)
         return joined_groups(
             wholes, other, mesh, [(place, [int(dumps[i].meta["rank"]) for i in m]) for place, m in groups], parts,

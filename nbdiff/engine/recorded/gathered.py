@@ -96,10 +96,12 @@ def _which(
 def _micro_batch(
     how: Gathering, mine: TensorRecord, other: TensorRecord | None, f: Divergence, side: str, g: Gathered
 ) -> tuple[str, int]:
-    """Which micro-batches of one rank's step differ (their calls joined into the whole)."""
+    """Which micro-batches of a step differ (their calls joined into the whole), and on which rank
+    (a micro-batch gathered from ranks followed into its shards)."""
     rank = how.ranks[0] if how.ranks else 0
-    place = g.place(1 if side == "raw" else 0, rank)
-    who = f"{side} rank {rank}" + (f" ({place})" if place else "")
+    place = lambda r: f"{r} ({p})" if (p := g.place(1 if side == "raw" else 0, r)) else str(r)  # noqa: E731
+    many = len(how.ranks) > 1
+    who = f"{side} rank{'s' if many else ''} {', '.join(map(place, how.ranks or [0]))}"
     untold = f"{who}: its {len(how.shards)} micro-batches make it up; which one differs is not told"
     if how.layout in _ADDED:
         return f"{who}: {_ADDED[how.layout].format(n=len(how.shards))}, each micro-batch's part adds in", rank
@@ -113,6 +115,13 @@ def _micro_batch(
         for s, c in zip(how.shards, cuts)  # type: ignore[arg-type]
     ]
     bad, good = _split_ratios(ratios)
+    held: list[int] = []
+    for i in bad:
+        part = how.parts[i] if i < len(how.parts) else None
+        if part is not None and (sub := _ranks(part, (cuts[i] / how.scale).astype(cuts[i].dtype), f)) is not None:
+            held += [r for r in sub[0] if r not in held]
+    if held:
+        rank, who = held[0], f"{side} rank{'s' if len(held) > 1 else ''} {', '.join(map(place, held))}"
     text = f"{who}, micro-batch{'es' if len(bad) > 1 else ''} {', '.join(map(str, bad))} of {len(ratios)}: "
     text += f"its slice ({how.layout}) differs"
     if good:

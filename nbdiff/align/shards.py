@@ -34,6 +34,15 @@ import numpy as np
 from nbdiff.align.data_parallel import data_parallel_groups, joined_groups, run_mesh
 from nbdiff.align.gathering import Gathering, event_key, fit_layout, joined_stats, mate_record, same_record
 from nbdiff.align.micro_batches import folded
+from nbdiff.align.shard_rules import (
+    RULE_BY_CLASS,
+    RULE_BY_WEIGHT,
+    SHARD_RULES,
+    from_rule,
+    normal,
+    parse,
+    register_shard_rule,
+)
 from nbdiff.align.stages import joined_stages
 from nbdiff.errors import DumpError, OptionError
 from nbdiff.trace.events import Event, Phase, TensorRecord, changed
@@ -48,88 +57,6 @@ __all__ = [
     "Gathering",
     "shard_slices",
 ]
-
-_COLUMN_PARAMS = {
-    "torch": {"weight": "shard(0)", "bias": "shard(0)"},
-    "paddle": {"weight": "shard(1)", "bias": "shard(0)"},
-}
-_ROW_PARAMS = {
-    "torch": {"weight": "shard(1)", "bias": "replicate"},
-    "paddle": {"weight": "shard(0)", "bias": "replicate"},
-}
-SHARD_RULES: dict[str, dict[str, Any]] = {
-    # slot -> layout; "grad_in"/"grad_out" default to "in"/"out" (a partial sum's gradient is whole).
-    # params: per framework, as each lays its weights out (torch Linear [out, in], paddle [in, out]).
-    "column": {"in": "replicate", "out": "shard(-1)", "params": _COLUMN_PARAMS},
-    # a column-parallel layer that gathers its output (paddle's gather_output=True)
-    "column_gathered": {"in": "replicate", "out": "replicate", "params": _COLUMN_PARAMS},
-    "row": {"in": "shard(-1)", "out": "replicate", "params": _ROW_PARAMS},
-    # a row-parallel layer recorded before its all-reduce
-    "row_partial": {"in": "shard(-1)", "out": "partial", "grad_out": "replicate", "params": _ROW_PARAMS},
-    # a vocabulary-parallel embedding: each rank looks up its rows, the outputs are summed
-    "vocab": {
-        "in": "replicate",
-        "out": "replicate",
-        "params": {"torch": {"weight": "shard(0)"}, "paddle": {"weight": "shard(0)"}},
-    },
-    "replicate": {"in": "replicate", "out": "replicate", "params": {}},
-}
-"""Layouts of a parallel layer's inputs, outputs and parameters, by the rule's name."""
-
-RULE_BY_WEIGHT: dict[tuple[str, str], str] = {
-    # (class, the recorded layout of its weight) -> rule, for torch's DTensor parallel styles
-    ("Linear", "shard(0)"): "column",
-    ("Linear", "shard(1)"): "row",
-    ("Embedding", "shard(0)"): "vocab",
-    ("Embedding", "shard(1)"): "column",
-}
-"""A layer's rule from its weight's layout, as ``parallelize_module`` leaves it."""
-
-RULE_BY_CLASS: dict[str, str] = {
-    # paddle.distributed.fleet's model-parallel layers, whose tensors are plain
-    "ColumnParallelLinear": "column",
-    "RowParallelLinear": "row",
-    "VocabParallelEmbedding": "vocab",
-}
-"""A layer's rule from its class."""
-
-
-def register_shard_rule(name: str, layouts: Mapping[str, Any], classes: Sequence[str] = ()) -> None:
-    """Add (or replace) the shard rule ``name``: ``layouts`` maps ``in``, ``out`` (and optionally
-    ``grad_in``, ``grad_out``, ``params`` ``{framework: {parameter: layout}}``) to ``shard(d)``,
-    ``replicate`` or ``partial``; ``classes`` are layer classes it applies to by default. Use it in
-    ``compare(..., shards={"path pattern": name})`` too."""
-    if not isinstance(name, str) or not name:
-        raise OptionError(f"register_shard_rule: name={name!r}: expected a non-empty string.")
-    rule = dict(layouts)
-    for slot in ("in", "out", "grad_in", "grad_out"):
-        if slot in rule:
-            _check_layout(rule[slot], f"register_shard_rule({name!r}): {slot}")
-    for fw, params in dict(rule.get("params", {})).items():
-        for p, lay in dict(params).items():
-            _check_layout(lay, f"register_shard_rule({name!r}): params[{fw!r}][{p!r}]")
-    rule.setdefault("params", {})
-    SHARD_RULES[name] = rule
-    for cls in classes:
-        RULE_BY_CLASS[cls] = name
-
-
-def _check_layout(layout: Any, where: str) -> None:
-    if not isinstance(layout, str) or _parse(layout) is None:
-        raise OptionError(f"{where}: {layout!r} is not shard(d), replicate or partial.")
-
-
-def _parse(layout: str) -> tuple[str, int] | None:
-    """``("shard", d)``, ``("replicate", 0)`` or ``("partial", 0)``; ``None`` if it is none of them."""
-    if layout in ("replicate", "partial"):
-        return layout, 0
-    if layout.startswith("shard(") and layout.endswith(")"):
-        try:
-            return "shard", int(layout[6:-1])
-        except ValueError:
-            return None
-    return None
-
 
 _HELD = 3
 """Steps of whole tensors held at once."""
@@ -311,15 +238,15 @@ class Gathered:
     def _layout(self, ctx: _Layer, group: str, i: int, t: TensorRecord, shards: list[TensorRecord]) -> str:
         e, ndim = ctx.event, len(t.shape)
         if t.layout:
-            kind, d = _parse(t.layout) or ("", 0)
+            kind, d = parse(t.layout) or ("", 0)
             if kind == "shard" and not -ndim <= d < ndim:  # a 0-d tensor "sharded": no dimension to join along
                 raise DumpError(
                     f"`{e.path or '<root>'}` {t.name} (step {e.step}): recorded as laid out {t.layout!r}, but its shape "
                     f"{tuple(t.shape)} has no such dimension; the dump was edited or written by another tool."
                 )
-            return _normal(t.layout, ndim)
+            return normal(t.layout, ndim)
         slot = _slot(e.phase, group, t.name)
-        ruled = _from_rule(ctx.rule, slot, t.name, ctx.framework, ndim) if ctx.rule is not None else None
+        ruled = from_rule(ctx.rule, slot, t.name, ctx.framework, ndim) if ctx.rule is not None else None
         if ruled is not None and (ruled == "partial" or self._user(e.path)):
             return ruled
         # Shapes tell a layout where both lay the tensor out alike: values always, weights within a framework.
@@ -355,7 +282,7 @@ class Gathered:
     ) -> TensorRecord | None:
         """The shards joined by ``layout`` into a whole, laid out as ``dp`` over the data-parallel groups."""
         values = [s.value for s in shards]
-        kind, d = _parse(layout) or ("rank0", 0)
+        kind, d = parse(layout) or ("rank0", 0)
         if kind == "shard":
             value = np.concatenate(values, axis=d) if all(v is not None for v in values) else None
             shape = list(t.shape)
@@ -436,26 +363,9 @@ def _slot(phase: Phase, group: str, name: str = "") -> str:
     return f"grad_{side}" if phase is Phase.BACKWARD else side
 
 
-def _normal(layout: str, ndim: int) -> str:
-    kind, d = _parse(layout) or ("replicate", 0)
-    return f"shard({d % max(ndim, 1)})" if kind == "shard" else kind
-
-
-def _from_rule(rule: str, slot: str, name: str, framework: str, ndim: int) -> str | None:
-    spec = SHARD_RULES.get(rule, {})
-    if slot == "param":
-        lay = spec.get("params", {}).get(framework, {}).get(name.rpartition(".")[2])
-    else:
-        lay = spec.get(slot)
-        if lay is None and slot.startswith("grad_"):
-            lay = spec.get(slot[5:])
-            lay = "replicate" if lay == "partial" else lay
-    return _normal(lay, ndim) if lay is not None else None
-
-
 def shard_slices(layout: str, shards: Sequence[np.ndarray | None], whole: np.ndarray) -> list[np.ndarray] | None:
     """``whole`` cut as the ranks held it (``None`` for partial sums, which no rank holds alone)."""
-    kind, d = _parse(layout) or ("replicate", 0)
+    kind, d = parse(layout) or ("replicate", 0)
     if kind == "partial" or any(s is None for s in shards):
         return None
     if kind == "replicate":

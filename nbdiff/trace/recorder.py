@@ -9,6 +9,7 @@ handed on through a view by its buffer (:mod:`nbdiff.trace.recent`).
 
 from __future__ import annotations
 
+import itertools
 import threading
 import weakref
 from collections.abc import Callable
@@ -80,8 +81,7 @@ class Recorder:
         """User frames of the ``backward()`` call running now: walked once, shared by its layers."""
         self.hidden_roots = fw.source_roots + tool_roots()
         """Folders whose frames are not user code (empty: keep every frame)."""
-        self.paused = False
-        """While True, calls are not recorded (a probe call made from a hook)."""
+        self.paused = False  # while True, calls are not recorded (a probe, a replay, the framework's own)
         self.thread: int | None = None
         """The thread whose calls are recorded (``None``: any; another's would merge into its steps)."""
         self._next_order = 0  # call numbers stay unique when finished steps are taken out
@@ -95,10 +95,8 @@ class Recorder:
         self._api_ctx: Any = None
         self._own_params: dict[int, list[tuple[str, Any]]] = {}  # by layer, as at the start (FSDP swaps its own in)
         self.roots_per_step = 1  # root calls per step: a step's micro-batches
-        self.param_grads: dict[int, np.ndarray] = {}
-        """``id`` of a parameter -> the copy of its gradient the step's events hold (read once)."""
-        self.on_copy: Callable[[np.ndarray], Any] | None = None
-        """Called with every host copy a record is given (see :meth:`hold`)."""
+        self.param_grads: dict[int, np.ndarray] = {}  # parameter's id -> its gradient's copy, read once
+        self.on_copy: Callable[[np.ndarray], Any] | None = None  # given every host copy made (see hold)
         self.summarize = False
         """A statistics dump: activations and gradients are summarised by the framework, not copied
         (:mod:`nbdiff.trace.summary`)."""
@@ -381,12 +379,10 @@ class Recorder:
 
     def _groups(self) -> list[list[Call]]:
         groups: list[list[Call]] = []
-        roots = 0
+        roots = itertools.count()  # a step begins every roots_per_step root calls (its micro-batches)
         for rec in self.calls:
-            if rec.depth == 0:
-                roots += 1
-                if (roots - 1) % self.roots_per_step == 0:
-                    groups.append([])
+            if rec.depth == 0 and next(roots) % self.roots_per_step == 0:
+                groups.append([])
             if groups:
                 groups[-1].append(rec)
         return groups

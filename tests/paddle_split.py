@@ -4,6 +4,9 @@ and tests/test_data_parallel.py."""
 
 from __future__ import annotations
 
+import contextlib
+import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -12,7 +15,23 @@ import torch
 
 import nbdiff
 
-__all__ = ["TorchWhole", "paddle_ranks", "record_torch_whole"]
+__all__ = ["TorchWhole", "paddle_ranks", "record_torch_whole", "recorded_as_ranks"]
+
+
+@contextlib.contextmanager
+def recorded_as_ranks(models: list, out: Path, **options) -> Iterator[None]:
+    """Each of ``models`` recorded into ``out`` as one rank of a job of ``len(models)`` ranks, all in
+    this process (``RANK`` and ``WORLD_SIZE`` set as torchrun sets them, while each recording begins)."""
+    os.environ["WORLD_SIZE"] = str(len(models))
+    try:
+        with contextlib.ExitStack() as stack:
+            for rank, m in enumerate(models):
+                os.environ["RANK"] = str(rank)
+                stack.enter_context(nbdiff.record(m, out, **options))
+            yield
+    finally:
+        os.environ.pop("RANK", None)
+        os.environ.pop("WORLD_SIZE", None)
 
 
 def _torch_whole():

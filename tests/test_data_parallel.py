@@ -9,21 +9,18 @@ torch's own ``parallelize_module``, and either gradients averaged over ``dp`` by
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 import nbdiff
-from nbdiff.align.shards import Gathered
 from nbdiff.errors import DumpError
 from nbdiff.trace.events import Phase
-from nbdiff.trace.store import rank_dirs, read_dump
-from tests.jobs import run_job
+from tests.jobs import edited, gathered_like, run_job
 
 pytest.importorskip("torch")
-from tests.paddle_split import TorchWhole, paddle_ranks, record_torch_whole  # noqa: E402
+from tests.paddle_split import TorchWhole, paddle_ranks, record_torch_whole, recorded_as_ranks  # noqa: E402
 
 BUG = ("--bug-step", "1")
 """From step 1 on, one rank's shard of the activation is wrong."""
@@ -49,34 +46,15 @@ def jobs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     }
 
 
-def _ranks(path: Path) -> list:
-    return [read_dump(folder) for _, folder in sorted(rank_dirs(path).items())]
-
-
 @pytest.mark.parametrize("run", ["dp_tp", "fsdp_tp", "hsdp"])
 def test_every_tensor_of_a_dp_x_tp_step_gathers_to_the_single_process_runs(jobs, run):
     # Activations joined along the batch, their gradients scaled to the global mean, parameter
     # gradients averaged (by hand) or taken as FSDP reduced and sharded them, updates likewise;
     # hybrid sharding's copies over dp_replicate taken once.
-    gathered = Gathered(_ranks(jobs["reference"]), _ranks(jobs[run]))
-    for k in (0, 1):
-        reference, whole = gathered.step(k)
-        by_key = {(e.phase, e.path, e.call): e for e in whole}
-        counted = {phase: 0 for phase in (Phase.FORWARD, Phase.BACKWARD, Phase.OPTIMIZER)}
-        for e in reference:
-            if e.phase is Phase.WEIGHTS:
-                continue
-            mine = by_key[(e.phase, e.path, e.call)]
-            for group in ("inputs", "outputs", "params"):
-                gathered_records = {t.name: t for t in getattr(mine, group)}
-                for t in getattr(e, group):
-                    g = gathered_records[t.name]
-                    assert g.shape == t.shape, (k, e.phase, e.path, t.name, g.shape, t.shape)
-                    np.testing.assert_allclose(g.value, t.value, rtol=1e-4, atol=1e-6, err_msg=f"{k} {e} {t.name}")
-                    counted[e.phase] += 1
+    for _, counted in gathered_like(jobs["reference"], jobs[run]):
         # Every parameter's gradient and update is there, step 0's too (FSDP's forward had begun
         # when step 0's gradients were looked up).
-        assert counted == {Phase.FORWARD: 10, Phase.BACKWARD: 17, Phase.OPTIMIZER: 7}, (k, counted)
+        assert counted == {Phase.FORWARD: 10, Phase.BACKWARD: 17, Phase.OPTIMIZER: 7}, counted
 
 
 @pytest.mark.parametrize(("base", "raw"), [("reference", "dp_tp"), ("reference", "fsdp_tp"), ("tp2", "dp_tp"),
@@ -133,27 +111,18 @@ def test_each_rank_records_its_place_on_the_mesh_and_fsdps_strided_shards(jobs):
     assert manifest["param_layouts"]["down"]["weight"] == "shard(0)@dp,shard(1)@tp"
 
 
-def _edited(src: Path, dst: Path, edit) -> Path:
-    shutil.copytree(src, dst)
-    for manifest in dst.glob("rank*/manifest.json"):
-        data = json.loads(manifest.read_text())
-        edit(data)
-        manifest.write_text(json.dumps(data))
-    return dst
-
-
 def test_a_mesh_whose_places_do_not_match_the_ranks_is_refused(jobs, tmp_path):
     def wider(m):
         m["mesh"]["shape"] = [2, 3]
 
     with pytest.raises(DumpError, match=r"the mesh \{'dp': 2, 'tp': 3\} has 6 places, but 4 ranks were recorded"):
-        nbdiff.compare(jobs["reference"], _edited(jobs["dp_tp"], tmp_path / "wider", wider))
+        nbdiff.compare(jobs["reference"], edited(jobs["dp_tp"], tmp_path / "wider", wider))
 
     def same_place(m):
         m["mesh"]["coordinate"] = [0, 0] if m["rank"] in (0, 1) else m["mesh"]["coordinate"]
 
     with pytest.raises(DumpError, match=r"both say they are at \(0, 0\)"):
-        nbdiff.compare(jobs["reference"], _edited(jobs["dp_tp"], tmp_path / "same", same_place))
+        nbdiff.compare(jobs["reference"], edited(jobs["dp_tp"], tmp_path / "same", same_place))
 
 
 def test_placements_that_disagree_with_the_mesh_are_refused(jobs, tmp_path):
@@ -163,14 +132,14 @@ def test_placements_that_disagree_with_the_mesh_are_refused(jobs, tmp_path):
 
     match = r"rank0: `up` in\[0\] \(step 0, forward\): laid out over mesh dimension 'tp', which the run's mesh"
     with pytest.raises(DumpError, match=match):
-        nbdiff.compare(jobs["reference"], _edited(jobs["fsdp_tp"], tmp_path / "renamed", renamed))
+        nbdiff.compare(jobs["reference"], edited(jobs["fsdp_tp"], tmp_path / "renamed", renamed))
 
     def unsaid(m):
         del m["mesh"]
 
     # Without its mesh, a 2-d layout cannot be told apart: said, with the fix.
     with pytest.raises(DumpError, match=r"does not say the mesh. Record with nbdiff.record\(..., mesh="):
-        nbdiff.compare(jobs["reference"], _edited(jobs["fsdp_tp"], tmp_path / "unsaid", unsaid))
+        nbdiff.compare(jobs["reference"], edited(jobs["fsdp_tp"], tmp_path / "unsaid", unsaid))
 
 
 # --- paddle: a hand-written 2 x 2 split, its mesh given as sizes --------------------------------
@@ -181,38 +150,27 @@ def _record_paddle_dp_tp(out: Path, bug_rank: int = -1) -> Path:
     its two tensor-parallel ranks each a column/row split of the MLP (tests/paddle_split), and the
     gradients are averaged over the groups by hand before each step. fleet's hybrid-parallel layers
     need an accelerator, so the split and the mesh are the user's: ``mesh={"dp": 2, "tp": 2}``."""
-    import contextlib
-    import os
-
     paddle = pytest.importorskip("paddle")
     groups = [paddle_ranks(TorchWhole(), bug_rank, g) for g in (0, 1)]
     ranks = [m for group in groups for m in group]
     opts = [paddle.optimizer.SGD(0.1, parameters=m.parameters()) for m in ranks]
     x = paddle.to_tensor(np.random.default_rng(3).standard_normal((4, 8)).astype("float32"))
-    os.environ["WORLD_SIZE"] = "4"
-    try:
-        with contextlib.ExitStack() as stack:
-            for rank, m in enumerate(ranks):
-                os.environ["RANK"] = str(rank)
-                stack.enter_context(nbdiff.record(m, out, mesh={"dp": 2, "tp": 2}))
-            for _ in range(2):
-                for g, group in enumerate(groups):
-                    half = x[2 * g : 2 * g + 2]
-                    total = group[0].partial(half) + group[1].partial(half)
-                    for m in group:
-                        m.total = total
-                        m(half).square().mean().backward()
-                for a, b in zip(*groups):  # the data-parallel all-reduce (mean) of each tp rank's gradients
-                    for p, q in zip(a.parameters(), b.parameters()):
-                        mean = (p.grad + q.grad) / 2
-                        p.grad.set_value(mean)
-                        q.grad.set_value(mean)
-                for opt in opts:
-                    opt.step()
-                    opt.clear_grad()
-    finally:
-        os.environ.pop("RANK")
-        os.environ.pop("WORLD_SIZE")
+    with recorded_as_ranks(ranks, out, mesh={"dp": 2, "tp": 2}):
+        for _ in range(2):
+            for g, group in enumerate(groups):
+                half = x[2 * g : 2 * g + 2]
+                total = group[0].partial(half) + group[1].partial(half)
+                for m in group:
+                    m.total = total
+                    m(half).square().mean().backward()
+            for a, b in zip(*groups):  # the data-parallel all-reduce (mean) of each tp rank's gradients
+                for p, q in zip(a.parameters(), b.parameters()):
+                    mean = (p.grad + q.grad) / 2
+                    p.grad.set_value(mean)
+                    q.grad.set_value(mean)
+            for opt in opts:
+                opt.step()
+                opt.clear_grad()
     return out
 
 

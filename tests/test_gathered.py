@@ -9,7 +9,6 @@ written by hand as a port would hold it (each rank its columns of ``up``, its ro
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import numpy as np
@@ -20,7 +19,7 @@ from nbdiff.errors import DumpError, OptionError
 from tests.jobs import run_job
 
 torch = pytest.importorskip("torch")
-from tests.paddle_split import TorchWhole, paddle_ranks, record_torch_whole  # noqa: E402
+from tests.paddle_split import TorchWhole, paddle_ranks, record_torch_whole, recorded_as_ranks  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -118,22 +117,14 @@ def _record_paddle_split(out: Path, whole: TorchWhole, bug_rank: int = -1) -> Pa
     ranks = paddle_ranks(whole, bug_rank)
     opts = [paddle.optimizer.SGD(0.1, parameters=m.parameters()) for m in ranks]
     x = paddle.to_tensor(np.random.default_rng(3).standard_normal((4, 8)).astype("float32"))
-    os.environ["WORLD_SIZE"] = "2"
-    try:
-        os.environ["RANK"] = "0"
-        with nbdiff.record(ranks[0], out):
-            os.environ["RANK"] = "1"
-            with nbdiff.record(ranks[1], out):
-                for _ in range(2):
-                    total = ranks[0].partial(x) + ranks[1].partial(x)
-                    for m, opt in zip(ranks, opts):
-                        m.total = total
-                        m(x).square().mean().backward()
-                        opt.step()
-                        opt.clear_grad()
-    finally:
-        os.environ.pop("RANK")
-        os.environ.pop("WORLD_SIZE")
+    with recorded_as_ranks(ranks, out):
+        for _ in range(2):
+            total = ranks[0].partial(x) + ranks[1].partial(x)
+            for m, opt in zip(ranks, opts):
+                m.total = total
+                m(x).square().mean().backward()
+                opt.step()
+                opt.clear_grad()
     return out
 
 

@@ -6,18 +6,15 @@ process on the whole batch, and with each other."""
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 import nbdiff
-from nbdiff.align.shards import Gathered
 from nbdiff.errors import DumpError
 from nbdiff.trace.events import Phase
 from nbdiff.trace.store import rank_dirs, read_dump
-from tests.jobs import PP_JOB, run_job
+from tests.jobs import PP_JOB, edited, gathered_like, rank_dumps, run_job
 
 pytest.importorskip("torch")
 
@@ -46,10 +43,6 @@ def jobs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     }
 
 
-def _ranks(path: Path) -> list:
-    return [read_dump(folder) for _, folder in sorted(rank_dirs(path).items())]
-
-
 def test_each_stage_records_two_steps_of_four_micro_batches_and_not_the_schedules_shape_probe(jobs):
     for folder in sorted(rank_dirs(jobs["1f1b"]).values()):
         dump = read_dump(folder)
@@ -64,27 +57,12 @@ def test_each_stage_records_two_steps_of_four_micro_batches_and_not_the_schedule
 
 @pytest.mark.parametrize("run", ["gpipe", "1f1b", "pp_tp"])
 def test_every_tensor_of_a_pipelined_step_joins_to_the_single_process_runs(jobs, run):
-    gathered = Gathered(_ranks(jobs["reference"]), _ranks(jobs[run]))
-    for k in (0, 1):
-        reference, whole = gathered.step(k)
-        by_key = {(e.phase, e.path, e.call): e for e in whole}
-        counted = 0
-        for e in reference:
-            if e.phase is Phase.WEIGHTS:
-                continue
-            mine = by_key[(e.phase, e.path, e.call)]
-            assert (mine.depth, mine.type_name) == (e.depth, e.type_name), (e.path, mine.depth, mine.type_name)
-            for group in ("inputs", "outputs", "params"):
-                joined = {t.name: t for t in getattr(mine, group)}
-                for t in getattr(e, group):
-                    g = joined[t.name]
-                    assert g.shape == t.shape, (k, e.phase, e.path, t.name, g.shape, t.shape)
-                    np.testing.assert_allclose(g.value, t.value, rtol=1e-4, atol=1e-6, err_msg=f"{k} {e} {t.name}")
-                    counted += 1
-        assert counted == 62, (k, counted)  # the whole model's: both stages, the root's ends included
+    reference = rank_dumps(jobs["reference"])[0].steps
+    for k, (whole, counted) in enumerate(gathered_like(jobs["reference"], jobs[run])):
+        assert sum(counted.values()) == 62, (k, counted)  # the whole model's: both stages, the root's ends included
         assert [e.path for e in whole if e.phase is Phase.FORWARD][:3] == ["", "emb", "layers.0"]
         # Each call nests under the call it nests under in the whole model, the stages' roots made one.
-        assert _nesting(whole) == _nesting(reference)
+        assert _nesting(whole) == _nesting(reference[k])
 
 
 def _nesting(events: list) -> dict:
@@ -142,21 +120,12 @@ def test_statistics_dumps_of_a_pipelined_run_join_too(jobs):
     ), d.shards
 
 
-def _edited(src: Path, dst: Path, edit) -> Path:
-    shutil.copytree(src, dst)
-    for manifest in dst.glob("rank*/manifest.json"):
-        data = json.loads(manifest.read_text())
-        edit(data)
-        manifest.write_text(json.dumps(data))
-    return dst
-
-
 def test_micro_batches_the_steps_calls_do_not_divide_into_are_refused(jobs, tmp_path):
     def three(m):
         m["micro_batches"] = 3
 
     with pytest.raises(DumpError, match=r"rank0: step 0 calls `<root>` 4 times, not a multiple of its 3 micro-batches"):
-        nbdiff.compare(jobs["reference"], _edited(jobs["gpipe"], tmp_path / "three", three))
+        nbdiff.compare(jobs["reference"], edited(jobs["gpipe"], tmp_path / "three", three))
 
 
 def test_two_pipeline_dimensions_are_refused(jobs, tmp_path):
@@ -164,4 +133,4 @@ def test_two_pipeline_dimensions_are_refused(jobs, tmp_path):
         m["mesh"] = {**m["mesh"], "shape": [2, 1], "names": ["pp", "pp_inner"], "coordinate": [m["rank"], 0]}
 
     with pytest.raises(DumpError, match=r"2 pipeline dimensions \(pp, pp_inner\); nbdiff joins the stages of one"):
-        nbdiff.compare(jobs["reference"], _edited(jobs["gpipe"], tmp_path / "two", two))
+        nbdiff.compare(jobs["reference"], edited(jobs["gpipe"], tmp_path / "two", two))

@@ -1,6 +1,6 @@
 """What comparing a tensor-parallel dump costs as its ranks grow: time and peak memory.
 
-Run: .venv/bin/python benchmarks/bench_ranks.py [--ranks 1 4 16] [--steps 20]
+Run: .venv/bin/python benchmarks/bench_ranks.py [--ranks 1 4 16] [--steps 20] [--dp 2 [--fsdp]]
 Records tests/tp_job.py (an embedding, a column- then row-parallel MLP, a head; SGD) in one process
 and under torchrun with each number of ranks (gloo, CPU), then runs ``nbdiff.compare`` of each
 against the one-process reference in a fresh process, and prints its wall time and peak RSS
@@ -32,14 +32,18 @@ print(f"{took:.2f} {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0
 """
 
 
-def record(out: Path, ranks: int, steps: int) -> None:
-    run_job(out, ranks, "--steps", str(steps), timeout=1800)
+def record(out: Path, ranks: int, steps: int, *layout: str) -> None:
+    run_job(out, ranks, "--steps", str(steps), *layout, timeout=1800)
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--ranks", type=int, nargs="+", default=[1, 4, 16])
     ap.add_argument("--steps", type=int, default=20)
+    ap.add_argument(
+        "--dp", type=int, default=1, help="data-parallel degree of each run of more ranks (mesh (dp, ranks/dp))"
+    )
+    ap.add_argument("--fsdp", action="store_true", help="with --dp: fully_shard over the data-parallel dimension")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as d:
         ref = Path(d) / "reference"
@@ -50,7 +54,8 @@ def main() -> None:
         for n in args.ranks:
             out = Path(d) / f"tp{n}"
             t0 = time.perf_counter()
-            record(out, n, args.steps)
+            layout = ["--dp", str(args.dp)] + (["--fsdp"] if args.fsdp else []) if n > args.dp > 1 else []
+            record(out, n, args.steps, *layout)
             recorded = time.perf_counter() - t0
             env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "TQDM_DISABLE": "1"}
             run = subprocess.run(
@@ -60,7 +65,7 @@ def main() -> None:
             took, rss, steps = run.stdout.split()[-3:]
             size = sum(f.stat().st_size for f in out.rglob("*") if f.is_file()) / 2**20
             print(
-                f"{n:3d} ranks: compare {float(took):6.2f} s, peak RSS {rss} MiB, {steps} steps; dump {size:.1f} MiB (recorded in {recorded:.0f} s)"
+                f"{n:3d} ranks {' '.join(layout)}: compare {float(took):6.2f} s, peak RSS {rss} MiB, {steps} steps; dump {size:.1f} MiB (recorded in {recorded:.0f} s)"
             )
 
 

@@ -3,7 +3,10 @@ one-process run on the global batch, with a TP=2 run, and with each other.
 
 torch: real 4-rank jobs under ``torchrun`` with gloo, a ``(2, 2)`` mesh named ``("dp", "tp")``,
 torch's own ``parallelize_module``, and either gradients averaged over ``dp`` by hand or
-``fully_shard`` (tests/tp_job.py). Each data-parallel rank trains on its half of the batch.
+``fully_shard`` (tests/tp_job.py), or hybrid sharding. Each data-parallel rank trains on its
+slice of the batch. paddle: its own ``paddle.DataParallel`` over 2 CPU processes (gloo,
+tests/paddle_dp_job.py), and, where fleet's hybrid-parallel layers need an accelerator, a DP x TP
+split written by hand; both given their mesh as sizes.
 """
 
 from __future__ import annotations
@@ -187,3 +190,44 @@ def test_a_paddle_dp_x_tp_split_given_its_mesh_compares_with_a_torch_reference(t
         d = r.first_divergence
         assert (d.step, d.phase.value, d.raw_path, d.rank) == (0, "forward", "act", 3), d.describe()
         assert d.shards == "raw rank 3 (dp=1, tp=1): its shard (shard(1)) differs; ranks 0, 1, 2 agree", d.shards
+
+
+# --- paddle: paddle.DataParallel over 2 CPU processes (gloo) ------------------------------------
+
+
+def _paddle_dp_job(out: Path, bug_rank: int = -1) -> Path:
+    import os
+    import subprocess
+    import sys
+
+    from tests.jobs import ROOT
+
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "CUDA_VISIBLE_DEVICES": "", "OMP_NUM_THREADS": "1"}
+    job = [sys.executable, str(ROOT / "tests" / "paddle_dp_job.py"), str(out), str(bug_rank)]
+    done = subprocess.run(job, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0 and (out / "rank1").is_dir(), done.stdout[-3000:] + done.stderr[-3000:]
+    return out
+
+
+@pytest.mark.parametrize("bug_rank", [-1, 1])
+def test_paddles_own_data_parallel_given_its_mesh_compares_with_one_torch_process(tmp_path, bug_rank):
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("paddle")
+    from tests.dumps import X, pair
+
+    torch.manual_seed(0)  # as the job builds its weights
+    base, _ = pair()
+    opt = torch.optim.SGD(base.parameters(), lr=0.1)
+    with nbdiff.record(base, tmp_path / "torch"):
+        for _ in range(2):
+            base(torch.tensor(X)).mean().backward()
+            opt.step()
+            opt.zero_grad()
+    r = nbdiff.compare(tmp_path / "torch", _paddle_dp_job(tmp_path / "paddle", bug_rank))
+    if bug_rank < 0:
+        assert r.aligned, r.report()
+        assert r.warnings == (), r.warnings
+    else:
+        d = r.first_divergence
+        assert (d.step, d.phase.value, d.raw_path, d.rank) == (0, "forward", "act", 1), d.describe()
+        assert d.shards == "raw rank 1 (dp=1): its shard (shard(0)) differs; rank 0 agrees", d.shards

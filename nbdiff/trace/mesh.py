@@ -34,9 +34,13 @@ PIPELINE_NAMES = re.compile(r"^(pp|pipe|pipeline|stages?)(_.*)?$", re.IGNORECASE
 """Mesh dimension names of pipeline stages: each rank along one holds other layers."""
 
 _PLACEMENT = re.compile(r"(shard)\((-?\d{1,3})\)|(strided)\((-?\d{1,3}),(\d{1,3})\)|(replicate)|(partial)")
+"""One placement as read (an event built in memory may count dimensions from the end)."""
+_WRITTEN = _PLACEMENT.pattern.replace("-?", "")
+"""One placement as a dump writes it: dimensions counted from 0."""
 _NAME = r"[A-Za-z_][A-Za-z0-9_]{0,31}"
-LAYOUT = re.compile(rf"(?:{_PLACEMENT.pattern})(?:@{_NAME})?(?:,(?:{_PLACEMENT.pattern})(?:@{_NAME})?){{0,7}}")
+LAYOUT = re.compile(rf"(?:{_WRITTEN})(?:@{_NAME})?(?:,(?:{_WRITTEN})(?:@{_NAME})?){{0,7}}")
 """A layout as a dump writes it (the schema's check)."""
+_READ = re.compile(rf"(?:{_PLACEMENT.pattern})(?:@{_NAME})?(?:,(?:{_PLACEMENT.pattern})(?:@{_NAME})?){{0,7}}")
 _ENTRY = re.compile(rf"(?P<placement>{_PLACEMENT.pattern})(?:@(?P<name>{_NAME}))?")
 
 
@@ -65,7 +69,7 @@ class Placement:
 
 def placements(layout: str) -> list[Placement]:
     """The placements of a recorded layout, one per mesh dimension it names (``[]`` for none)."""
-    if layout and not LAYOUT.fullmatch(layout):
+    if layout and not _READ.fullmatch(layout):
         raise ValueError(f"not a layout: {layout!r}")
     out = []
     for entry in _ENTRY.finditer(layout):

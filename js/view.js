@@ -62,6 +62,7 @@ const LEGEND =
   "earlier layers; blue: a known framework difference, verified (not the port's bug); pale yellow: over " +
   "tolerance by inherited error in a result that agrees (see its warnings); green: passes; " +
   "grey: unpaired or not compared.";
+const NOTHING_OWN = "nothing of its own to compare (no tensor only it holds): the calls under it are compared";
 
 function colour(node) {
   const r = node.status === "blamed" || node.status === "local" ? node.local ?? node.ratio : node.ratio;
@@ -378,12 +379,33 @@ function render({ model, el }) {
   }
   const root = h("div", { class: "nbd", tabindex: "-1", "data-lm-suppress-shortcuts": "true" }, summary, chart, toolbar, h("div", { class: "nbd-main" }, tree, side));
   el.append(root);
-  // "t" anywhere in the view (outside a text field) goes to the tree.
+  // "t" anywhere in the view (outside a text field) goes to the tree; Escape on the view itself
+  // (the tree's Escape lands there) hands focus back to the notebook, in command mode.
   root.addEventListener("keydown", (ev) => {
+    if (ev.key === "Escape" && ev.target === root) {
+      const notebook = root.closest(".jp-Notebook");
+      if (notebook) {
+        notebook.focus();
+        ev.preventDefault();
+      }
+      return;
+    }
     if (ev.key !== "t" || ev.target.closest("input, select, textarea") || ev.ctrlKey || ev.metaKey || ev.altKey) return;
     tree.focus();
     ev.preventDefault();
   });
+  // The view keeps JupyterLab's command-mode keys (arrows, a, b, d d) from acting on the notebook
+  // while it has focus; the save key is the user's wherever focus is: lifted for that one event.
+  // On the window, before anything: Notebook 7 reads its shortcuts as the event goes down.
+  const saveKey = (ev) => {
+    if (!(ev.ctrlKey || ev.metaKey) || ev.altKey || ev.key.toLowerCase() !== "s" || !root.contains(ev.target)) return;
+    const held = [];
+    for (let e = ev.target; e && e !== root.parentElement; e = e.parentElement) {
+      if (e.hasAttribute("data-lm-suppress-shortcuts")) held.push(e), e.removeAttribute("data-lm-suppress-shortcuts");
+    }
+    setTimeout(() => held.forEach((e) => e.setAttribute("data-lm-suppress-shortcuts", "true")), 0);
+  };
+  window.addEventListener("keydown", saveKey, true);
 
   function index() {
     kids.clear();
@@ -445,9 +467,10 @@ function render({ model, el }) {
       const hasKids = kids.has(n.id);
       const twisty = hasKids ? (collapsed.has(n.id) ? "▸" : "▾") : " ";
       const holdsBlamed = hasKids && collapsed.has(n.id) && blamed >= 0 && isAncestor(n.id, blamed);
+      // A row with nothing of its own to compare (a backward root, a container): a dash, said on hover.
       const err =
         n.status === "none"
-          ? "not compared"
+          ? "–"
           : n.event < 0
             ? fmt(n.ratio)
             : n.local !== null
@@ -470,7 +493,11 @@ function render({ model, el }) {
           holdsBlamed ? h("span", { class: "nbd-holds", title: "the blamed row is inside" }, " ●") : null,
         ),
         h("span", { class: "nbd-cell nbd-raw" }, n.event === -1 ? "" : n.raw || (n.event === -2 ? "—" : "<root>"), n.event === -1 ? null : h("small", {}, " " + n.raw_type)),
-        h("span", { class: "nbd-cell nbd-err" }, n.event === -2 ? "unpaired" : n.status === "blamed" ? `◀ ${err}` : err),
+        h(
+          "span",
+          { class: "nbd-cell nbd-err", title: n.status === "none" && n.event >= 0 ? NOTHING_OWN : "" },
+          n.event === -2 ? "unpaired" : n.status === "blamed" ? `◀ ${err}` : err,
+        ),
       );
       out.push(row);
     }
@@ -894,6 +921,7 @@ function render({ model, el }) {
   el.dataset.nbdRenderMs = (performance.now() - started).toFixed(0);
   return () => {
     if (playing !== null) clearInterval(playing); // the view is gone (cell re-run or cleared)
+    window.removeEventListener("keydown", saveKey, true);
   };
 }
 

@@ -65,6 +65,10 @@ def jupyter_server(tmp_path_factory):
     notif = home / "lab-settings" / "@jupyterlab" / "apputils-extension"
     notif.mkdir(parents=True)
     (notif / "notification.jupyterlab-settings").write_text('{"fetchNews": "false", "checkForUpdates": false}')
+    # No autosave: a notebook on disk changes only when a test saves it (Ctrl+S), so a save is tested.
+    docs = home / "lab-settings" / "@jupyterlab" / "docmanager-extension"
+    docs.mkdir(parents=True)
+    (docs / "plugin.jupyterlab-settings").write_text('{"autosave": false}')
     log = open(home / "server.log", "w")
     cmd = [
         sys.executable, "-m", "jupyterlab", "--no-browser", "--ServerApp.ip=127.0.0.1",

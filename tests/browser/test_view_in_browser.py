@@ -437,7 +437,9 @@ def test_navigation_by_keys_and_divergence_buttons(page, jupyter_server, ui):
     total = agree.evaluate("el => el.querySelectorAll('.nbd-rows .nbd-row').length")
     assert total >= 13, total
     assert "backward" in agree.text_content() and agree.locator(".nbd-row.nbd-none").count() >= 1
-    assert "not compared" in agree.locator(".nbd-row.nbd-none").first.text_content()
+    # Nothing of its own to compare (the backward root): a dash, and why on hover; not "not compared".
+    none_err = agree.locator(".nbd-row.nbd-none .nbd-err").first
+    assert none_err.text_content() == "–" and "nothing of its own" in none_err.get_attribute("title")
 
     # Next divergence jumps to the blamed row; keys move the selection and stay in the view.
     failed.scroll_into_view_if_needed()
@@ -489,7 +491,29 @@ def test_navigation_by_keys_and_divergence_buttons(page, jupyter_server, ui):
     failed.locator(".nbd-holds").first.wait_for()
     failed.locator(".nbd-btn[title='expand all']").click()
     failed.locator(".nbd-row.nbd-blamed").wait_for()
+    # Ctrl+S with focus in the view saves the notebook (it was edited: its cells ran), and a second
+    # Escape (the first leaves the tree) hands focus back to the notebook, in command mode.
+    path = jupyter_server["root"] / name
+    assert not _outputs_on_disk(path)  # no autosave (conftest): only a save writes them
+    failed.locator(".nbd-tree").focus()
+    page.keyboard.press("Control+s")
+    deadline = time.monotonic() + 30
+    while not _outputs_on_disk(path):
+        assert time.monotonic() < deadline, "Ctrl+S in the view did not save the notebook"
+        page.wait_for_timeout(200)
+    page.keyboard.press("Escape")
+    page.keyboard.press("Escape")
+    assert page.evaluate("() => !document.activeElement?.closest('.nbd')")
+    assert page.evaluate("() => !!document.activeElement?.closest('.jp-Notebook')")
+    assert page.locator(".jp-Notebook.jp-mod-commandMode").count() == 1
     _no_widget_errors(page, jupyter_server)
+
+
+def _outputs_on_disk(path) -> bool:
+    """Whether the notebook file holds any cell's outputs (it was saved after the cells ran)."""
+    import json
+
+    return any(c.get("outputs") for c in json.loads(path.read_text())["cells"] if c["cell_type"] == "code")
 
 
 def test_step_chart_dark_theme_and_cell_frames(page, jupyter_server):

@@ -64,6 +64,17 @@ const LEGEND =
   "grey: unpaired or not compared.";
 const NOTHING_OWN = "nothing of its own to compare (no tensor only it holds): the calls under it are compared";
 
+// A tensor's name as a reader says it: in[0] "input", out[1] "output 2", proj:in[0] "proj's input"
+// (the recorded name stays in the title, and in search).
+function shownName(name) {
+  const m = /^(?:(.+):)?(in|out)(?:\[(\d+)\])?$/.exec(name);
+  if (!m) return name;
+  const k = m[3] === undefined ? 0 : Number(m[3]);
+  const what = (m[2] === "in" ? "input" : "output") + (k > 0 ? ` ${k + 1}` : "");
+  if (!m[1]) return what;
+  return m[1] === "given" ? `given ${what}` : `${m[1]}'s ${what}`;
+}
+
 function colour(node) {
   const r = node.status === "blamed" || node.status === "local" ? node.local ?? node.ratio : node.ratio;
   if (node.status === "unpaired" || node.status === "none") return "var(--nbd-unpaired)";
@@ -745,10 +756,11 @@ function render({ model, el }) {
       // no accumulated error: its local measurement is its headline.
       const m = t.metrics || t.local;
       // The tolerance itself is in the title's tooltip: the same long formula on every tensor read as noise.
+      const own = t.local_label || "run alone on base's inputs";
       const head = t.metrics
-        ? `${t.name}: ${fmt(m.ratio)}x its tolerance${m.note ? " · " + m.note : ""}`
-        : `${t.name}: local ${fmt(m.ratio)}x its tolerance (${t.local_label || "same inputs"})`;
-      const allowed = `allowed: ${m.tolerance} (${m.mode === "strict" ? "every element within it" : m.mode})`;
+        ? `${shownName(t.name)}: ${fmt(m.ratio)}x its tolerance${m.note ? " · " + m.note : ""}`
+        : `${shownName(t.name)}: own error ${fmt(m.ratio)}x its tolerance (${own})`;
+      const allowed = `${t.name} · allowed: ${m.tolerance} (${m.mode === "strict" ? "every element within it" : m.mode})`;
       parts.push(
         h(
           "div",
@@ -760,7 +772,9 @@ function render({ model, el }) {
             { class: "nbd-metrics" },
             h("tr", {}, ...["max abs", "max rel", "mean abs", "cosine", "NaN b/r", "Inf b/r"].map((x) => h("th", {}, x))),
             metricRow(m),
-            t.metrics && t.local ? h("tr", { class: "nbd-local" }, h("td", { colspan: "6" }, `local (${t.local_label || "same inputs"}): ${fmt(t.local.ratio)}x, max abs ${fmt(t.local.max_abs)}`)) : null,
+            t.metrics && t.local
+              ? h("tr", { class: "nbd-local" }, h("td", { colspan: "6" }, `own error (${own}): ${fmt(t.local.ratio)}x, max abs ${fmt(t.local.max_abs)}`))
+              : null,
           ),
           h(
             "table",

@@ -183,11 +183,12 @@ def test_a_result_that_agrees_draws_inherited_excess_as_explained_and_says_why()
 
 
 def test_the_panel_says_how_a_local_error_was_found(failed, tmp_path):
-    # Offline nothing is re-run: "local (same inputs)" said what compare never did.
+    # Offline nothing is re-run: "local (same inputs)" said what compare never did. Live, the words say
+    # what was done: the call run alone on base's inputs.
     from tests.dumps import pair, train
 
     first = node_detail(build_tree(failed), build_tree(failed).first)
-    assert first["tensors"][0]["local_label"] == "same inputs"
+    assert first["tensors"][0]["local_label"] == "run alone on base's inputs"
     base, raw = pair("eps")
     offline = nbdiff.compare(train(base, tmp_path / "a", steps=1).parent, train(raw, tmp_path / "b", steps=1).parent)
     tree = build_tree(offline)

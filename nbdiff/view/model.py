@@ -48,7 +48,7 @@ class TreeData:
     """The two root models (live results only), to find where each layer was built."""
     optimizer_settings: dict[str, list[list[Any]]] = field(default_factory=dict)
     """Per updated layer: ``[setting, base, raw]`` of the two optimizers (live results that trained)."""
-    local_label: str = "same inputs"
+    local_label: str = "run alone on base's inputs"
     """How a local error was found, as the panel says it (offline: judged from what was received)."""
     local_labels: dict[tuple[Any, ...], str] = field(default_factory=dict)
     """Per blamed event (its base event's phase and ``key``): how its local error was found, where it
@@ -173,7 +173,9 @@ def build_tree(result: DiffResult) -> TreeData:
     settings = dict(result.options.get("optimizer_settings") or {})
     # Offline, an event's own error is judged from what it received, not measured by re-running it.
     local_label = (
-        "not measured, judged from the dump: what it received agrees" if "dumps" in result.options else "same inputs"
+        "not measured, judged from the dump: what it received agrees"
+        if "dumps" in result.options
+        else "run alone on base's inputs"
     )
     labels = {
         (f.event.base.phase, f.event.base.key): _LOCAL_LABELS[f.local_by]

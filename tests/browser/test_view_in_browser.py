@@ -119,6 +119,10 @@ def test_a_code_blame_opens_on_its_evidence_and_its_lines(page, jupyter_server, 
         first = view.locator(".nbd-tensor").first
         first.wait_for()
         assert first.get_attribute("data-tensor") == "proj:in[0]"
+        # Said as a reader says it ("proj's input"), the recorded name in the title.
+        title = first.locator(".nbd-tname")
+        assert title.inner_text().startswith("proj's input: "), title.inner_text()
+        assert title.get_attribute("title").startswith("proj:in[0] · allowed: ")
         assert "handed `proj`" in first.inner_text() and "not on this side" not in first.inner_text()
         row_local = view.locator(".nbd-row.nbd-blamed").inner_text().split("local ")[1].rstrip(")")
         assert row_local in first.inner_text()  # the row and the panel say the same local error
@@ -453,6 +457,10 @@ def test_navigation_by_keys_and_divergence_buttons(page, jupyter_server, ui):
     failed.locator(".nbd-row.nbd-selected.nbd-local", has_text="norm").wait_for()
     failed.locator(".nbd-btn[title^='previous divergence']").click()
     failed.locator(".nbd-row.nbd-selected.nbd-blamed").wait_for()
+    # The blamed layer's own error, in words a reader says: not "local (same inputs)".
+    own = failed.locator(".nbd-tensor .nbd-local").first
+    own.wait_for()
+    assert own.inner_text().startswith("own error (run alone on base's inputs): "), own.inner_text()
     label = failed.locator(".nbd-replay-label").inner_text()
     assert "step 0 forward" in label, label
     # Which cell is active, by its input (its output, the view's panel, changes as details arrive).

@@ -12,8 +12,9 @@ from nbdiff.trace.events import Event, Kind, Phase, TensorRecord
 from nbdiff.trace.stack import Frame
 
 
-def big_result(n: int = 10_000, fan: int = 9, bad: int | None = None) -> DiffResult:
-    """``n`` forward events: a root, blocks of ``fan`` layers each; event ``bad`` diverges."""
+def big_result(n: int = 10_000, fan: int = 9, bad: int | None = None, shift: float = 0.1) -> DiffResult:
+    """``n`` forward events: a root, blocks of ``fan`` layers each; event ``bad`` diverges (its
+    output moved by ``shift``)."""
     tol = resolve_tolerance(None, None, "float32")
     bad = n * 2 // 3 if bad is None else bad
     rng = np.random.RandomState(0)
@@ -30,7 +31,7 @@ def big_result(n: int = 10_000, fan: int = 9, bad: int | None = None) -> DiffRes
         )
         parent = None if i == 0 else (0 if depth == 1 else block)
         base = rng.randn(4, 8).astype("float32")
-        raw = base + (0.1 if i == bad else 0.0)
+        raw = base + (shift if i == bad else 0.0)
         frames = (Frame("/work/models/net.py", 10 + depth, "forward"),)
         ev = lambda v, p=path, d=depth, par=parent, i=i, fr=frames: Event(  # noqa: E731
             0, Phase.FORWARD, Kind.LAYER, i, p, "Linear" if d == 2 else "Block", 0, d, par, d == 2,

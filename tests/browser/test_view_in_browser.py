@@ -775,6 +775,30 @@ def test_a_narrow_view_keeps_names_whole_columns_aligned_and_the_panel_unclipped
     assert cut == [], cut
     side = view.locator(".nbd-side").evaluate("(e) => [e.scrollWidth, e.clientWidth, e.getBoundingClientRect().right]")
     assert side[0] <= side[1] + 1 and side[2] <= width, side
+    # No number breaks across lines ("1.13e-" above "4"), however narrow the panel: it scrolls instead.
+    page.add_style_tag(content=".nbd-side { flex: 0 0 250px !important; width: 250px !important; }")
+    broken = view.locator(".nbd-metrics td, .nbd-stats td").evaluate_all(
+        """(els) => els.filter((e) => {
+            const r = document.createRange(); r.selectNodeContents(e);
+            return /^-?[0-9.]+(e[-+][0-9]+)?$/.test(e.textContent.trim()) && r.getClientRects().length > 1;
+        }).map((e) => e.textContent)"""
+    )
+    assert broken == [], broken
+
+
+def test_the_blamed_rows_error_is_never_cut(page, tmp_path):
+    # "◀ 6.67e+4 (local 6.67e+4)" in bold was cut to "◀ 6.67e+4 (local 6.6…" by a 21ch column.
+    from tests.browser.synthetic import big_result
+
+    path = Path(big_result(60, bad=25, shift=10.0).to_html(str(tmp_path / "report.html")))
+    page.set_viewport_size({"width": 1024, "height": 900})
+    view = _opened(page, path)
+    text = view.locator(".nbd-row.nbd-blamed .nbd-err").inner_text()
+    assert "e+" in text and "local" in text, text
+    cut = view.locator(".nbd-rows .nbd-row .nbd-err").evaluate_all(
+        "(els) => els.filter((e) => e.scrollWidth > e.clientWidth).map((e) => e.textContent)"
+    )
+    assert cut == [], cut
 
 
 LONG_LOOP = """%%modeldiff tb pb

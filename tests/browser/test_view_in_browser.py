@@ -705,6 +705,12 @@ def test_keyboard_alone_reaches_the_chart_the_tree_a_frame_and_their_answers(pag
     view.locator(".nbd-jump-label", has_text=f" of {own}").wait_for()
     # A stack frame, by keyboard: Tab to it, Enter opens its source.
     view.locator(".nbd-frame").first.focus()
+    # Its focus outline stays within it: it crossed the next frame's text.
+    spill = page.evaluate(
+        """() => { const e = document.activeElement, s = getComputedStyle(e);
+                   return parseFloat(s.outlineOffset) + parseFloat(s.outlineWidth); }"""
+    )
+    assert spill <= 0, spill
     page.keyboard.press("Enter")
     view.locator(".nbd-src-here").wait_for()
     assert not [m for m in page.console_messages if m.startswith(("error", "pageerror"))]

@@ -88,6 +88,7 @@ class Gathered:
                     f"shards={{{pattern!r}: {rule!r}}}: no shard rule {rule!r}; known: {sorted(SHARD_RULES)} "
                     "(register_shard_rule adds one)."
                 )
+        self._meshes = (run_mesh(self.a), run_mesh(self.b))  # checked once: every step reads them
 
     def step(self, k: int) -> tuple[list[Event], list[Event]]:
         """Step ``k`` of both runs, every tensor whole."""
@@ -97,16 +98,16 @@ class Gathered:
             whole: list[list[Event] | None] = [None, None]
             # The side of fewer ranks first: gathered, its shapes tell the other's layouts.
             for side in sorted((0, 1), key=lambda s: len(ranks[s])):
-                whole[side] = self._whole(ranks[side], (self.a, self.b)[side], whole[1 - side], k)
+                whole[side] = self._whole(ranks[side], side, whole[1 - side], k)
             self._steps[k] = (whole[0], whole[1])  # type: ignore[assignment]
             for old in sorted(self._steps)[:-_HELD]:
                 del self._steps[old], self.gatherings[old]
         return self._steps[k]
 
-    def _whole(self, ranks: list[list[Event]], dumps: list[Any], other: list[Event] | None, k: int) -> list[Event]:
+    def _whole(self, ranks: list[list[Event]], side: int, other: list[Event] | None, k: int) -> list[Event]:
         """One run's step gathered: each pipeline stage's (each data-parallel group's tensor-parallel
         shards, then the groups), then the stages."""
-        mesh = run_mesh(dumps)
+        dumps, mesh = (self.a, self.b)[side], self._meshes[side]
         if mesh is None or not mesh.pipeline:
             return self._stage(ranks, dumps, other, k, mesh)
         if len(mesh.pipeline) > 1:
@@ -134,7 +135,7 @@ class Gathered:
             events = self._groups(ranks, dumps, other, k, mesh)
         if m == 1:
             return events
-        parts = {key: self._into.pop(key) for key in set(self._into) - before}
+        parts = self._taken_since(before)
         reduce = str(dumps[0].meta.get("micro_batch_reduce", "mean"))
         ids = [int(d.meta["rank"]) for d in dumps]
         return folded(events, m, other, reduce, ids, parts, self._into, self._note, dumps[0].path)
@@ -152,12 +153,15 @@ class Gathered:
             # Within a group the batch is a slice of the other run's: its shapes tell nothing here.
             before = set(self._into)
             wholes.append(self._gather([ranks[i] for i in members], [dumps[i] for i in members], None, k, mesh))
-            for key in set(self._into) - before:
-                parts[key] = self._into.pop(key)
+            parts.update(self._taken_since(before))
         return joined_groups(
             wholes, other, mesh, [(place, [int(dumps[i].meta["rank"]) for i in m]) for place, m in groups], parts,
             self._into, self._note, k,
         )  # fmt: skip
+
+    def _taken_since(self, before: set[int]) -> dict[int, Gathering]:
+        """How the tensors gathered since ``before`` were, taken out of the step's: a later join's parts."""
+        return {key: self._into.pop(key) for key in set(self._into) - before}
 
     def place(self, side: int, rank: int) -> str:
         """Where ``rank`` of run ``side`` (0 base, 1 raw) sits on its mesh (``dp=1, tp=0``); ``""``
@@ -178,7 +182,8 @@ class Gathered:
         keyed = [{event_key(e): e for e in events} for events in ranks]
         others = {event_key(e): e for e in other} if other is not None else {}
         framework = str(dumps[0].meta["framework"])
-        mate_framework = str((self.b if dumps is self.a else self.a)[0].meta["framework"])
+        # The other run's framework (``dumps`` may be some of a run's ranks: a group, a stage).
+        mate_framework = str((self.b if any(d is dumps[0] for d in self.a) else self.a)[0].meta["framework"])
         known: dict[Any, str] = {}  # rank 0's tensor (_same_tensor) -> layout: one tensor seen by two layers
         forward: dict[tuple, str] = {}
         out: list[Event] = []

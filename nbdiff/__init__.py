@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from nbdiff.align.fused import register_fused_pattern
 from nbdiff.align.layer_map import LayerMap
-from nbdiff.align.shards import register_shard_rule
 from nbdiff.check import ConfigCheck, check_config
 from nbdiff.diff import auto_diff
 from nbdiff.errors import (
@@ -20,6 +19,7 @@ from nbdiff.errors import (
     PairingError,
     WeightTransferError,
 )
+from nbdiff.gather.shards import register_shard_rule
 from nbdiff.judge.blame import Divergence, EventDiff
 from nbdiff.judge.metrics import TensorDiff
 from nbdiff.judge.tolerance import Tolerance

@@ -11,7 +11,6 @@ import os
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from nbdiff.align.shards import Gathered
 from nbdiff.engine.driver import Verdict
 from nbdiff.engine.kept import KEEP_STEPS, KeptSteps
 from nbdiff.engine.recorded.dump_steps import layer_args
@@ -19,6 +18,7 @@ from nbdiff.engine.recorded.gathered import whole_dumps
 from nbdiff.engine.recorded.steps import compare_ranks
 from nbdiff.engine.spec import Comparison
 from nbdiff.errors import DumpError, OptionError
+from nbdiff.gather.shards import Gathered
 from nbdiff.result import DiffResult
 from nbdiff.trace.store import RankDump, manifest_of, rank_dirs, read_dump
 
@@ -53,7 +53,7 @@ def compare(
     ``keep_steps`` steps and for the blamed step, so memory stays bounded by a few steps.
 
     A tensor-parallel run compares with a run of another degree (a single-process reference) as
-    whole tensors: each step's shards are gathered (:mod:`nbdiff.align.shards`) by the layouts the
+    whole tensors: each step's shards are gathered (:mod:`nbdiff.gather.shards`) by the layouts the
     framework recorded (torch ``DTensor``), the layers' shard rules, and ``shards``
     (``{"layers.*.mlp.up": "column"}``, for layouts nobody recorded); each finding names the rank
     whose shard differs. A difference a known framework difference explains is a finding that fails

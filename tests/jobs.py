@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from nbdiff.align.shards import Gathered
+from nbdiff.gather.shards import Gathered
 from nbdiff.trace.events import Event, Phase
 from nbdiff.trace.store import rank_dirs, read_dump
 
@@ -77,3 +77,15 @@ def gathered_like(reference: Path, run: Path, steps: int = 2) -> list[tuple[list
                     counted[e.phase] += 1
         out.append((whole, counted))
     return out
+
+
+def agrees_or_blamed(result: Any, blamed: tuple | None = None, shards: str | None = None) -> None:
+    """``result`` agrees without a word (``blamed=None``), or its first divergence is at ``blamed``
+    (step, phase, raw path, rank) and names the ranks ``shards`` says."""
+    if blamed is None:
+        assert result.aligned, result.report()
+        assert result.warnings == (), result.warnings
+        return
+    d = result.first_divergence
+    assert (d.step, d.phase.value, d.raw_path, d.rank) == blamed, d.describe()
+    assert shards is None or d.shards == shards, d.shards

@@ -1,4 +1,4 @@
-"""Data parallelism as a layout (align/data_parallel): DP x TP and FSDP + TP runs compared with a
+"""Data parallelism as a layout (gather/data_parallel): DP x TP and FSDP + TP runs compared with a
 one-process run on the global batch, with a TP=2 run, and with each other.
 
 torch: real 4-rank jobs under ``torchrun`` with gloo, a ``(2, 2)`` mesh named ``("dp", "tp")``,
@@ -20,7 +20,7 @@ import pytest
 import nbdiff
 from nbdiff.errors import DumpError
 from nbdiff.trace.events import Phase
-from tests.jobs import edited, gathered_like, run_job
+from tests.jobs import agrees_or_blamed, edited, gathered_like, run_job
 
 pytest.importorskip("torch")
 from tests.paddle_split import TorchWhole, paddle_ranks, record_torch_whole, recorded_as_ranks  # noqa: E402
@@ -64,9 +64,7 @@ def test_every_tensor_of_a_dp_x_tp_step_gathers_to_the_single_process_runs(jobs,
                                            ("tp2", "fsdp_tp"), ("dp_tp", "fsdp_tp"), ("reference", "hsdp"),
                                            ("hsdp", "fsdp_tp")])  # fmt: skip
 def test_equivalent_layouts_agree_without_a_word(jobs, base, raw):
-    r = nbdiff.compare(jobs[base], jobs[raw])
-    assert r.aligned, r.report()
-    assert r.warnings == (), r.warnings
+    agrees_or_blamed(nbdiff.compare(jobs[base], jobs[raw]))
 
 
 @pytest.mark.parametrize(
@@ -183,13 +181,8 @@ def test_a_paddle_dp_x_tp_split_given_its_mesh_compares_with_a_torch_reference(t
     raw = _record_paddle_dp_tp(tmp_path / "paddle", bug_rank)
     base = record_torch_whole(tmp_path / "torch", TorchWhole())
     r = nbdiff.compare(base, raw, shards={"up": "column", "down": "row_partial"})
-    if bug_rank < 0:
-        assert r.aligned, r.report()
-        assert r.warnings == (), r.warnings
-    else:
-        d = r.first_divergence
-        assert (d.step, d.phase.value, d.raw_path, d.rank) == (0, "forward", "act", 3), d.describe()
-        assert d.shards == "raw rank 3 (dp=1, tp=1): its shard (shard(1)) differs; ranks 0, 1, 2 agree", d.shards
+    shards = "raw rank 3 (dp=1, tp=1): its shard (shard(1)) differs; ranks 0, 1, 2 agree"
+    agrees_or_blamed(r, *(((0, "forward", "act", 3), shards) if bug_rank >= 0 else ()))
 
 
 # --- paddle: paddle.DataParallel over 2 CPU processes (gloo) ------------------------------------
@@ -224,10 +217,5 @@ def test_paddles_own_data_parallel_given_its_mesh_compares_with_one_torch_proces
             opt.step()
             opt.zero_grad()
     r = nbdiff.compare(tmp_path / "torch", _paddle_dp_job(tmp_path / "paddle", bug_rank))
-    if bug_rank < 0:
-        assert r.aligned, r.report()
-        assert r.warnings == (), r.warnings
-    else:
-        d = r.first_divergence
-        assert (d.step, d.phase.value, d.raw_path, d.rank) == (0, "forward", "act", 1), d.describe()
-        assert d.shards == "raw rank 1 (dp=1): its shard (shard(0)) differs; rank 0 agrees", d.shards
+    shards = "raw rank 1 (dp=1): its shard (shard(0)) differs; rank 0 agrees"
+    agrees_or_blamed(r, *(((0, "forward", "act", 1), shards) if bug_rank >= 0 else ()))

@@ -88,7 +88,7 @@ def test_imports_point_one_way_between_the_stages():
     # The core compares, the engine runs a step, the report, the view and the notebook show, the
     # verbs drive. judge/blame reached up into report/repro, and report/html and notebook/widget
     # imported each other's half of the view.
-    core = ["errors", "frameworks", "trace", "align", "judge", "weights"]
+    core = ["errors", "frameworks", "trace", "align", "gather", "judge", "weights"]
     rank = {**dict.fromkeys(core, 0), "result": 1, "engine": 2, "report": 3, "view": 4}
 
     def rank_of(mod: str) -> int:

@@ -1,5 +1,5 @@
 """A step of micro-batches (gradient accumulation) compared with a step on the whole batch
-(align/micro_batches): in one process, torch and its paddle port, both ways of scaling the loss."""
+(gather/micro_batches): in one process, torch and its paddle port, both ways of scaling the loss."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Gathering a tensor-parallel run's shards (align/shards): layouts, rules, statistics."""
+"""Gathering a tensor-parallel run's shards (gather/shards): layouts, rules, statistics."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from nbdiff.align import shards as sh
 from nbdiff.errors import DumpError, OptionError
+from nbdiff.gather import shards as sh
 from nbdiff.trace.events import Event, Kind, Phase, TensorRecord
 from nbdiff.trace.stats import tensor_stats
 

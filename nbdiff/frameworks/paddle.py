@@ -200,7 +200,7 @@ class PaddleFramework:
 
     def layout_of(self, tensor: Any) -> str:
         # fleet's model-parallel layers (ColumnParallelLinear...) hold plain tensors, each rank its
-        # own shard: compare lays them out by class and by the user's map (align/shards).
+        # own shard: compare lays them out by class and by the user's map (gather/shards).
         return ""
 
     def requires_grad(self, tensor: Any) -> bool:

@@ -5,7 +5,7 @@ A rank's manifest holds ``"mesh": {"shape": [2, 2], "names": ["dp", "tp"], "coor
 "data_parallel": ["dp"], "reduce": "mean"}``: the mesh, this rank's place on it, the dimensions
 along which the batch is split (data parallelism, FSDP included), and how their gradients are
 reduced (``mean``: DDP and FSDP's default, the local loss a mean; ``sum``). The other dimensions are
-tensor-parallel: their shards are gathered by layout (:mod:`nbdiff.align.shards`).
+tensor-parallel: their shards are gathered by layout (:mod:`nbdiff.gather.shards`).
 
 A tensor's layout names one placement per mesh dimension it is laid out over, each optionally
 with the dimension's name: ``shard(0)@dp,shard(1)@tp``. ``strided(d,k)`` is a shard of a tensor

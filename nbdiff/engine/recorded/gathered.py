@@ -1,5 +1,5 @@
 """Runs of different tensor-parallel degrees compared as whole steps (``compare`` of a TP run against a
-single-process reference, or TP=2 against TP=4): their shards gathered (:mod:`nbdiff.align.shards`),
+single-process reference, or TP=2 against TP=4): their shards gathered (:mod:`nbdiff.gather.shards`),
 and each finding told which rank's shard differs."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from nbdiff.align.shards import Gathered, Gathering, shard_slices
+from nbdiff.gather.shards import Gathered, Gathering, shard_slices
 from nbdiff.judge.blame import Divergence
 from nbdiff.judge.metrics import compare_tensors
 from nbdiff.trace.events import Event, TensorRecord

@@ -6,7 +6,6 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 
 from nbdiff.align.pairing import Pairing
-from nbdiff.align.shards import Gathered
 from nbdiff.engine.comparer import BeforeCompare, StepComparison, WholeStep
 from nbdiff.engine.driver import Verdict
 from nbdiff.engine.kept import KeptSteps
@@ -14,6 +13,7 @@ from nbdiff.engine.outside import recorded_writes
 from nbdiff.engine.recorded.comparer import RecordedComparer
 from nbdiff.engine.recorded.gathered import attributed
 from nbdiff.engine.types import StepRecord, TolFn
+from nbdiff.gather.shards import Gathered
 from nbdiff.judge.blame import EventDiff
 from nbdiff.trace.events import Event, Phase
 from nbdiff.trace.store import RankDump

@@ -2,7 +2,7 @@
 
 Each stage's rank recorded its own part of the model, under the full model's layer paths (as
 torchtitan splits a model, deleting the other stages' layers), each step already one call per
-layer (:mod:`nbdiff.align.micro_batches`). The forward runs stage after stage, the backward the
+layer (:mod:`nbdiff.gather.micro_batches`). The forward runs stage after stage, the backward the
 other way; each stage's root call is the model's, cut: one root stands for them, taking its
 inputs (and their gradients) from the first stage and its outputs from the last.
 """

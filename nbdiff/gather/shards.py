@@ -31,10 +31,11 @@ from typing import Any
 
 import numpy as np
 
-from nbdiff.align.data_parallel import data_parallel_groups, joined_groups, run_mesh
-from nbdiff.align.gathering import Gathering, event_key, fit_layout, joined_stats, mate_record, same_record
-from nbdiff.align.micro_batches import folded
-from nbdiff.align.shard_rules import (
+from nbdiff.errors import DumpError, OptionError
+from nbdiff.gather.data_parallel import data_parallel_groups, joined_groups, run_mesh
+from nbdiff.gather.gathering import Gathering, event_key, fit_layout, joined_stats, mate_record, same_record
+from nbdiff.gather.micro_batches import folded
+from nbdiff.gather.shard_rules import (
     RULE_BY_CLASS,
     RULE_BY_WEIGHT,
     SHARD_RULES,
@@ -43,8 +44,7 @@ from nbdiff.align.shard_rules import (
     parse,
     register_shard_rule,
 )
-from nbdiff.align.stages import joined_stages
-from nbdiff.errors import DumpError, OptionError
+from nbdiff.gather.stages import joined_stages
 from nbdiff.trace.events import Event, Phase, TensorRecord, changed
 from nbdiff.trace.mesh import Mesh, Placement, placements
 

@@ -4,7 +4,7 @@ batch at once.
 
 A layer called ``K`` times per micro-batch was called ``M * K`` times in the step, micro-batch
 by micro-batch; its call ``j`` of every micro-batch joins into call ``j``, as a data-parallel
-run's groups join (:mod:`nbdiff.align.data_parallel`): inputs, outputs and their gradients along
+run's groups join (:mod:`nbdiff.gather.data_parallel`): inputs, outputs and their gradients along
 the batch, the gradients scaled by ``1/M`` under a mean (each micro-batch's loss a mean over its
 slice). The parameter gradients the hooks summed over the micro-batches are scaled alike.
 """
@@ -16,9 +16,9 @@ from typing import Any
 
 import numpy as np
 
-from nbdiff.align.data_parallel import joined_groups, scaled_stats
-from nbdiff.align.gathering import Gathering, event_key
 from nbdiff.errors import DumpError
+from nbdiff.gather.data_parallel import joined_groups, scaled_stats
+from nbdiff.gather.gathering import Gathering, event_key
 from nbdiff.trace.events import Event, Phase, TensorRecord, changed
 from nbdiff.trace.mesh import Mesh
 

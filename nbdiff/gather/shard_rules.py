@@ -1,6 +1,6 @@
 """Shard rules: how a parallel layer lays its inputs, outputs and parameters out over the ranks,
 kept as data (:data:`SHARD_RULES`), found by a layer's class or its weight's recorded layout, and
-extended with :func:`register_shard_rule`. Read by :mod:`nbdiff.align.shards`."""
+extended with :func:`register_shard_rule`. Read by :mod:`nbdiff.gather.shards`."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """A data-parallel run's groups joined into one whole step (DP, DP x TP, FSDP, FSDP + TP).
 
 Each data-parallel group (the ranks sharing a data-parallel coordinate) has been gathered into
-whole tensor-parallel tensors by :mod:`nbdiff.align.shards`; what differs between groups is the
+whole tensor-parallel tensors by :mod:`nbdiff.gather.shards`; what differs between groups is the
 slice of the batch each ran on. A tensor is joined:
 
 1. by its recorded data-parallel placement (FSDP's sharded parameters, their reduced gradients and
@@ -26,8 +26,8 @@ from typing import Any
 
 import numpy as np
 
-from nbdiff.align.gathering import Gathering, event_key, fit_layout, joined_stats, mate_record, same_record
 from nbdiff.errors import DumpError
+from nbdiff.gather.gathering import Gathering, event_key, fit_layout, joined_stats, mate_record, same_record
 from nbdiff.trace.events import Event, Phase, TensorRecord, changed
 from nbdiff.trace.mesh import Mesh, Placement
 from nbdiff.trace.stats import Stats

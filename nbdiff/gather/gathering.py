@@ -1,5 +1,5 @@
-"""What gathering a distributed run's tensors shares between its stages (:mod:`nbdiff.align.shards`,
-tensor-parallel shards; :mod:`nbdiff.align.data_parallel`, data-parallel groups): how a gathered
+"""What gathering a distributed run's tensors shares between its stages (:mod:`nbdiff.gather.shards`,
+tensor-parallel shards; :mod:`nbdiff.gather.data_parallel`, data-parallel groups): how a gathered
 tensor was put together, and the lookups both make."""
 
 from __future__ import annotations

@@ -29,7 +29,7 @@ from nbdiff.engine.spill import SPILL_ABOVE_MIB, spilled
 from nbdiff.engine.types import StepRecord
 from nbdiff.errors import InputError, NbdiffError, WeightTransferError
 from nbdiff.frameworks import framework_of
-from nbdiff.frameworks.interrupts import is_interrupt
+from nbdiff.frameworks.interrupts import interrupts_deferred, is_interrupt
 from nbdiff.judge.blame import require_compared
 from nbdiff.judge.tolerance import Tolerance
 from nbdiff.result import DiffResult
@@ -124,7 +124,8 @@ class watch:
             # What lives now is out of the collector's passes while the loop runs (engine/gc_pause).
             stack.enter_context(gc_frozen())
         except BaseException:
-            stack.close()
+            with interrupts_deferred():  # undone whole: a second Ctrl-C is raised after
+                stack.close()
             raise
         return self
 
@@ -147,11 +148,13 @@ class watch:
         """Remove every hook and restore modes; then, with ``compare``, compare and keep ``result``.
         ``interrupted``: the code stopped mid-step (Ctrl-C); the steps both models completed are
         compared, the one in progress is left out (``None`` when there is none)."""
-        try:
-            for side in (self._b, self._r):
-                side.end()
-        finally:
-            self._stack.close()
+        # Hooks off and modes back whole, even under Ctrl-C (raised after, as record's exit does).
+        with interrupts_deferred():
+            try:
+                for side in (self._b, self._r):
+                    side.end()
+            finally:
+                self._stack.close()
         try:
             if compare:
                 self.result = self._compare(interrupted)

@@ -19,8 +19,10 @@ compared, so each young pass over them freed nothing (22 passes a step, 9 of a 1
 from __future__ import annotations
 
 import gc
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+
+from nbdiff.frameworks.interrupts import interrupts_deferred
 
 __all__ = ["gc_paused", "gc_frozen", "YOUNG_THRESHOLD"]
 
@@ -33,13 +35,18 @@ the loop makes (a few thousand objects at most) waits that much longer to be fre
 
 @contextmanager
 def gc_paused() -> Iterator[None]:
-    was_enabled = gc.isenabled()
-    gc.disable()
+    # The collector's state is set and put back whole: a Ctrl-C in between is raised after (and the
+    # setting, once made, is always undone: it is made inside the try).
+    was_enabled = None
     try:
+        with interrupts_deferred():
+            was_enabled = gc.isenabled()
+            gc.disable()
         yield
     finally:
-        if was_enabled:
-            gc.enable()
+        with interrupts_deferred():
+            if was_enabled:
+                gc.enable()
 
 
 @contextmanager
@@ -49,25 +56,18 @@ def gc_frozen() -> Iterator[None]:
     instead of CPython's 700. A garbage cycle among the frozen is freed only then. Where anything is frozen
     already (the user's own ``gc.freeze()``, an outer nbdiff block), nothing is frozen: unfreezing is all or
     nothing, and theirs stays theirs; a threshold the user set is theirs too."""
-    with _young_less_often():
-        if gc.get_freeze_count():
-            yield
-            return
-        gc.freeze()
-        try:
-            yield
-        finally:
-            gc.unfreeze()
-
-
-@contextmanager
-def _young_less_often() -> Iterator[None]:
-    thresholds = gc.get_threshold()
-    if thresholds[0] != DEFAULT_THRESHOLD:
-        yield
-        return
-    gc.set_threshold(YOUNG_THRESHOLD, *thresholds[1:])
+    undo: list[Callable[[], None]] = []
     try:
+        with interrupts_deferred():  # set whole, and undone whole, whatever Ctrl-C meanwhile
+            thresholds = gc.get_threshold()
+            if thresholds[0] == DEFAULT_THRESHOLD:
+                gc.set_threshold(YOUNG_THRESHOLD, *thresholds[1:])
+                undo.append(lambda: gc.set_threshold(*thresholds))
+            if not gc.get_freeze_count():
+                gc.freeze()
+                undo.append(gc.unfreeze)
         yield
     finally:
-        gc.set_threshold(*thresholds)
+        with interrupts_deferred():
+            for step in reversed(undo):
+                step()

@@ -238,7 +238,7 @@ function histogram(p) {
   const bw = (W - L - R) / p.counts.length;
   const y = (c) => H - B - (c / top) * (H - T - B);
   const x = (e) => L + ((e - p.lo) / (p.hi - p.lo)) * (W - L - R);
-  const parts = [svg("text", { x: L, y: 11, class: "nbd-axis" }, `|raw − base|: ${p.total - p.zeros - p.nonfinite} differ, ${p.zeros} equal${p.nonfinite ? `, ${p.nonfinite} NaN/Inf` : ""}`)];
+  const parts = [svg("text", { x: L, y: 11, class: "nbd-axis" }, `|raw − base|: ${p.total - p.zeros - p.nonfinite} differ, ${p.zeros} equal${p.masked ? ` (${p.masked} masked alike)` : ""}${p.nonfinite ? `, ${p.nonfinite} NaN/Inf apart` : ""}`)];
   p.counts.forEach((c, i) => {
     if (c) parts.push(svg("rect", { x: L + i * bw, y: y(c), width: Math.max(1, bw - 1), height: H - B - y(c), class: p.passed ? "nbd-bar nbd-bar-ok" : "nbd-bar" }, svg("title", {}, `${c} elements`)));
   });

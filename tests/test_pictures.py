@@ -38,3 +38,19 @@ def test_matrix_and_pool():
     m = np.arange(100.0).reshape(10, 10)
     pooled = pool(m, 3, 4)
     assert pooled.shape == (3, 4) and pooled.max() == 99
+
+
+def test_the_map_judges_nan_inf_and_masks_as_the_comparison_does():
+    # A causal mask: -inf on both sides, or -inf against -1e9, is the same mask (the comparison passes);
+    # NaN against a number, or -inf against -1e3 (no mask value), is an error the map must show.
+    scores = np.random.RandomState(0).randn(6, 6).astype("float32")
+    upper = np.triu(np.ones((6, 6), dtype=bool), 1)
+    base = np.where(upper, -np.inf, scores).astype("float32")
+    for raw, masked in ((base.copy(), 0), (np.where(upper, -1e9, scores).astype("float32"), 15)):
+        p = error_picture(base, raw, passed=True)
+        assert p["nonfinite"] == 0 and p["zeros"] == 36 and p["masked"] == masked
+        assert 256 not in p["cells"]
+    off = np.where(upper, -1e3, scores).astype("float32")
+    off[0, 0] = np.nan
+    p = error_picture(base, off, passed=False)
+    assert p["nonfinite"] == 16 and p["masked"] == 0 and 256 in p["cells"]

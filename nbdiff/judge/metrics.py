@@ -348,6 +348,22 @@ MASK_VALUE = 1e4
 sign: ``masked_fill(-inf)`` against ``masked_fill(-1e9)`` (or ``finfo.min``) is the same mask."""
 
 
+def elementwise_error(raw: np.ndarray, base: np.ndarray) -> tuple[np.ndarray, int]:
+    """``|raw - base|`` per element as the comparison judges it (float64): 0 where both hold the same
+    NaN/Inf or an infinity meets a mask value of its sign, ``inf`` where NaN/Inf differ; and how many
+    elements were masked alike (what a picture of the error must agree with)."""
+    a, b = np.asarray(raw, np.float64), np.asarray(base, np.float64).reshape(np.shape(raw))
+    with np.errstate(invalid="ignore"):  # inf - inf
+        d = a - b
+        if np.isfinite(d).all():
+            return np.abs(d), 0
+        _, _, err, _ = _finite_parts(a, b, d)
+        masked = (
+            (np.isinf(a) | np.isinf(b)) & (np.sign(a) == np.sign(b)) & (np.minimum(np.abs(a), np.abs(b)) >= MASK_VALUE)
+        )
+    return err, int((masked & (a != b)).sum())
+
+
 def _finite_parts(a: np.ndarray, b: np.ndarray, d: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, str]:
     """Where NaN/Inf are: the same on both sides counts as agreement (0), and so does an infinity
     against a mask value of its sign (:data:`MASK_VALUE`); else an infinite error. Returns the values

@@ -11,6 +11,8 @@ from typing import Any
 
 import numpy as np
 
+from nbdiff.judge.metrics import elementwise_error
+
 __all__ = ["error_picture", "as_matrix", "pool", "BINS", "MAP_ROWS", "MAP_COLS"]
 
 BINS = 32
@@ -43,10 +45,13 @@ def error_picture(base: np.ndarray, raw: np.ndarray, passed: bool) -> dict[str, 
     base, raw = np.asarray(base), np.asarray(raw)
     if base.size == 0 or base.size != raw.size:
         return None
-    # At least 1-D: a scalar (the loss) is a one-element picture.
-    err = np.array(np.abs(raw.reshape(base.shape).astype(np.float64) - base.astype(np.float64)), ndmin=1)
+    # Judged as the comparison judges it: the same NaN/Inf on both sides, or an infinity against a mask
+    # value of its sign, is no error; NaN against a number is the worst there is. At least 1-D: a scalar
+    # (the loss) is a one-element picture.
+    judged, masked = elementwise_error(raw.reshape(base.shape), base)
+    err = np.array(judged, dtype=np.float64, ndmin=1)
     bad = ~np.isfinite(err)
-    err[bad] = np.inf  # NaN against a number is the worst error there is
+    err[bad] = np.inf
     finite = err[~bad]
     positive = finite[finite > 0]
     if positive.size:
@@ -62,6 +67,7 @@ def error_picture(base: np.ndarray, raw: np.ndarray, passed: bool) -> dict[str, 
     level = np.where(np.isinf(cells), 256, level)  # non-finite: drawn apart
     return dict(
         passed=bool(passed), total=int(err.size), zeros=int(finite.size - positive.size), nonfinite=int(bad.sum()),
+        masked=masked,
         lo=lo, hi=hi, counts=[int(c) for c in counts],
         rows=int(cells.shape[0]), cols=int(cells.shape[1]), cells=[int(v) for v in level.ravel()],
         shape=[int(n) for n in base.shape],

@@ -125,3 +125,128 @@ def test_a_gate_with_its_own_wrong_backward_is_still_found():
     result = nbdiff.auto_diff(base, raw, np.tile(np.array([0, 0, 0, 0, 1, 2, 3, 4], "float32"), (2, 1)))
     assert not result and result.first_divergence.raw_path == "1", result.report()
     assert not result.first_divergence.inherited
+
+
+# -- pairing once per check: a step built as the last one takes its pairing --------------------------
+def _pair_form(pairing):
+    """What a pairing decided, by path and call (events are each step's own)."""
+    at = lambda e: (e.path, e.call)  # noqa: E731
+    return (
+        [(at(p.base), at(p.raw), p.explicit, p.members) for p in pairing.pairs],
+        [at(e) for e in pairing.unmatched_base],
+        [at(e) for e in pairing.unmatched_raw],
+        pairing.fused,
+    )
+
+
+def _spied_pairing(monkeypatch):
+    """Each ``pair_step`` the comparer makes: whether it took the last step's pairing, and whether that
+    equals what searching again finds."""
+    import nbdiff.engine.comparer as comparer
+
+    real, seen = comparer.pair_step, []
+
+    def spied(brec, rrec, layer_map, blayers, rlayers, required=True, like=None):
+        found = real(brec, rrec, layer_map, blayers, rlayers, required, like)
+        searched = real(brec, rrec, layer_map, blayers, rlayers, required) if like is not None else found
+        seen.append((like is not None, _pair_form(found) == _pair_form(searched), found))
+        return found
+
+    monkeypatch.setattr(comparer, "pair_step", spied)
+    return seen
+
+
+def _fused_pair(direction: str):
+    """Separate q/k/v and gate/up projections against fused ones (``tests/test_fused.py``)."""
+    from tests.test_fused import PAIRS
+
+    make_base, make_raw = PAIRS[direction]
+    return make_base(), make_raw()
+
+
+def _train(fw_model, x):
+    """One forward, backward and SGD step of a torch or paddle model."""
+    import paddle
+
+    m, opt = fw_model
+    if isinstance(m, torch.nn.Module):
+        out = m(torch.tensor(x))
+        (out * out).mean().backward()
+        opt.step()
+        opt.zero_grad()
+    else:
+        out = m(paddle.to_tensor(x))
+        (out * out).mean().backward()
+        opt.step()
+        opt.clear_grad()
+
+
+def _sgd(m):
+    import paddle
+
+    if isinstance(m, torch.nn.Module):
+        return torch.optim.SGD(m.parameters(), lr=0.05)
+    return paddle.optimizer.SGD(0.05, parameters=m.parameters())
+
+
+@pytest.mark.parametrize("direction", ["torch->paddle", "paddle->torch"])
+@pytest.mark.parametrize("verb", ["auto_diff", "watch", "record + compare"])
+def test_steps_built_alike_are_paired_once_as_searching_again_would_pair_them(verb, direction, monkeypatch, tmp_path):
+    seen = _spied_pairing(monkeypatch)
+    base, raw = _fused_pair(direction)
+    xs = [np.random.RandomState(i).randn(3, 5, 8).astype("float32") for i in range(4)]
+    if verb == "auto_diff":
+        result = nbdiff.auto_diff(base, raw, xs[0], optimizers=[_sgd(base), _sgd(raw)], steps=4)
+    elif verb == "watch":
+        pairs = [(base, _sgd(base)), (raw, _sgd(raw))]
+        with nbdiff.watch(base, raw) as w:
+            for x in xs:
+                for side in pairs:
+                    _train(side, x)
+        result = w.result
+    else:
+        nbdiff.assign_weight(base, raw)
+        for m, d in zip((base, raw), ("a", "b")):
+            side = (m, _sgd(m))
+            with nbdiff.record(m, tmp_path / d):
+                for x in xs:
+                    _train(side, x)
+        result = nbdiff.compare(tmp_path / "a", tmp_path / "b")
+    assert result, result.report()
+    taken = [taken for taken, _, _ in seen]
+    # Searched once (twice for watch, whose first raw step runs on the probe's copy) and taken after.
+    assert len(taken) >= 4 and taken[-2:] == [True, True] and taken.count(False) == (2 if verb == "watch" else 1)
+    assert all(same for _, same, _ in seen)
+    assert all(p.fused for _, _, p in seen)  # the fused groups came along
+
+
+class _Sometimes(torch.nn.Module):
+    """A model that runs an extra layer every other call (its own counter: state the user keeps)."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.fc, self.extra, self.head = torch.nn.Linear(4, 4), torch.nn.Linear(4, 4), torch.nn.Linear(4, 2)
+        self.calls = 0
+
+    def forward(self, x):
+        self.calls += 1
+        h = torch.tanh(self.fc(x))
+        if self.calls % 2 == 0:
+            h = self.extra(h)
+        return self.head(h)
+
+
+def test_a_step_whose_calls_differ_from_the_last_ones_is_paired_again(monkeypatch):
+    seen = _spied_pairing(monkeypatch)
+    base, raw = _Sometimes(), _Sometimes()
+    sides = [(base, _sgd(base)), (raw, _sgd(raw))]
+    with nbdiff.watch(base, raw) as w:
+        for i in range(4):
+            for side in sides:
+                _train(side, np.random.RandomState(i).randn(3, 4).astype("float32"))
+    assert w.result, w.result.report()
+    assert base.calls == raw.calls == 4  # called as often as the loop calls it
+    assert not any(taken for taken, _, _ in seen)
+    extra = [any(p.base.path == "extra" and p.raw.path == "extra" for p in pairing.pairs) for _, _, pairing in seen]
+    assert extra[-4:] == [False, True, False, True], extra  # the four steps (watch pairs its probe first)

@@ -29,7 +29,7 @@ from nbdiff.align.scoring import unfounded as _unfounded
 from nbdiff.align.spans import unequal_spans
 from nbdiff.trace.events import Event
 
-__all__ = ["Pair", "Pairing", "pair_forward", "LOOKAHEAD", "LOOKBACK"]
+__all__ = ["Pair", "Pairing", "pair_forward", "structure_of", "LOOKAHEAD", "LOOKBACK"]
 
 LOOKAHEAD = 24
 """How far after the last paired raw call to look for a base call's counterpart."""
@@ -81,6 +81,8 @@ def _ancestors(events: list[Event]) -> dict[int, list[Event]]:
 def _filter(
     events: list[Event], layer_map: LayerMap | None, side: str, cut: set[str]
 ) -> tuple[list[Event], list[tuple[str, str]]]:
+    if layer_map is None and not cut:
+        return list(events), []
     anc = _ancestors(events)
     kept, skipped = [], []
     for e in events:
@@ -123,8 +125,11 @@ def pair_forward(
     layer_map: LayerMap | None = None,
     base_layers: dict[str, Any] | None = None,
     raw_layers: dict[str, Any] | None = None,
+    like: Pairing | None = None,
 ) -> Pairing:
-    """Pair two forward event sequences (layer events only, in execution order)."""
+    """Pair two forward event sequences (layer events only, in execution order). ``like``: the pairing
+    of a step whose calls had the same structure (:func:`structure_of`, both sides): its decisions
+    (fused groups, which call pairs with which) are taken for these events, and nothing is searched."""
     groups = layer_map.explicit_pairs(base_layers or {}, raw_layers or {}) if layer_map else []
     base_cut = {p for g, _ in groups for p in g}
     raw_cut = {r for _, r in groups}
@@ -133,13 +138,37 @@ def pair_forward(
     explicit = _explicit(b_kept, r_kept, groups)
     b_seq = [e for e in b_kept if e.path not in base_cut]
     r_seq = [e for e in r_kept if e.path not in raw_cut]
-    fused = find_fused_groups(b_seq, r_seq, raw_layers or {}, base_layers) if raw_layers else []
+    if like is not None:
+        fused: list[FusedGroup] = list(like.fused)
+    else:
+        fused = find_fused_groups(b_seq, r_seq, raw_layers or {}, base_layers) if raw_layers else []
     b_seq = fuse_events(b_seq, [g for g in fused if g.side == "base"])
     r_seq = fuse_events(r_seq, [g for g in fused if g.side == "raw"])
 
-    pairs, lost_b, lost_r = _spans_matched(b_seq, r_seq, explicit, base, raw)
+    if like is not None:
+        pairs, lost_b, lost_r = _as_before(like, b_seq, r_seq)
+    else:
+        pairs, lost_b, lost_r = _spans_matched(b_seq, r_seq, explicit, base, raw)
     all_pairs = sorted(pairs + explicit, key=lambda p: p.base.order)
     return Pairing(tuple(all_pairs), tuple(lost_b), tuple(lost_r), tuple(b_skip + r_skip), tuple(fused))
+
+
+def structure_of(events: list[Event]) -> tuple[tuple[Any, ...], ...]:
+    """What pairing reads of a step's layer calls but their values: equal for two steps, the second
+    pairs as the first did (a training loop's steps, the common case, are paired once)."""
+    return tuple(
+        (e.order, e.path, e.call, e.depth, e.parent, e.type_name, e.weights, id(e.layer),
+         tuple((t.name, t.shape, t.dtype) for t in e.inputs), tuple((t.name, t.shape, t.dtype) for t in e.outputs))
+        for e in events
+    )  # fmt: skip
+
+
+def _as_before(like: Pairing, b_seq: list[Event], r_seq: list[Event]) -> tuple[list[Pair], list[Event], list[Event]]:
+    """``like``'s automatic pairs and unpaired calls, taken by order for this step's events (fused as
+    ``like``'s were; the LayerMap's own pairs are made again by the caller)."""
+    b_at, r_at = {e.order: e for e in b_seq}, {e.order: e for e in r_seq}
+    pairs = [Pair(b_at[p.base.order], r_at[p.raw.order], False, p.members) for p in like.pairs if not p.explicit]
+    return pairs, [b_at[e.order] for e in like.unmatched_base], [r_at[e.order] for e in like.unmatched_raw]
 
 
 SPAN_ROUNDS = 4

@@ -14,20 +14,28 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from nbdiff.align.layer_map import LayerMap
-from nbdiff.align.pairing import Pairing
+from nbdiff.align.pairing import Pairing, structure_of
 from nbdiff.engine.backward import GradsOf, backward_diffs
 from nbdiff.engine.conditioning import MARGIN, Floor, Noise
 from nbdiff.engine.drift import Explanation
 from nbdiff.engine.forward import api_local, forward_diffs
 from nbdiff.engine.outside import Writes, as_outside
 from nbdiff.engine.step_size import noted, step_sizes_apart
-from nbdiff.engine.step_structure import final_backward, final_forward, pair_step, paired_children, paired_parents
+from nbdiff.engine.step_structure import (
+    final_backward,
+    final_forward,
+    layer_calls,
+    pair_step,
+    paired_children,
+    paired_parents,
+)
 from nbdiff.engine.types import Plans, StepRecord, TolFn
 from nbdiff.engine.updates import GradientSpread, Updates, name_parameter, update_diffs
 from nbdiff.judge.blame import Divergence, EventDiff, blame_all, first_nonfinite
 from nbdiff.judge.metrics import TensorDiff
 from nbdiff.judge.unpaired import with_unpaired
 from nbdiff.trace.events import Event, Kind, Phase
+from nbdiff.weights.plan import tensors_read_once
 
 __all__ = ["StepComparer", "StepComparison", "StepSource", "WholeStep", "BeforeCompare"]
 
@@ -109,6 +117,8 @@ class StepComparer:
     def __init__(self, tol: TolFn, mode: str, diff_phase: str = "both", layer_map: LayerMap | None = None) -> None:
         self.tol, self.mode, self.diff_phase, self.layer_map = tol, mode, diff_phase, layer_map
         self._plans: Plans | None = None
+        self._last_pairing: tuple[Any, Any, Pairing] | None = None
+        """The last step's calls' structure, both sides, and its pairing: a step built alike takes it."""
         self._drift_noted = False
         self._ready: Callable[[], None] | None = None
 
@@ -208,7 +218,11 @@ class StepComparer:
     def pair(self, brec: StepRecord, rrec: StepRecord, plan: bool = True) -> tuple[Pairing, list[str]]:
         """The step's layer calls paired; the first one paired with ``plan`` decides the weight plans
         (returned notes: what that plan found)."""
-        pairing = pair_step(brec, rrec, self.layer_map, *self.layers(), self.require_pairs)
+        shape = structure_of(layer_calls(brec)), structure_of(layer_calls(rrec))
+        last = self._last_pairing
+        like = last[2] if last is not None and last[:2] == shape else None
+        pairing = pair_step(brec, rrec, self.layer_map, *self.layers(), self.require_pairs, like)
+        self._last_pairing = (*shape, pairing)
         self.paired(pairing)
         return pairing, self.plan_from(pairing) if plan else []
 
@@ -322,12 +336,15 @@ class StepComparer:
         forward, backward, the updates, the running statistics. ``pairing``: the step's, where the loop
         paired it already (``single_step`` feeds raw by it)."""
         notes: list[str] = []
-        if pairing is None:
-            pairing, notes = self.pair(brec, rrec)
-        given = source.before_compare(k, pairing, brec, rrec)
-        step = self.compare(pairing, brec, rrec, given.grads, given.floor, given.drift, given.every, given.ready)
-        updates = source.updates(k, pairing, brec, rrec, step)
-        return WholeStep(pairing, (StepComparison(notes=notes), step, updates, source.state(k, brec, rrec)))
+        # The models hold the same layers and tensors while a step is compared: each layer's are read once
+        # (its gradients, its weights before and after, each side, each ask a plan's layers for them).
+        with tensors_read_once():
+            if pairing is None:
+                pairing, notes = self.pair(brec, rrec)
+            given = source.before_compare(k, pairing, brec, rrec)
+            step = self.compare(pairing, brec, rrec, given.grads, given.floor, given.drift, given.every, given.ready)
+            updates = source.updates(k, pairing, brec, rrec, step)
+            return WholeStep(pairing, (StepComparison(notes=notes), step, updates, source.state(k, brec, rrec)))
 
     def compare_updates(
         self,

@@ -13,7 +13,7 @@ from nbdiff.errors import PairingError
 from nbdiff.judge.blame import EventDiff
 from nbdiff.trace.events import Event, Kind
 
-__all__ = ["pair_step", "final_forward", "final_backward", "paired_parents", "paired_children"]
+__all__ = ["pair_step", "layer_calls", "final_forward", "final_backward", "paired_parents", "paired_children"]
 
 
 def pair_step(
@@ -23,10 +23,12 @@ def pair_step(
     blayers: dict[str, Any],
     rlayers: dict[str, Any],
     required: bool = True,
+    like: Pairing | None = None,
 ) -> Pairing:
-    b = [e for e in brec.forward if e.kind is Kind.LAYER]
-    r = [e for e in rrec.forward if e.kind is Kind.LAYER]
-    pairing = pair_forward(b, r, layer_map, blayers or None, rlayers or None)
+    """The step's layer calls paired; ``like``: a step's pairing whose calls had the same structure
+    (:func:`~nbdiff.align.pairing.structure_of`), taken instead of searching again."""
+    b, r = layer_calls(brec), layer_calls(rrec)
+    pairing = pair_forward(b, r, layer_map, blayers or None, rlayers or None, like)
     nb, nr = len(pairing.pairs) + len(pairing.unmatched_base), len(pairing.pairs) + len(pairing.unmatched_raw)
     inner = [p for p in pairing.pairs if p.base.depth > 0 or p.raw.depth > 0]
     # Structures that differ a lot still pair what they can (blame then names the first layer that
@@ -45,6 +47,11 @@ def pair_step(
             f"{ur.path if ur else 'raw.path'!r}}}), or ignore layers with LayerMap(ignore=[...])."
         )
     return pairing
+
+
+def layer_calls(rec: StepRecord) -> list[Event]:
+    """The step's forward layer calls, in execution order (what pairing reads)."""
+    return [e for e in rec.forward if e.kind is Kind.LAYER]
 
 
 def final_forward(d: EventDiff) -> bool:

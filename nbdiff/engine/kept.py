@@ -14,7 +14,7 @@ from dataclasses import replace
 
 from nbdiff.judge.blame import EventDiff
 from nbdiff.result import StepRow, step_error_rows
-from nbdiff.trace.events import Event, Kind, TensorRecord
+from nbdiff.trace.events import Event, Kind, TensorRecord, changed
 
 __all__ = ["KEEP_STEPS", "AROUND", "KeptSteps"]
 
@@ -94,10 +94,10 @@ def _settled(d: EventDiff) -> EventDiff:
     """``d`` with every metric computed and its events' tensors reduced to statistics."""
 
     def records(ts: tuple[TensorRecord, ...]) -> tuple[TensorRecord, ...]:
-        return tuple(t if t.value is None else replace(t, value=None, stats=t.statistics()) for t in ts)
+        return tuple(t if t.value is None else changed(t, value=None, stats=t.statistics()) for t in ts)
 
-    def event(e: Event) -> Event:
-        return replace(
+    def event(e: Event) -> Event:  # changed: a step's hundreds of events, each copied without __init__
+        return changed(
             e, inputs=records(e.inputs), outputs=records(e.outputs), params=records(e.params), given=records(e.given)
         )
 

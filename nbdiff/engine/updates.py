@@ -18,6 +18,7 @@ from nbdiff.judge.blame import Divergence, EventDiff
 from nbdiff.judge.metrics import TensorDiff, compare_tensors
 from nbdiff.judge.tolerance import Tolerance
 from nbdiff.trace.events import Event, Kind, Phase, TensorRecord
+from nbdiff.trace.stack import Frame
 from nbdiff.weights.plan import LayerWeights, layer_tensors
 
 __all__ = [
@@ -165,16 +166,17 @@ def snapshot_updates(
     before: tuple[Snapshot, Snapshot],
     after: tuple[Snapshot, Snapshot],
     into_before: bool = False,
+    stacks: tuple[tuple[Frame, ...], tuple[Frame, ...]] = ((), ()),
 ) -> dict[str, Updates]:
     """What each side's optimizer changed (after minus before), per plan; ``into_before``: written over
-    ``before``'s arrays, which the caller no longer reads."""
+    ``before``'s arrays, which the caller no longer reads; ``stacks``: where each side's optimizer stepped."""
     out = {}
     for order, (key, plan) in enumerate(plans.items()):
         bd = {n: _difference(after[0][key][n], before[0][key][n], into_before) for n in after[0][key]}
         rd = {n: _difference(after[1][key][n], before[1][key][n], into_before) for n in after[1][key]}
         if bd and rd:
             scale = max((array_magnitude(v) for v in after[1][key].values()), default=0.0)
-            base, raw = param_events(step, Phase.OPTIMIZER, order, plan, bd, rd)
+            base, raw = param_events(step, Phase.OPTIMIZER, order, plan, bd, rd, stacks)
             out[key] = Updates(base, raw, scale)
     return out
 
@@ -281,13 +283,17 @@ def param_events(
     plan: LayerWeights,
     base: dict[str, np.ndarray],
     raw: dict[str, np.ndarray],
+    stacks: tuple[tuple[Frame, ...], tuple[Frame, ...]] = ((), ()),
 ) -> tuple[Event, Event]:
-    """A planned layer's parameter-level arrays (updates, running statistics) as a pair of events."""
+    """A planned layer's parameter-level arrays (updates, running statistics) as a pair of events;
+    ``stacks``: each side's frames (where its optimizer stepped)."""
 
-    def event(path: str, type_name: str, arrays: dict[str, np.ndarray]) -> Event:
-        return Event(step, phase, Kind.PARAM, order, path, type_name, 0, 0, None, True, (), records_of(arrays))
+    def event(path: str, type_name: str, arrays: dict[str, np.ndarray], stack: tuple[Frame, ...]) -> Event:
+        return Event(
+            step, phase, Kind.PARAM, order, path, type_name, 0, 0, None, True, (), records_of(arrays), stack=stack
+        )
 
-    return event(plan.base_path, plan.base_type, base), event(plan.raw_path, plan.raw_type, raw)
+    return event(plan.base_path, plan.base_type, base, stacks[0]), event(plan.raw_path, plan.raw_type, raw, stacks[1])
 
 
 def name_parameter(div: Divergence, plans: dict[str, LayerWeights]) -> Divergence:

@@ -286,10 +286,5 @@ class LiveComparer(StepComparer):
         optimizer was stepped, shown for its updates; ``writes``: what was written outside them;
         ``into_before``: the updates may be written over ``before``'s arrays; ``compared``: the step's
         forward and backward comparison (see :meth:`compare_updates`)."""
-        updates = snapshot_updates(step, self.plans, before, after, into_before)
-        if stacks != ((), ()):
-            updates = {
-                k: replace(u, base=replace(u.base, stack=stacks[0]), raw=replace(u.raw, stack=stacks[1]))
-                for k, u in updates.items()
-            }
+        updates = snapshot_updates(step, self.plans, before, after, into_before, stacks)
         return self.compare_updates(updates, grads, compared, writes)

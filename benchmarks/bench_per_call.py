@@ -45,8 +45,9 @@ from bench_overhead import bare, floor  # noqa: E402
 from floor import faithful  # noqa: E402
 
 import nbdiff  # noqa: E402
-import nbdiff.diff as diff_module  # noqa: E402
+import nbdiff.diff as diff_module
 from nbdiff.engine.comparer import StepComparer  # noqa: E402
+from nbdiff.engine.live.steps import LiveSteps  # noqa: E402
 from nbdiff.trace import recorder as recorder_module  # noqa: E402
 
 warnings.filterwarnings("ignore")
@@ -84,8 +85,8 @@ def instrument() -> None:
     diff_module._first_copy = timed("weight plan and copy", diff_module._first_copy)
     rec.__enter__ = timed("hooks put on and taken off", rec.__enter__)
     rec.remove = timed("hooks put on and taken off", rec.remove)
-    diff_module._Steps.hold = timed("modes, state and generators kept", diff_module._Steps.hold)
-    diff_module._Steps.result = timed("result", diff_module._Steps.result)
+    LiveSteps.hold = timed("modes, state and generators kept", LiveSteps.hold)
+    LiveSteps.result = timed("result", LiveSteps.result)
 
 
 def main() -> None:

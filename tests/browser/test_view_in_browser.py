@@ -8,6 +8,7 @@ filters, a 10,000-row tree, and no request leaving the machine. Timings are prin
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from tests.browser.conftest import REPO
@@ -925,3 +926,37 @@ def test_the_fold_twisty_is_drawn_before_the_name_not_over_it(page, tmp_path):
     _show_all(view)
     view.locator(".nbd-row .nbd-twisty", has_text="▾").first.wait_for()
     assert view.evaluate(_TWISTY_OVERLAPS) == []
+
+
+@pytest.mark.parametrize("width", [1024, 700])
+def test_a_long_source_line_reads_whole_in_the_source_box(page, tmp_path, width):
+    # A line longer than the panel was cut at its edge; its scrollbar sat at the bottom of the box, below
+    # the fold. Lines wrap under their own start instead, past their number.
+    import nbdiff
+    from tests.browser.long_lines import PaddleLong, TorchLong
+
+    x = np.random.RandomState(0).randn(3, 4).astype("float32")
+    path = Path(nbdiff.auto_diff(TorchLong(), PaddleLong(), x).to_html(str(tmp_path / "report.html")))
+    page.set_viewport_size({"width": width, "height": 900})
+    view = _opened(page, path)
+    view.locator(".nbd-row.nbd-blamed").first.click()
+    view.locator(".nbd-frame", has_text="long_lines.py").first.click()
+    view.locator(".nbd-src-here").wait_for()
+    box = view.locator(".nbd-src").evaluate("(e) => [e.scrollWidth, e.clientWidth]")
+    assert box[0] <= box[1] + 1, box  # nothing to scroll to: every line is in the box
+    ends = view.locator(".nbd-src-line", has_text="END_OF_LINE").evaluate_all(
+        """(els) => els.map((e) => { const b = e.closest('.nbd-src').getBoundingClientRect(),
+                                       r = e.getBoundingClientRect(); return [r.right <= b.right + 1, e.getClientRects().length]; })"""
+    )
+    assert ends and all(inside for inside, _ in ends), ends
+    # The numbers stay in one column, wrapped lines or not, and a wrapped line goes on past its number.
+    lefts = view.locator(".nbd-src .nbd-lineno").evaluate_all(
+        "(els) => els.map((e) => Math.round(e.getBoundingClientRect().left))"
+    )
+    assert len(set(lefts)) == 1, lefts
+    wrapped = view.locator(".nbd-src-line", has_text="hidden_states_after_the_first_projection").first.evaluate(
+        """(e) => { const r = document.createRange(); r.selectNodeContents(e.lastChild);
+                    const rects = [...r.getClientRects()], n = e.querySelector('.nbd-lineno').getBoundingClientRect();
+                    return [rects.length, Math.min(...rects.map((q) => q.left)) >= n.right - 1]; }"""
+    )
+    assert wrapped[0] > 1 and wrapped[1], wrapped

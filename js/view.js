@@ -262,7 +262,12 @@ function errorMap(p) {
     });
     ctx.putImageData(img, 0, 0);
   }
-  return h("div", { class: "nbd-mapbox" }, h("div", { class: "nbd-axis-html" }, `error map · ${fmt(10 ** p.lo)} … ${fmt(10 ** p.hi)}`), canvas);
+  // The range is the finite differences'; NaN/Inf apart are drawn in cyan, and said so with their count.
+  const differ = p.total - p.zeros - p.nonfinite;
+  const range = differ ? `${fmt(10 ** p.lo)} … ${fmt(10 ** p.hi)}` : "no finite difference";
+  const apart = p.nonfinite ? ` · cyan: ${p.nonfinite} NaN/Inf apart` : "";
+  const masked = p.masked ? ` · ${p.masked} masked alike (no error)` : "";
+  return h("div", { class: "nbd-mapbox" }, h("div", { class: "nbd-axis-html" }, `error map · ${range}${apart}${masked}`), canvas);
 }
 
 function render({ model, el }) {
@@ -864,7 +869,8 @@ function render({ model, el }) {
     const p = (model.get("detail") || {}).picture;
     // Identical values have no error to draw: say so rather than draw an empty histogram and a blank map.
     const same = p && p.zeros === p.total;
-    const note = same && h("div", { class: "nbd-same" }, `every one of the ${p.total} elements is equal on both sides`);
+    const masked = same && p.masked ? ` (${p.masked} of them masked alike: an infinity against a mask value of its sign)` : "";
+    const note = same && h("div", { class: "nbd-same" }, `every one of the ${p.total} elements is equal on both sides${masked}`);
     plotBox.replaceChildren(...(same ? [note] : p ? [histogram(p), errorMap(p)] : []));
     if (p && plotWait !== null) {
       el.dataset.nbdPlotMs = (performance.now() - plotWait).toFixed(0); // drawn with the panel

@@ -933,14 +933,14 @@ def test_a_long_source_line_reads_whole_in_the_source_box(page, tmp_path, width)
     # A line longer than the panel was cut at its edge; its scrollbar sat at the bottom of the box, below
     # the fold. Lines wrap under their own start instead, past their number.
     import nbdiff
-    from tests.browser.long_lines import PaddleLong, TorchLong
+    from tests.browser.ports import PaddleLong, TorchLong
 
     x = np.random.RandomState(0).randn(3, 4).astype("float32")
     path = Path(nbdiff.auto_diff(TorchLong(), PaddleLong(), x).to_html(str(tmp_path / "report.html")))
     page.set_viewport_size({"width": width, "height": 900})
     view = _opened(page, path)
     view.locator(".nbd-row.nbd-blamed").first.click()
-    view.locator(".nbd-frame", has_text="long_lines.py").first.click()
+    view.locator(".nbd-frame", has_text="ports.py").first.click()
     view.locator(".nbd-src-here").wait_for()
     box = view.locator(".nbd-src").evaluate("(e) => [e.scrollWidth, e.clientWidth]")
     assert box[0] <= box[1] + 1, box  # nothing to scroll to: every line is in the box
@@ -960,3 +960,26 @@ def test_a_long_source_line_reads_whole_in_the_source_box(page, tmp_path, width)
                     return [rects.length, Math.min(...rects.map((q) => q.left)) >= n.right - 1]; }"""
     )
     assert wrapped[0] > 1 and wrapped[1], wrapped
+
+
+@pytest.mark.parametrize(
+    "fill,says", [(-1e9, "equal on both sides (20 of them masked alike"), (-1e3, "cyan: 20 NaN/Inf apart")]
+)
+def test_the_error_map_says_what_it_leaves_out_of_its_range(page, tmp_path, fill, says):
+    # -inf against -1e9 is one mask: no error, as the comparison says (the map drew every masked cell as
+    # NaN/Inf). -inf against -1e3 is not: the map's range covers no finite difference, and says so.
+    import nbdiff
+    from tests.browser.ports import Masked
+
+    x = np.random.RandomState(0).randn(2, 5, 8).astype("float32")
+    result = nbdiff.auto_diff(Masked(float("-inf")), Masked(fill), x, api_level=True)
+    page.goto(Path(result.to_html(str(tmp_path / "report.html"))).as_uri())
+    view = page.locator(VIEW)
+    _show_all(view)
+    view.locator(".nbd-row", has_text="::masked_fill").first.click()
+    label = view.locator(".nbd-mapbox .nbd-axis-html, .nbd-same")
+    label.wait_for()
+    text = label.text_content()
+    assert says in text, text
+    if fill == -1e3:
+        assert "no finite difference" in text, text

@@ -30,7 +30,6 @@ from nbdiff.weights.assign import WeightMap, assign_weight, plan_weights, write_
 __all__ = ["auto_diff"]
 
 
-@gc_paused()
 def auto_diff(
     base: Any,
     raw: Any,
@@ -82,23 +81,25 @@ def auto_diff(
     # Base changes only when the optimizers train it: copy it only then (the copies cost memory).
     originals = [save_weights(bfw, base) if optimizers is not None else [], save_weights(rfw, raw)]
     try:
-        copied = _first_copy(bfw, base, rfw, raw, layer_map, inputs) if auto_init else None
+        # The collector paused inside the try: a Ctrl-C as it is put back restores the models too.
+        with gc_paused():
+            copied = _first_copy(bfw, base, rfw, raw, layer_map, inputs) if auto_init else None
 
-        spool = Spool(None if memory_mib is None else int(memory_mib * 2**20))
-        run = LiveSteps(
-            bfw, base, rfw, raw, calls,
-            list(loss_fns) if loss_fns is not None else [None, None],
-            list(optimizers) if optimizers is not None else None,
-            LiveComparer(bfw, base, rfw, raw, spec.tol, compare_mode, diff_phase, layer_map, spool, strict=auto_init),
-            spool, copied, single_step, diff_phase, api_level, Verdict(framework_differences == "fail"),
-        )  # fmt: skip
-        run.all_steps(steps)
-        options = dict(
-            atol=atol, rtol=rtol, compare_mode=compare_mode, auto_init=auto_init, diff_phase=diff_phase,
-            single_step=single_step, steps=steps, api_level=api_level,
-            framework_differences=framework_differences, weight_map=run.wmap,
-        )  # fmt: skip
-        result = run.result(options)
+            spool = Spool(None if memory_mib is None else int(memory_mib * 2**20))
+            run = LiveSteps(
+                bfw, base, rfw, raw, calls,
+                list(loss_fns) if loss_fns is not None else [None, None],
+                list(optimizers) if optimizers is not None else None,
+                LiveComparer(bfw, base, rfw, raw, spec.tol, compare_mode, diff_phase, layer_map, spool, strict=auto_init),
+                spool, copied, single_step, diff_phase, api_level, Verdict(framework_differences == "fail"),
+            )  # fmt: skip
+            run.all_steps(steps)
+            options = dict(
+                atol=atol, rtol=rtol, compare_mode=compare_mode, auto_init=auto_init, diff_phase=diff_phase,
+                single_step=single_step, steps=steps, api_level=api_level,
+                framework_differences=framework_differences, weight_map=run.wmap,
+            )  # fmt: skip
+            result = run.result(options)
     except BaseException:
         restore_state(bfw, originals[0])
         restore_state(rfw, originals[1])

@@ -23,7 +23,7 @@ from nbdiff.engine.gc_pause import gc_frozen
 from nbdiff.engine.options import check_recordable
 from nbdiff.errors import OptionError
 from nbdiff.frameworks import Framework, framework_of
-from nbdiff.frameworks.interrupts import interrupts_deferred
+from nbdiff.frameworks.interrupts import interrupts_deferred, undone_whole
 from nbdiff.trace.capture import BATCH_NORMS, Capture
 from nbdiff.trace.constructors import NotRebuildable, constructor_of
 from nbdiff.trace.events import Event, Kind, Phase, changed
@@ -223,35 +223,38 @@ class record:
 
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
         # Hooks off, modes back, the last steps written and the dump closed: whole, even under Ctrl-C.
-        with interrupts_deferred():
-            try:
-                self._session.end()
-            finally:
-                self._stack.close()
-            # The step running when the code raised is kept, marked as cut short: never read as agreement.
-            written, flushed = 0, False
-            try:
-                written = self._flush()
-                flushed = True
-            finally:
-                if self._other_threads:
-                    self._writer.meta["calls_from_other_threads"] = self._other_threads
-                if self._session.dropout_off:
-                    self._writer.meta["dropout_off"] = list(self._session.dropout_off)
-                self.path = self._writer.close(interrupted=(exc_type is not None and written > 0) or not flushed)
+        undone_whole(lambda: self._close(exc_type is not None))
+        if self._other_threads:
+            warnings.warn(
+                f"nbdiff.record: {self._other_threads} call(s) of the model from threads other than the one "
+                f"recording were not recorded ({self.path}); record each thread's model on its own.",
+                stacklevel=2,
+            )
+        if self._session.dropout_off:
+            warnings.warn(
+                f"nbdiff.record: dropout was off while recording ({', '.join(self._session.dropout_off[:6])}), so "
+                "that the other side's recording can agree; the steps recorded are not the ones your loop makes "
+                "without nbdiff. The rates are back as they were.",
+                stacklevel=2,
+            )
+
+    def _close(self, raised: bool) -> None:
+        """Hooks off and modes back, then the last steps written and the dump closed (``raised``: the
+        user's code raised; the step running then is kept, marked as cut short, never read as agreement)."""
+        try:
+            self._session.end()
+        finally:
+            self._stack.close()
+        written, flushed = 0, False
+        try:
+            written = self._flush()
+            flushed = True
+        finally:
             if self._other_threads:
-                warnings.warn(
-                    f"nbdiff.record: {self._other_threads} call(s) of the model from threads other than the one "
-                    f"recording were not recorded ({self.path}); record each thread's model on its own.",
-                    stacklevel=2,
-                )
+                self._writer.meta["calls_from_other_threads"] = self._other_threads
             if self._session.dropout_off:
-                warnings.warn(
-                    f"nbdiff.record: dropout was off while recording ({', '.join(self._session.dropout_off[:6])}), so "
-                    "that the other side's recording can agree; the steps recorded are not the ones your loop makes "
-                    "without nbdiff. The rates are back as they were.",
-                    stacklevel=2,
-                )
+                self._writer.meta["dropout_off"] = list(self._session.dropout_off)
+            self.path = self._writer.close(interrupted=(raised and written > 0) or not flushed)
 
     def _flush(self) -> int:
         """Write the steps recorded since the last flush; returns how many."""

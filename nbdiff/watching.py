@@ -29,7 +29,7 @@ from nbdiff.engine.spill import SPILL_ABOVE_MIB, spilled
 from nbdiff.engine.types import StepRecord
 from nbdiff.errors import InputError, NbdiffError, WeightTransferError
 from nbdiff.frameworks import framework_of
-from nbdiff.frameworks.interrupts import interrupts_deferred, is_interrupt
+from nbdiff.frameworks.interrupts import is_interrupt, undone_whole
 from nbdiff.judge.blame import require_compared
 from nbdiff.judge.tolerance import Tolerance
 from nbdiff.result import DiffResult
@@ -124,8 +124,7 @@ class watch:
             # What lives now is out of the collector's passes while the loop runs (engine/gc_pause).
             stack.enter_context(gc_frozen())
         except BaseException:
-            with interrupts_deferred():  # undone whole: a second Ctrl-C is raised after
-                stack.close()
+            undone_whole(stack.close)  # a second Ctrl-C is raised after
             raise
         return self
 
@@ -149,12 +148,7 @@ class watch:
         ``interrupted``: the code stopped mid-step (Ctrl-C); the steps both models completed are
         compared, the one in progress is left out (``None`` when there is none)."""
         # Hooks off and modes back whole, even under Ctrl-C (raised after, as record's exit does).
-        with interrupts_deferred():
-            try:
-                for side in (self._b, self._r):
-                    side.end()
-            finally:
-                self._stack.close()
+        undone_whole(self._unhook)
         try:
             if compare:
                 self.result = self._compare(interrupted)
@@ -166,6 +160,13 @@ class watch:
             # +1.5 GiB larger after three interrupted 300-step loops, unless it is handed back.
             give_back_heap()
         return self.result
+
+    def _unhook(self) -> None:
+        try:
+            for side in (self._b, self._r):
+                side.end()
+        finally:
+            self._stack.close()
 
     def _stepped(self, optimizer: Any) -> None:
         held = {id(p) for p in optimizer_params(optimizer)}

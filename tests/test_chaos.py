@@ -258,6 +258,65 @@ def test_real_ctrl_cs_at_random_times_leave_nothing_behind(verb, direction, tmp_
     RANDOM_COUNTS[(verb, direction)] = interrupted
 
 
+class _EntryTrap:
+    """``interrupts_deferred`` as nbdiff's modules call it, raising ``KeyboardInterrupt`` as its ``at``-th
+    use begins: a real Ctrl-C can land there, before the deferral holds SIGINT, and the block it guards
+    (removing hooks, restoring the collector, undoing patches) then never ran."""
+
+    def __init__(self, real: Callable[[], Any]) -> None:
+        self.real, self.at, self.seen = real, -1, 0
+
+    def __call__(self) -> Any:
+        from nbdiff.frameworks.interrupts import _Caught
+
+        if isinstance(signal.getsignal(signal.SIGINT), _Caught):
+            return self.real()  # inside another deferral: a Ctrl-C is held there, as a real one would be
+        self.seen += 1
+        if self.seen == self.at:
+            raise KeyboardInterrupt
+        return self.real()
+
+
+@pytest.mark.parametrize("verb", sorted(VERBS))
+def test_a_ctrl_c_as_any_deferral_begins_leaves_nothing_behind(verb, monkeypatch, tmp_path):
+    import importlib
+
+    from nbdiff.frameworks import interrupts
+
+    real = interrupts.interrupts_deferred
+    trap = _EntryTrap(real)
+    users = [
+        "nbdiff.frameworks.interrupts", "nbdiff.trace.session", "nbdiff.trace.recorder", "nbdiff.trace.inputs",
+        "nbdiff.engine.replay", "nbdiff.engine.gc_pause", "nbdiff.watching", "nbdiff.recording",
+        "nbdiff.frameworks.patching",
+    ]  # fmt: skip
+    for name in users:
+        module = importlib.import_module(name)
+        if getattr(module, "interrupts_deferred", None) is real:
+            monkeypatch.setattr(module, "interrupts_deferred", trap)
+    models = (_model("torch"), _model("paddle", bug=True))
+    run = VERBS[verb]
+    if verb == "record":
+        run = lambda b, r, a: _record(b, r, a, tmp_path / "dump")  # noqa: E731
+    before = _state(models)
+    interrupted = 0
+    for n in range(1, 400):
+        trap.at, trap.seen = n, 0
+        try:
+            run(*models, False)
+        except KeyboardInterrupt:
+            interrupted += 1
+        finally:
+            trap.at = -1
+            _clear_grads(models)
+        if trap.seen < n:
+            break  # the run ended before deferral n: every one was tried
+        after = _state(models)
+        diff = [k for k in before if before[k] != after[k]]
+        assert not diff, f"{verb} interrupted as deferral {n} began: changed {diff}"
+    assert interrupted >= 3, f"only {interrupted} deferrals reached"
+
+
 TRIALS = int(os.environ.get("NBDIFF_SIGINT_TRIALS", "40"))
 RANDOM_COUNTS: dict[tuple[str, str], int] = {}
 """Trials a random SIGINT interrupted, per case (printed by ``-s`` for the closing note)."""

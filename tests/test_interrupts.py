@@ -5,7 +5,8 @@ import signal
 
 import pytest
 
-from nbdiff.frameworks.interrupts import interrupts_deferred
+from nbdiff.frameworks import interrupts
+from nbdiff.frameworks.interrupts import interrupts_deferred, undone_whole
 
 
 def test_a_ctrl_c_during_the_block_is_raised_after_it_ran_to_its_end():
@@ -20,6 +21,26 @@ def test_a_ctrl_c_during_the_block_is_raised_after_it_ran_to_its_end():
 def test_without_a_ctrl_c_nothing_is_raised_and_the_handler_is_back():
     with interrupts_deferred():
         pass
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+def test_an_undo_runs_once_whatever_moment_the_ctrl_c_comes(monkeypatch):
+    done = []
+    undone_whole(lambda: done.append("quiet"))
+    with pytest.raises(KeyboardInterrupt):  # during it: it runs to its end, then the Ctrl-C
+        undone_whole(lambda: (os.kill(os.getpid(), signal.SIGINT), done.append("during")))
+    real = interrupts.interrupts_deferred
+
+    def interrupted_as_it_begins():
+        raise KeyboardInterrupt  # before the deferral holds SIGINT: the block never ran
+
+    monkeypatch.setattr(interrupts, "interrupts_deferred", interrupted_as_it_begins)
+    with pytest.raises(KeyboardInterrupt):
+        undone_whole(lambda: done.append("as it began"))
+    monkeypatch.setattr(interrupts, "interrupts_deferred", real)
+    with pytest.raises(ValueError):  # its own error: raised, and it is not run again
+        undone_whole(lambda: (done.append("raising"), int("x")))
+    assert done == ["quiet", "during", "as it began", "raising"]
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
 
 

@@ -22,7 +22,7 @@ import gc
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
-from nbdiff.frameworks.interrupts import interrupts_deferred
+from nbdiff.frameworks.interrupts import interrupts_deferred, undone_whole
 
 __all__ = ["gc_paused", "gc_frozen", "YOUNG_THRESHOLD"]
 
@@ -44,9 +44,8 @@ def gc_paused() -> Iterator[None]:
             gc.disable()
         yield
     finally:
-        with interrupts_deferred():
-            if was_enabled:
-                gc.enable()
+        if was_enabled:
+            undone_whole(gc.enable)
 
 
 @contextmanager
@@ -68,6 +67,9 @@ def gc_frozen() -> Iterator[None]:
                 undo.append(gc.unfreeze)
         yield
     finally:
-        with interrupts_deferred():
+
+        def undone() -> None:
             for step in reversed(undo):
                 step()
+
+        undone_whole(undone)

@@ -12,11 +12,11 @@ from __future__ import annotations
 import signal
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-__all__ = ["interrupts_deferred", "is_interrupt", "lost_interrupts_kept", "raise_lost_interrupt"]
+__all__ = ["interrupts_deferred", "undone_whole", "is_interrupt", "lost_interrupts_kept", "raise_lost_interrupt"]
 
 
 def is_interrupt(exc: BaseException) -> bool:
@@ -55,6 +55,21 @@ def interrupts_deferred() -> Iterator[None]:
         signal.signal(signal.SIGINT, previous)
         if caught.signals:
             raise KeyboardInterrupt
+
+
+def undone_whole(undo: Callable[[], Any]) -> None:
+    """Run ``undo`` (hooks off, patches and the collector back) to its end under :func:`interrupts_deferred`.
+    A Ctrl-C can land as the deferral begins, before it holds SIGINT: ``undo`` then never ran, and a hook
+    stayed on the user's model for good. It runs all the same, and the Ctrl-C is raised after."""
+    began = False
+    try:
+        with interrupts_deferred():
+            began = True
+            undo()
+    except BaseException:
+        if not began:
+            undo()
+        raise
 
 
 _lost = False

@@ -15,7 +15,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from nbdiff.frameworks.interrupts import interrupts_deferred
+from nbdiff.frameworks.interrupts import undone_whole
 
 __all__ = ["patched", "ApiCallback", "active_patches"]
 
@@ -103,6 +103,10 @@ def patched(targets: Sequence[tuple[Any, str, str]], callback: ApiCallback) -> I
                     mine.append(patch)
         yield
     finally:
-        with interrupts_deferred(), _LOCK:  # every patch undone, even if Ctrl-C comes meanwhile
-            for patch in reversed(mine):
-                _remove(patch, callback)
+
+        def undone() -> None:
+            with _LOCK:
+                for patch in reversed(mine):
+                    _remove(patch, callback)
+
+        undone_whole(undone)  # every patch undone, even if Ctrl-C comes meanwhile

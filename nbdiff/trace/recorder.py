@@ -19,7 +19,12 @@ import numpy as np
 
 from nbdiff.frameworks import Framework, Handle
 from nbdiff.frameworks.base import plain_attr
-from nbdiff.frameworks.interrupts import interrupts_deferred, lost_interrupts_kept, raise_lost_interrupt
+from nbdiff.frameworks.interrupts import (
+    interrupts_deferred,
+    lost_interrupts_kept,
+    raise_lost_interrupt,
+    undone_whole,
+)
 from nbdiff.trace.apis import SKIPPED_OPS, canonical_op
 from nbdiff.trace.build import build_events
 from nbdiff.trace.calls import Call, Feed, input_name
@@ -127,18 +132,20 @@ class Recorder:
     def remove(self) -> None:
         """Remove every forward hook and the API interception, whole even under Ctrl-C. Tensor hooks
         die with their graph."""
-        with interrupts_deferred():
-            if self._api_ctx is not None:
-                ctx, self._api_ctx = self._api_ctx, None
-                ctx.__exit__(None, None, None)
-            if self._keeping:
-                self._keeping = False
-                lost_interrupts_kept(False)
-            for h in self._handles:
-                h.remove()
-            self._handles.clear()
-            self._active.clear()
-            self._anchors.clear()
+        undone_whole(self._unhook)
+
+    def _unhook(self) -> None:
+        if self._api_ctx is not None:
+            ctx, self._api_ctx = self._api_ctx, None
+            ctx.__exit__(None, None, None)
+        if self._keeping:
+            self._keeping = False
+            lost_interrupts_kept(False)
+        handles, self._handles = self._handles, []
+        for h in handles:
+            h.remove()
+        self._active.clear()
+        self._anchors.clear()
 
     def call_counts(self) -> dict[str, int]:
         """How many calls of each layer path were recorded so far."""

@@ -317,6 +317,45 @@ def test_a_ctrl_c_as_any_deferral_begins_leaves_nothing_behind(verb, monkeypatch
     assert interrupted >= 3, f"only {interrupted} deferrals reached"
 
 
+@pytest.mark.parametrize("verb", sorted(VERBS))
+def test_a_ctrl_c_as_a_recorders_exit_begins_leaves_nothing_behind(verb, monkeypatch, tmp_path):
+    # A real SIGINT is handled as a Python function begins: one landing as ``Recorder.__exit__`` was
+    # called left auto_diff's hooks on raw and its unraisable hook set (found by the random campaign).
+    from nbdiff.trace.recorder import Recorder
+
+    real_exit = Recorder.__exit__
+    models = (_model("torch"), _model("paddle", bug=True))
+    run = VERBS[verb]
+    if verb == "record":
+        run = lambda b, r, a: _record(b, r, a, tmp_path / "dump")  # noqa: E731
+    before = _state(models)
+    for n in range(1, 20):
+        calls = [0]
+
+        def exit_interrupted(self, *exc, _n=n, _calls=calls):
+            from nbdiff.frameworks.interrupts import _Caught
+
+            if not isinstance(signal.getsignal(signal.SIGINT), _Caught):  # inside a deferral, a Ctrl-C is held
+                _calls[0] += 1
+                if _calls[0] == _n:
+                    raise KeyboardInterrupt
+            return real_exit(self, *exc)
+
+        monkeypatch.setattr(Recorder, "__exit__", exit_interrupted)
+        try:
+            run(*models, False)
+        except KeyboardInterrupt:
+            pass
+        finally:
+            monkeypatch.setattr(Recorder, "__exit__", real_exit)
+            _clear_grads(models)
+        if calls[0] < n:
+            break  # fewer recorders' exits than n: every one was tried
+        after = _state(models)
+        diff = [k for k in before if before[k] != after[k]]
+        assert not diff, f"{verb} interrupted as recorder exit {n} began: changed {diff}"
+
+
 TRIALS = int(os.environ.get("NBDIFF_SIGINT_TRIALS", "40"))
 RANDOM_COUNTS: dict[tuple[str, str], int] = {}
 """Trials a random SIGINT interrupted, per case (printed by ``-s`` for the closing note)."""

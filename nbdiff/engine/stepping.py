@@ -90,6 +90,8 @@ def run_step(
                 except Exception as exc:
                     raise ModelCallError(f"Backward of the {side} model raised {type(exc).__name__}: {exc}") from exc
     finally:
+        # Again (it is whole once done): a Ctrl-C handled as ``__exit__`` began left every hook on.
+        rec.remove()
         rec.remove_tensor_hooks()
     fwd, bwd, warnings = rec.events(loss)
     if spool is not None and spool.spooling:

@@ -64,6 +64,7 @@ class ModelSession:
             handles = fw.hook_forward(self.model, on_root, after_root or (lambda *a, **k: None))
             stack.callback(_remove, handles)
             stack.enter_context(self.recorder)
+            stack.callback(self.recorder.remove)  # again: a Ctrl-C handled as its ``__exit__`` began
             stack.callback(self.recorder.remove_tensor_hooks)
             if self.recorder.backward:
                 grad_handles: list[Handle] = []

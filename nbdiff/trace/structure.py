@@ -27,7 +27,11 @@ def forward_structure(
     keep = None if root else (lambda path, layer: path != "")
     # The user's own state (a KV cache, a counter) is put back: this call is nbdiff's, not the user's.
     with modes, kept_user_state(fw, model), fw.no_grad():
-        with Recorder(fw, model, backward=False, stacks=False, keep=keep) as rec:
-            call_model(model, call, side)
+        rec = Recorder(fw, model, backward=False, stacks=False, keep=keep)
+        try:
+            with rec:
+                call_model(model, call, side)
+        finally:
+            rec.remove()  # again: a Ctrl-C handled as ``__exit__`` began left every hook on
     forward, _, _ = rec.events()
     return forward

@@ -80,9 +80,10 @@ def auto_diff(
     # A failure after the copy (or after training steps) leaves both models as they were given.
     # Base changes only when the optimizers train it: copy it only then (the copies cost memory).
     originals = [save_weights(bfw, base) if optimizers is not None else [], save_weights(rfw, raw)]
+    pause = gc_paused()
     try:
         # The collector paused inside the try: a Ctrl-C as it is put back restores the models too.
-        with gc_paused():
+        with pause:
             copied = _first_copy(bfw, base, rfw, raw, layer_map, inputs) if auto_init else None
 
             spool = Spool(None if memory_mib is None else int(memory_mib * 2**20))
@@ -104,6 +105,8 @@ def auto_diff(
         restore_state(bfw, originals[0])
         restore_state(rfw, originals[1])
         raise
+    finally:
+        pause.restore()  # again: a Ctrl-C handled as the pause's __exit__ began left the collector off
     return spilled(result, spill_above_mib)
 
 

@@ -155,3 +155,21 @@ def test_a_users_loop_that_raises_hands_everything_back_to_the_collector():
             _loop(base, raw, 1)
             raise RuntimeError("the user's")
     assert gc.get_freeze_count() == 0
+
+
+def test_the_collector_comes_back_after_a_ctrl_c_handled_as_the_pause_ends(monkeypatch):
+    # Python handles a Ctrl-C as a function begins: one landing as the pause's __exit__ was called skipped
+    # it, and the collector stayed off for the rest of the session. What holds the pause restores it too.
+    import nbdiff
+    from nbdiff.engine.gc_pause import GcPause
+
+    def interrupted(self, *exc):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(GcPause, "__exit__", interrupted)
+    base, raw = _pair()
+    weights = [p.detach().clone() for p in raw.parameters()]
+    with pytest.raises(KeyboardInterrupt):
+        nbdiff.auto_diff(base, raw, np.ones((2, 4), "float32"))
+    assert gc.isenabled()
+    assert all(torch.equal(a, b) for a, b in zip(weights, raw.parameters()))  # as it was given

@@ -5,7 +5,7 @@ until it ends, so the collector's full passes found nothing to free and cost a f
 ``auto_diff`` on a 2,000-layer model (``benchmarks/bench_scaling.py --deep``). Reference
 counting still frees everything else; the collector runs again, as it was, when the check
 ends, however it ends. Only bounded work is wrapped (a few steps), never a user's loop.
-``@gc_paused()`` wraps a whole function.
+``with gc_paused():`` wraps it.
 
 Around a user's own loop (``watch``, ``record``) the collector keeps running, but what existed
 before the loop began (the models, the frameworks' modules and objects, the notebook's state) is
@@ -24,7 +24,7 @@ from contextlib import contextmanager
 
 from nbdiff.frameworks.interrupts import interrupts_deferred, undone_whole
 
-__all__ = ["gc_paused", "gc_frozen", "YOUNG_THRESHOLD"]
+__all__ = ["gc_paused", "GcPause", "gc_frozen", "YOUNG_THRESHOLD"]
 
 DEFAULT_THRESHOLD = 700
 """CPython's own first threshold (``gc.get_threshold()[0]``); a user's other value is left as it is."""
@@ -33,19 +33,42 @@ YOUNG_THRESHOLD = 20_000
 the loop makes (a few thousand objects at most) waits that much longer to be freed."""
 
 
-@contextmanager
-def gc_paused() -> Iterator[None]:
-    # The collector's state is set and put back whole: a Ctrl-C in between is raised after (and the
-    # setting, once made, is always undone: it is made inside the try).
-    was_enabled = None
-    try:
-        with interrupts_deferred():
-            was_enabled = gc.isenabled()
-            gc.disable()
-        yield
-    finally:
-        if was_enabled:
-            undone_whole(gc.enable)
+class GcPause:
+    """The collector off from ``with`` until :meth:`restore` (which ``with`` calls as it ends; what holds
+    the pause calls it too: a Ctrl-C handled as ``__exit__`` begins skips that call)."""
+
+    def __init__(self) -> None:
+        self._turned_off = False  # this pause turned the collector off: it turns it on, once
+
+    def __enter__(self) -> GcPause:
+        # Set and put back whole: a Ctrl-C in between is raised after.
+        try:
+            with interrupts_deferred():
+                if gc.isenabled():
+                    gc.disable()
+                    self._turned_off = True
+        except BaseException:
+            self.restore()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.restore()
+
+    def restore(self) -> None:
+        """The collector as it was before (again: nothing)."""
+
+        def undo() -> None:
+            if self._turned_off:
+                self._turned_off = False
+                gc.enable()
+
+        undone_whole(undo)
+
+
+def gc_paused() -> GcPause:
+    """The collector paused while a bounded piece of work runs (``with gc_paused():``)."""
+    return GcPause()
 
 
 @contextmanager

@@ -157,7 +157,8 @@ class StepBoundary:
         if not (self.b.recorder.settled() and self.r.recorder.settled()):
             return
         # One step's comparison is bounded work: the collector's passes over what it holds find nothing.
-        with kept_rng((self.b.fw, self.r.fw)), self.paused(), gc_paused():
+        pause = gc_paused()
+        with kept_rng((self.b.fw, self.r.fw)), self.paused(), pause:
             try:
                 bsteps = self.b.recorder.take_steps(self.b.grads, keep=1)
                 rsteps = self.r.recorder.take_steps(self.r.grads, keep=1)
@@ -167,6 +168,7 @@ class StepBoundary:
                 self.deferred = exc
             finally:
                 self.steps.give_back_weights()
+                pause.restore()  # here too: a Ctrl-C handled as its __exit__ began left the collector off
 
     @contextmanager
     def paused(self) -> Iterator[None]:

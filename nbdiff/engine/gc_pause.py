@@ -56,14 +56,15 @@ class GcPause:
         self.restore()
 
     def restore(self) -> None:
-        """The collector as it was before (again: nothing)."""
+        """The collector as it was before (again: nothing, not even a moment a Ctrl-C could land in)."""
 
         def undo() -> None:
             if self._turned_off:
                 self._turned_off = False
                 gc.enable()
 
-        undone_whole(undo)
+        if self._turned_off:
+            undone_whole(undo)
 
 
 def gc_paused() -> GcPause:

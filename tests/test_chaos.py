@@ -152,11 +152,43 @@ def _clear_grads(models: tuple[Any, ...]) -> None:
 VERBS: dict[str, Callable[..., None]] = {"auto_diff": _auto_diff, "watch": _watch, "record": _record}
 
 
-def _run_of(verb: str, models: tuple[Any, ...], folder: Any) -> Callable[[], None]:
-    """One run of ``verb`` over the models, layer calls only (``record`` writes into ``folder``)."""
+def _run_of(verb: str, models: tuple[Any, ...], folder: Any, api: bool = False) -> Callable[[], None]:
+    """One run of ``verb`` over the models (``record`` writes into ``folder``)."""
     if verb == "record":
-        return lambda: _record(*models, False, folder / "dump")
-    return lambda: VERBS[verb](*models, False)
+        return lambda: _record(*models, api, folder / "dump")
+    return lambda: VERBS[verb](*models, api)
+
+
+def _each_point_leaves_nothing(
+    verb: str, run: Callable[[], None], models: tuple[Any, ...], trap: Any, what: str, after_each: Any = None
+) -> int:
+    """``run()`` with ``trap`` raising a Ctrl-C at its point 1, 2, ... (``trap.at``; ``trap.seen``: points
+    passed) until a run ends without reaching its point; after each, nothing of nbdiff's is left
+    (``after_each()`` is called then). Returns how many runs were interrupted."""
+    before = _state(models)
+    interrupted = 0
+    for n in range(1, 400):
+        trap.at, trap.seen = n, 0
+        try:
+            run()
+        except KeyboardInterrupt:
+            interrupted += 1
+        except OSError as exc:  # paddle's wrapping of a Ctrl-C in the user's own backward() call
+            assert verb != "auto_diff" and "KeyboardInterrupt" in str(exc), exc
+            interrupted += 1
+        else:
+            break  # the run never reached point n: every one was tried
+        finally:
+            trap.at = -1
+            _clear_grads(models)
+        if trap.seen < n:
+            break  # the run ended before point n: every one was tried
+        after = _state(models)
+        diff = [k for k in before if before[k] != after[k]]
+        assert not diff, f"{verb} interrupted at {what} {n}: changed {diff}"
+        if after_each is not None:
+            after_each()
+    return interrupted
 
 
 @pytest.mark.parametrize("how", ["raised", "sigint"])
@@ -170,34 +202,13 @@ def test_a_ctrl_c_at_every_event_boundary_leaves_nothing_behind(verb, direction,
     models = (_model(bfw), _model(rfw, bug))
     for m in models:
         m.train()
-    run = VERBS[verb]
-    if verb == "record":
-        run = lambda b, r, a: _record(b, r, a, tmp_path / "dump")  # noqa: E731
-    before = _state(models)
-    start = None
-    interrupted = 0
-    for n in range(1, 200):
-        TRAP.at, TRAP.seen = n, 0
-        try:
-            run(*models, api)
-        except KeyboardInterrupt:
-            interrupted += 1
-        except OSError as exc:  # paddle's wrapping of a Ctrl-C in the user's own backward() call
-            assert verb != "auto_diff" and "KeyboardInterrupt" in str(exc), exc
-            interrupted += 1
-        else:
-            break  # the run never reached boundary n: every boundary was tried
-        finally:
-            TRAP.at = -1
-            _clear_grads(models)
-        if TRAP.seen < n:
-            break  # the run ended before boundary n: every boundary was tried
-        after = _state(models)
-        diff = [k for k in before if before[k] != after[k]]
-        assert not diff, f"{verb} interrupted at boundary {n}: changed {diff}"
-        start = start if start is not None else _anon_mib()
+    start: list[float] = []  # memory after the first interrupt
+    run = _run_of(verb, models, tmp_path, api)
+    interrupted = _each_point_leaves_nothing(
+        verb, run, models, TRAP, "boundary", lambda: start or start.append(_anon_mib())
+    )
     assert interrupted >= 8, f"only {interrupted} boundaries reached"
-    assert _anon_mib() - start < 150, "memory grew with the interrupts"
+    assert _anon_mib() - start[0] < 150, "memory grew with the interrupts"
     TRAP.signal = False
     COUNTS[(verb, direction, api, bug, how)] = interrupted
 
@@ -271,30 +282,6 @@ def test_real_ctrl_cs_at_random_times_leave_nothing_behind(verb, direction, tmp_
     RANDOM_COUNTS[(verb, direction)] = interrupted
 
 
-def _each_point_leaves_nothing(
-    verb: str, run: Callable[[], None], models: tuple[Any, ...], trap: Any, what: str
-) -> int:
-    """``run()`` with ``trap`` raising a Ctrl-C at its point 1, 2, ... (``trap.at``; ``trap.seen``: points
-    passed) until a run ends before the point; after each, nothing of nbdiff's is left. The interrupts."""
-    before = _state(models)
-    interrupted = 0
-    for n in range(1, 400):
-        trap.at, trap.seen = n, 0
-        try:
-            run()
-        except KeyboardInterrupt:
-            interrupted += 1
-        finally:
-            trap.at = -1
-            _clear_grads(models)
-        if trap.seen < n:
-            break  # the run ended before point n: every one was tried
-        after = _state(models)
-        diff = [k for k in before if before[k] != after[k]]
-        assert not diff, f"{verb} interrupted as {what} {n} began: changed {diff}"
-    return interrupted
-
-
 class _EntryTrap:
     """``interrupts_deferred`` as nbdiff's modules call it, raising ``KeyboardInterrupt`` as its ``at``-th
     use begins: a real Ctrl-C can land there, before the deferral holds SIGINT, and the block it guards
@@ -332,7 +319,9 @@ def test_a_ctrl_c_as_any_deferral_begins_leaves_nothing_behind(verb, monkeypatch
         if getattr(module, "interrupts_deferred", None) is real:
             monkeypatch.setattr(module, "interrupts_deferred", trap)
     models = (_model("torch"), _model("paddle", bug=True))
-    interrupted = _each_point_leaves_nothing(verb, _run_of(verb, models, tmp_path), models, trap, "deferral")
+    interrupted = _each_point_leaves_nothing(
+        verb, _run_of(verb, models, tmp_path), models, trap, "the start of deferral"
+    )
     assert interrupted >= 3, f"only {interrupted} deferrals reached"
 
 
@@ -351,7 +340,9 @@ def test_a_ctrl_c_as_a_recorders_exit_begins_leaves_nothing_behind(verb, monkeyp
 
     monkeypatch.setattr(Recorder, "__exit__", exit_interrupted)
     models = (_model("torch"), _model("paddle", bug=True))
-    interrupted = _each_point_leaves_nothing(verb, _run_of(verb, models, tmp_path), models, trap, "recorder exit")
+    interrupted = _each_point_leaves_nothing(
+        verb, _run_of(verb, models, tmp_path), models, trap, "the start of recorder exit"
+    )
     # watch and record leave their recorders inside a deferral, where a Ctrl-C is held: none is interrupted.
     assert interrupted >= (2 if verb == "auto_diff" else 0)
 

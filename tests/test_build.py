@@ -6,7 +6,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from nbdiff.frameworks import framework_of  # noqa: E402
-from nbdiff.trace.build import build_events  # noqa: E402
+from nbdiff.trace.build import build_events, renumbered, step_groups  # noqa: E402
 from nbdiff.trace.events import Kind, Phase  # noqa: E402
 from nbdiff.trace.recorder import Recorder  # noqa: E402
 
@@ -62,3 +62,21 @@ def test_a_class_added_to_layer_like_is_seen_in_the_next_steps_bases(monkeypatch
     assert "Linear" not in bases()
     monkeypatch.setitem(base_module.LAYER_LIKE, f"{MyDense.__module__}.{MyDense.__qualname__}", "Linear")
     assert "Linear" in bases()
+
+
+def test_steps_are_cut_at_root_calls_and_each_numbered_from_zero():
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Tanh(), torch.nn.Tanh())
+    rec = Recorder(framework_of(model), model, backward=False)
+    with rec:
+        for _ in range(4):
+            model(torch.ones(3, 4))
+    steps = step_groups(rec.calls)
+    assert [len(g) for g in steps] == [4, 4, 4, 4]
+    assert [len(g) for g in step_groups(rec.calls, roots_per_step=2)] == [8, 8]  # micro-batches
+    last = renumbered(steps[-1])
+    assert [c.order for c in last] == [0, 1, 2, 3] and [c.parent for c in last] == [None, 0, 0, 0]
+    assert [c.call for c in last] == [0, 0, 0, 0]  # each path's first call of the step
+    pair = renumbered(step_groups(rec.calls, roots_per_step=2)[1])
+    assert [(c.path, c.call) for c in pair][4:] == [("", 1), ("0", 1), ("1", 1), ("2", 1)]
+    assert steps[-1][0].order == 12  # the recording's own numbers are left as they were

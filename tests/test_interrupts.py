@@ -6,7 +6,7 @@ import signal
 import pytest
 
 from nbdiff.frameworks import interrupts
-from nbdiff.frameworks.interrupts import interrupts_deferred, undone_whole
+from nbdiff.frameworks.interrupts import done_whole, interrupts_deferred, undone_whole
 
 
 def test_a_ctrl_c_during_the_block_is_raised_after_it_ran_to_its_end():
@@ -42,6 +42,24 @@ def test_an_undo_runs_once_whatever_moment_the_ctrl_c_comes(monkeypatch):
         undone_whole(lambda: (done.append("raising"), int("x")))
     assert done == ["quiet", "during", "as it began", "raising"]
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+def test_putting_on_is_whole_or_undone_whatever_moment_the_ctrl_c_comes(monkeypatch):
+    on = []
+    done_whole(lambda: on.append("hook"), on.clear)
+    assert on == ["hook"]
+    with pytest.raises(KeyboardInterrupt):  # during it: all of it is put on, then taken off, then the Ctrl-C
+        done_whole(lambda: (on.append("second"), os.kill(os.getpid(), signal.SIGINT)), on.clear)
+    assert on == []
+
+    def interrupted_as_it_begins():
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(interrupts, "interrupts_deferred", interrupted_as_it_begins)
+    undone = []
+    with pytest.raises(KeyboardInterrupt):  # before it held SIGINT: nothing put on, the undo still asked
+        done_whole(lambda: on.append("never"), lambda: undone.append("undo"))
+    assert on == [] and undone == ["undo"]
 
 
 def _drop_a_ctrl_c():

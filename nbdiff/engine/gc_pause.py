@@ -22,7 +22,7 @@ import gc
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
-from nbdiff.frameworks.interrupts import interrupts_deferred, undone_whole
+from nbdiff.frameworks.interrupts import done_whole, interrupts_deferred, undone_whole
 
 __all__ = ["gc_paused", "GcPause", "gc_frozen", "YOUNG_THRESHOLD"]
 
@@ -41,15 +41,7 @@ class GcPause:
         self._turned_off = False  # this pause turned the collector off: it turns it on, once
 
     def __enter__(self) -> GcPause:
-        # Set and put back whole: a Ctrl-C in between is raised after.
-        try:
-            with interrupts_deferred():
-                if gc.isenabled():
-                    gc.disable()
-                    self._turned_off = True
-        except BaseException:
-            self.restore()
-            raise
+        done_whole(self._pause, self._restored)  # set and put back whole: a Ctrl-C meanwhile is raised after
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -57,14 +49,18 @@ class GcPause:
 
     def restore(self) -> None:
         """The collector as it was before (again: nothing, not even a moment a Ctrl-C could land in)."""
-
-        def undo() -> None:
-            if self._turned_off:
-                self._turned_off = False
-                gc.enable()
-
         if self._turned_off:
-            undone_whole(undo)
+            undone_whole(self._restored)
+
+    def _pause(self) -> None:
+        if gc.isenabled():
+            gc.disable()
+            self._turned_off = True
+
+    def _restored(self) -> None:
+        if self._turned_off:
+            self._turned_off = False
+            gc.enable()
 
 
 def gc_paused() -> GcPause:

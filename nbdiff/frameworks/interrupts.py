@@ -16,7 +16,14 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-__all__ = ["interrupts_deferred", "undone_whole", "is_interrupt", "lost_interrupts_kept", "raise_lost_interrupt"]
+__all__ = [
+    "interrupts_deferred",
+    "done_whole",
+    "undone_whole",
+    "is_interrupt",
+    "lost_interrupts_kept",
+    "raise_lost_interrupt",
+]
 
 
 def is_interrupt(exc: BaseException) -> bool:
@@ -55,6 +62,18 @@ def interrupts_deferred() -> Iterator[None]:
         signal.signal(signal.SIGINT, previous)
         if caught.signals:
             raise KeyboardInterrupt
+
+
+def done_whole(do: Callable[[], Any], undo: Callable[[], Any]) -> None:
+    """Run ``do`` (hooks, patches, the collector's settings put on) under :func:`interrupts_deferred`, whole
+    or not at all: if anything raises, a Ctrl-C meanwhile or as the deferral begins included, ``undo``
+    takes off what was put on (see :func:`undone_whole`) and the error is raised."""
+    try:
+        with interrupts_deferred():
+            do()
+    except BaseException:
+        undone_whole(undo)
+        raise
 
 
 def undone_whole(undo: Callable[[], Any]) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable
 from typing import Any
 
@@ -9,9 +10,36 @@ import numpy as np
 
 from nbdiff.frameworks import Framework
 from nbdiff.trace.calls import Call, link_backward_parents
-from nbdiff.trace.events import Event, Kind, Phase, TensorRecord
+from nbdiff.trace.events import Event, Kind, Phase, TensorRecord, changed
 
-__all__ = ["build_events"]
+__all__ = ["build_events", "step_groups", "renumbered"]
+
+
+def step_groups(calls: list[Call], roots_per_step: int = 1) -> list[list[Call]]:
+    """The recorded calls cut into steps: a step begins every ``roots_per_step`` root calls (its
+    micro-batches); calls before the first root belong to none."""
+    groups: list[list[Call]] = []
+    roots = itertools.count()
+    for rec in calls:
+        if rec.depth == 0 and next(roots) % roots_per_step == 0:
+            groups.append([])
+        if groups:
+            groups[-1].append(rec)
+    return groups
+
+
+def renumbered(group: list[Call]) -> list[Call]:
+    """One step's calls numbered from 0 (orders, parents, and each path's calls), however many steps
+    the recording held before it."""
+    first_call: dict[str, int] = {}
+    out = []
+    for i, rec in enumerate(group):
+        base_call = first_call.setdefault(rec.path, rec.call)
+        out.append(changed(rec, order=i, call=rec.call - base_call, parent=None))
+    new_order = {rec.order: i for i, rec in enumerate(group)}
+    for new, old in zip(out, group):
+        new.parent = new_order.get(old.parent) if old.parent is not None else None
+    return out
 
 
 def build_events(

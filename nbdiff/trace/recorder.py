@@ -9,7 +9,6 @@ handed on through a view by its buffer (:mod:`nbdiff.trace.recent`).
 
 from __future__ import annotations
 
-import itertools
 import threading
 import weakref
 from collections.abc import Callable
@@ -19,14 +18,9 @@ import numpy as np
 
 from nbdiff.frameworks import Framework, Handle
 from nbdiff.frameworks.base import plain_attr
-from nbdiff.frameworks.interrupts import (
-    interrupts_deferred,
-    lost_interrupts_kept,
-    raise_lost_interrupt,
-    undone_whole,
-)
+from nbdiff.frameworks.interrupts import done_whole, lost_interrupts_kept, raise_lost_interrupt, undone_whole
 from nbdiff.trace.apis import SKIPPED_OPS, canonical_op
-from nbdiff.trace.build import build_events
+from nbdiff.trace.build import build_events, renumbered, step_groups
 from nbdiff.trace.calls import Call, Feed, input_name
 from nbdiff.trace.events import Event, TensorRecord, changed
 from nbdiff.trace.nest import ONE_TENSOR_CALL, describe_non_tensors, flatten, flatten_call, unflatten
@@ -109,22 +103,20 @@ class Recorder:
     # -- context -------------------------------------------------------------
     def __enter__(self) -> Recorder:
         # Whole or not at all: a Ctrl-C between a hook and its kept handle left it on; it is raised after.
-        try:
-            with interrupts_deferred():
-                lost_interrupts_kept(True)
-                self._keeping = True
-                for path, layer in self.fw.named_layers(self.model):
-                    self._own_params[id(layer)] = list(self.fw.direct_params(layer))
-                    if self.keep is not None and not self.keep(path, layer):
-                        continue
-                    self._handles += self.fw.hook_forward(layer, self._pre(path), self._post())
-                if self.api_level:
-                    self._api_ctx = self.fw.api_tracing(self._api)
-                    self._api_ctx.__enter__()
-        except BaseException:
-            self.remove()
-            raise
+        done_whole(self._hook, self._unhook)
         return self
+
+    def _hook(self) -> None:
+        lost_interrupts_kept(True)
+        self._keeping = True
+        for path, layer in self.fw.named_layers(self.model):
+            self._own_params[id(layer)] = list(self.fw.direct_params(layer))
+            if self.keep is not None and not self.keep(path, layer):
+                continue
+            self._handles += self.fw.hook_forward(layer, self._pre(path), self._post())
+        if self.api_level:
+            self._api_ctx = self.fw.api_tracing(self._api)
+            self._api_ctx.__enter__()
 
     def __exit__(self, *exc: object) -> None:
         self.remove()
@@ -384,16 +376,6 @@ class Recorder:
         self._next_order += 1
         return self._next_order - 1
 
-    def _groups(self) -> list[list[Call]]:
-        groups: list[list[Call]] = []
-        roots = itertools.count()  # a step begins every roots_per_step root calls (its micro-batches)
-        for rec in self.calls:
-            if rec.depth == 0 and next(roots) % self.roots_per_step == 0:
-                groups.append([])
-            if groups:
-                groups[-1].append(rec)
-        return groups
-
     def settled(self) -> bool:
         """Whether no held step's graph may still be backpropagated: each root call made none (no
         output needs a gradient), or a backward has reached its outputs."""
@@ -406,7 +388,7 @@ class Recorder:
         """Events of every step recorded so far but the last ``keep``, then forget them, so a long
         recording holds a step or two at a time (call it between steps, once every step held is
         :meth:`settled`: the gradient hooks all go). Steps keep their absolute numbers."""
-        groups = self._groups()
+        groups = step_groups(self.calls, self.roots_per_step)
         done = groups[: len(groups) - keep] if keep else groups
         if not done:
             return []
@@ -424,26 +406,20 @@ class Recorder:
     ) -> list[tuple[list[Event], list[Event], list[str]]]:
         """One step per call of the root model (a training loop's iterations), with the
         parameter gradients of step ``k`` taken from ``grads[k]`` (by ``id`` of the parameter)."""
-        groups = self._groups() if groups is None else groups
+        groups = step_groups(self.calls, self.roots_per_step) if groups is None else groups
         return [self._step(group, self.steps_taken + i, grads) for i, group in enumerate(groups)]
 
     def step_events(self, k: int, grads: list[dict[int, np.ndarray]]) -> tuple[list[Event], list[Event], list[str]]:
         """The events of step ``k`` alone (a step still held, not yet taken)."""
-        return self._step(self._groups()[k - self.steps_taken], k, grads)
+        return self._step(step_groups(self.calls, self.roots_per_step)[k - self.steps_taken], k, grads)
 
     def _step(
         self, group: list[Call], k: int, grads: list[dict[int, np.ndarray]]
     ) -> tuple[list[Event], list[Event], list[str]]:
-        first_call: dict[str, int] = {}
-        renumbered = []
-        for i, rec in enumerate(group):
-            base_call = first_call.setdefault(rec.path, rec.call)
-            renumbered.append(changed(rec, order=i, call=rec.call - base_call, parent=None))
-        new_order = {rec.order: i for i, rec in enumerate(group)}
-        for new, old in zip(renumbered, group):
-            new.parent = new_order.get(old.parent) if old.parent is not None else None
         got: dict[int, np.ndarray] = grads[k] if k < len(grads) else {}
-        return build_events(self.fw, renumbered, k, None, lambda p: got.get(id(p)), self.backward, self._params_of)
+        return build_events(
+            self.fw, renumbered(group), k, None, lambda p: got.get(id(p)), self.backward, self._params_of
+        )
 
     def _params_of(self, layer: Any) -> list[tuple[str, Any]]:
         return self._own_params.get(id(layer)) or self.fw.direct_params(layer)

@@ -20,7 +20,7 @@ from nbdiff.engine.spec import Comparison
 from nbdiff.errors import DumpError, OptionError
 from nbdiff.gather.shards import Gathered
 from nbdiff.result import DiffResult
-from nbdiff.trace.store import RankDump, manifest_of, rank_dirs, read_dump
+from nbdiff.trace.dump.store import RankDump, manifest_of, rank_dirs, read_dump
 
 __all__ = ["compare"]
 

@@ -54,7 +54,7 @@ def train(model, path, steps=3, lr=0.1, late_bug_at=None, record_steps=None, aft
 
 
 def first_step_tensor(path):
-    from nbdiff.trace.store import read_dump
+    from nbdiff.trace.dump.store import read_dump
 
     dump = read_dump(path)
     return dump, np.asarray(dump.steps[0][1].outputs[0].value)

@@ -16,8 +16,8 @@ from typing import Any
 import numpy as np
 
 from nbdiff.gather.shards import Gathered
+from nbdiff.trace.dump.store import rank_dirs, read_dump
 from nbdiff.trace.events import Event, Phase
-from nbdiff.trace.store import rank_dirs, read_dump
 
 TP_JOB = Path(__file__).with_name("tp_job.py")
 PP_JOB = Path(__file__).with_name("pp_job.py")

@@ -9,7 +9,7 @@ pytest.importorskip("torch")
 pytest.importorskip("paddle")
 
 import nbdiff  # noqa: E402
-from nbdiff.trace.store import read_dump  # noqa: E402
+from nbdiff.trace.dump.store import read_dump  # noqa: E402
 from tests.dumps import pair, train  # noqa: E402
 
 

@@ -51,7 +51,7 @@ ELSEWHERE = """
 import sys
 sys.path.insert(0, {repo!r})
 import nbdiff
-from nbdiff.trace.store import read_dump
+from nbdiff.trace.dump.store import read_dump
 from nbdiff.view.sources import source_excerpt
 result = nbdiff.load({saved!r})
 print(result.report())

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from nbdiff.errors import DumpError
-from nbdiff.trace.codec import event_from_json, event_json, json_float, load_dump_json, read_float
+from nbdiff.trace.dump.codec import event_from_json, event_json, json_float, load_dump_json, read_float
 from tests.dumps import small_events
 
 

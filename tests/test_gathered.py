@@ -49,7 +49,7 @@ def test_a_tensor_parallel_run_agrees_with_its_single_process_reference(jobs):
 
 
 def test_a_tensor_parallel_dump_keeps_each_ranks_shard_and_its_layout(jobs):
-    from nbdiff.trace.store import rank_dirs, read_dump
+    from nbdiff.trace.dump.store import rank_dirs, read_dump
 
     ranks = rank_dirs(jobs["tp2"])
     assert sorted(ranks) == [0, 1]

@@ -121,6 +121,19 @@ def test_the_engines_rooms_import_its_spine_and_never_each_other():
     assert wrong == []
 
 
+def test_the_rest_of_trace_records_and_never_reads_or_writes_a_dump():
+    # trace/dump is the format on disk: recording (the recorder, its session, stacks, statistics) must not
+    # depend on it, so that a check in memory never loads the writer and the reader.
+    wrong = [
+        f"{mod} -> {t}"
+        for mod, targets in _import_graph().items()
+        if mod.startswith("nbdiff.trace") and not mod.startswith("nbdiff.trace.dump")
+        for t in targets
+        if t.startswith("nbdiff.trace.dump")
+    ]
+    assert wrong == []
+
+
 def test_the_verbs_stay_thin_and_watchs_hooks_only_record():
     # A verb checks options, copies weights and hands steps to the engine: pairing, the pairing probe,
     # feeding raw base's values and comparing a step happen there (watch's at the step boundary,

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 from safetensors.numpy import load_file
 
-from nbdiff.trace import payload as payload_module
-from nbdiff.trace.payload import PayloadFile, header_room
+from nbdiff.trace.dump import payload as payload_module
+from nbdiff.trace.dump.payload import PayloadFile, header_room
 
 
 def _arrays():
@@ -105,9 +105,9 @@ def test_a_discarded_payload_leaves_no_file(tmp_path):
 
 def test_a_dump_writer_writes_the_bytes_before_the_step_is_handed_over(tmp_path):
     pytest.importorskip("torch")
+    from nbdiff.trace.dump.store import read_dump
+    from nbdiff.trace.dump.writer import DumpWriter, write_rank
     from nbdiff.trace.events import Event, Kind, Phase, TensorRecord
-    from nbdiff.trace.store import read_dump
-    from nbdiff.trace.writer import DumpWriter, write_rank
 
     x = np.random.RandomState(1).randn(64, 32).astype(np.float32)
     y = np.tanh(x)
@@ -143,9 +143,9 @@ def test_a_payload_mostly_of_arrays_the_step_did_not_keep_is_written_again_compa
 
 def test_a_step_that_keeps_no_values_leaves_no_payload_file(tmp_path):
     # Its copies were written as they came (an integer tensor, then filtered out of the step).
+    from nbdiff.trace.dump.store import read_dump
+    from nbdiff.trace.dump.writer import DumpWriter
     from nbdiff.trace.events import Event, Kind, Phase
-    from nbdiff.trace.store import read_dump
-    from nbdiff.trace.writer import DumpWriter
 
     writer = DumpWriter(tmp_path / "rank0", {"framework": "torch", "model": "M", "rank": 0}, {}, "tensor")
     writer.prepare(np.arange(1000, dtype=np.int64))

@@ -15,10 +15,10 @@ pytest.importorskip("safetensors")
 
 from nbdiff.cli import main  # noqa: E402
 from nbdiff.errors import DumpError  # noqa: E402
+from nbdiff.trace.dump.reading import printable  # noqa: E402
+from nbdiff.trace.dump.store import read_dump  # noqa: E402
+from nbdiff.trace.dump.writer import write_rank  # noqa: E402
 from nbdiff.trace.events import Event, Kind, Phase, TensorRecord  # noqa: E402
-from nbdiff.trace.reading import printable  # noqa: E402
-from nbdiff.trace.store import read_dump  # noqa: E402
-from nbdiff.trace.writer import write_rank  # noqa: E402
 
 
 def _dump(folder, path="fc", scale=1.0, model="Net"):
@@ -155,7 +155,7 @@ def test_an_unreadable_dump_file_says_so_and_names_it(tmp_path, monkeypatch, cap
     ],
 )
 def test_every_string_read_from_json_is_printable(text, name):
-    from nbdiff.trace.reading import load_json
+    from nbdiff.trace.dump.reading import load_json
 
     assert load_json(text) == {"path": name}
 

@@ -14,7 +14,7 @@ pytest.importorskip("paddle")
 
 import nbdiff  # noqa: E402
 from nbdiff.engine.recorded.rebuilt import RebuiltSide  # noqa: E402
-from nbdiff.trace.store import read_dump  # noqa: E402
+from nbdiff.trace.dump.store import read_dump  # noqa: E402
 from tests.dumps import X, pair, train  # noqa: E402
 
 BOTH = [("torch", "paddle"), ("paddle", "torch")]

@@ -9,7 +9,7 @@ pytest.importorskip("paddle")
 
 import nbdiff  # noqa: E402
 from nbdiff.errors import OptionError  # noqa: E402
-from nbdiff.trace.store import read_dump  # noqa: E402
+from nbdiff.trace.dump.store import read_dump  # noqa: E402
 from tests.dumps import X, pair, train  # noqa: E402
 
 
@@ -233,7 +233,7 @@ def test_a_recording_computes_statistics_as_it_copies_not_when_the_step_is_writt
     # left for it).
     from nbdiff.frameworks.torch import TorchFramework
     from nbdiff.trace import events as events_module
-    from nbdiff.trace import writer as store
+    from nbdiff.trace.dump import writer as store
 
     monkeypatch.setattr(TorchFramework, "cores_taken", lambda self, t: False)
     writing, at_write, written = [False], [], []
@@ -293,7 +293,7 @@ def test_a_ctrl_c_during_the_last_flush_still_closes_the_dump(tmp_path, monkeypa
 
     import torch
 
-    from nbdiff.trace.writer import DumpWriter
+    from nbdiff.trace.dump.writer import DumpWriter
 
     add_step = DumpWriter.add_step
     sent = []
@@ -383,7 +383,7 @@ def test_a_ctrl_c_just_as_the_writer_starts_leaves_no_thread_and_no_lock(tmp_pat
 
     import torch
 
-    from nbdiff.trace import writer as writer_module
+    from nbdiff.trace.dump import writer as writer_module
 
     made = writer_module.DumpWriter.__init__
 

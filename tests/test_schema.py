@@ -10,9 +10,9 @@ pytest.importorskip("safetensors")
 
 from nbdiff.cli import main  # noqa: E402
 from nbdiff.errors import DumpError  # noqa: E402
+from nbdiff.trace.dump.store import read_dump  # noqa: E402
+from nbdiff.trace.dump.writer import write_rank  # noqa: E402
 from nbdiff.trace.events import Event, Kind, Phase, TensorRecord  # noqa: E402
-from nbdiff.trace.store import read_dump  # noqa: E402
-from nbdiff.trace.writer import write_rank  # noqa: E402
 
 
 def _dump(folder, dump_type="tensor", framework="torch"):

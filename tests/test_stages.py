@@ -12,8 +12,8 @@ import pytest
 
 import nbdiff
 from nbdiff.errors import DumpError
+from nbdiff.trace.dump.store import rank_dirs, read_dump
 from nbdiff.trace.events import Phase
-from nbdiff.trace.store import rank_dirs, read_dump
 from tests.jobs import PP_JOB, agrees_or_blamed, edited, gathered_like, rank_dumps, run_job
 
 pytest.importorskip("torch")

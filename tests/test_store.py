@@ -10,10 +10,10 @@ pytest.importorskip("torch")
 pytest.importorskip("paddle")
 
 from nbdiff.errors import DumpError  # noqa: E402
+from nbdiff.trace.dump.store import read_dump  # noqa: E402
+from nbdiff.trace.dump.writer import write_rank  # noqa: E402
 from nbdiff.trace.events import Event, Kind, Phase, TensorRecord  # noqa: E402
 from nbdiff.trace.stack import Frame  # noqa: E402
-from nbdiff.trace.store import read_dump  # noqa: E402
-from nbdiff.trace.writer import write_rank  # noqa: E402
 from tests.dumps import pair, small_events, train  # noqa: E402
 
 
@@ -68,7 +68,7 @@ def test_damaged_dumps_name_the_file(tmp_path):
     with pytest.raises(DumpError, match="step0.safetensors: cannot read step 0"):
         read_dump(folder)
     with pytest.raises(DumpError, match="no nbdiff dump here"):
-        from nbdiff.trace.store import rank_dirs
+        from nbdiff.trace.dump.store import rank_dirs
 
         rank_dirs(tmp_path / "missing")
 
@@ -112,7 +112,7 @@ def test_values_shared_by_two_tensors_are_stored_once_and_read_back_for_both(tmp
 
 
 def _ranks(tmp_path, names_and_ranks):
-    from nbdiff.trace.store import rank_dirs
+    from nbdiff.trace.dump.store import rank_dirs
 
     root = tmp_path / "dump"
     for name, rank in names_and_ranks:

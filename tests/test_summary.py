@@ -14,9 +14,9 @@ import paddle  # noqa: E402
 import torch  # noqa: E402
 
 import nbdiff  # noqa: E402
+from nbdiff.trace.dump.store import read_dump  # noqa: E402
 from nbdiff.trace.recorder import Recorder  # noqa: E402
 from nbdiff.trace.stats import tensor_sample, tensor_stats  # noqa: E402
-from nbdiff.trace.store import read_dump  # noqa: E402
 from tests.dumps import pair, train  # noqa: E402
 
 

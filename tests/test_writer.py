@@ -9,15 +9,15 @@ pytest.importorskip("torch")
 pytest.importorskip("paddle")
 
 from nbdiff.errors import DumpError  # noqa: E402
+from nbdiff.trace.dump.store import read_dump  # noqa: E402
+from nbdiff.trace.dump.writer import write_rank  # noqa: E402
 from nbdiff.trace.events import TensorRecord  # noqa: E402
 from nbdiff.trace.stats import sample_positions  # noqa: E402
-from nbdiff.trace.store import read_dump  # noqa: E402
-from nbdiff.trace.writer import write_rank  # noqa: E402
 from tests.dumps import small_events  # noqa: E402
 
 
 def test_a_failed_background_write_is_raised_by_close_naming_the_step(tmp_path):
-    from nbdiff.trace.writer import DumpWriter
+    from nbdiff.trace.dump.writer import DumpWriter
 
     writer = DumpWriter(tmp_path / "rank0", {"framework": "torch", "model": "M", "rank": 0}, {}, "tensor")
     shutil.rmtree(tmp_path / "rank0")  # the folder is gone: writing step 0 fails in the writer thread
@@ -32,7 +32,7 @@ def test_the_writer_thread_writes_while_the_next_step_is_recorded(tmp_path):
     # when the step before is still being written: at most two steps are held, one unwritten.
     import threading
 
-    from nbdiff.trace import writer as store
+    from nbdiff.trace.dump import writer as store
 
     gate, entered = threading.Event(), threading.Event()
     real = store.DumpWriter._write_step
@@ -61,7 +61,7 @@ def test_statistics_started_ahead_are_computed_once_and_match_those_computed_at_
     # A recording hands each copy to the writer thread as it is made: the step's write then
     # uses those statistics instead of computing them again (the last step's wait was all of them).
     from nbdiff.trace import events as events_module
-    from nbdiff.trace import writer as store
+    from nbdiff.trace.dump import writer as store
 
     computed: list[int] = []
     real = store.tensor_stats
@@ -90,7 +90,7 @@ def test_statistics_started_ahead_are_computed_once_and_match_those_computed_at_
 
 
 def test_statistics_that_fail_ahead_are_computed_again_by_the_write_which_reports_them(tmp_path, monkeypatch):
-    from nbdiff.trace import writer as store
+    from nbdiff.trace.dump import writer as store
 
     def broken(a):
         raise MemoryError("no room")
@@ -110,7 +110,7 @@ def test_one_writer_per_folder_and_a_killed_writers_lock_is_taken_over(tmp_path)
     import subprocess
     import sys
 
-    from nbdiff.trace.writer import DumpWriter
+    from nbdiff.trace.dump.writer import DumpWriter
 
     meta = {"framework": "torch", "model": "M", "rank": 0}
     first = DumpWriter(tmp_path / "rank0", meta, {}, "stack", overwrite=True)
@@ -127,7 +127,7 @@ def test_one_writer_per_folder_and_a_killed_writers_lock_is_taken_over(tmp_path)
 
 
 def test_a_manifest_that_cannot_be_written_names_the_file(tmp_path, monkeypatch):
-    import nbdiff.trace.writer as writer
+    import nbdiff.trace.dump.writer as writer
 
     def full(*args, **kwargs):
         raise OSError(28, "No space left on device")
@@ -169,7 +169,7 @@ def test_a_statistics_dump_samples_activations_and_keeps_a_batchnorm_over_few_va
 def test_a_json_file_left_half_written_is_known_as_the_dumps_own_under_either_name():
     # write_json_atomic names its temporary file uniquely now (two writers of one file at once mixed
     # theirs); an overwrite must still take a killed run's leftover as its own, and nothing else.
-    from nbdiff.trace.writer import _is_dump_file
+    from nbdiff.trace.dump.writer import _is_dump_file
 
     own = ["manifest.json.tmp", "manifest.json.0123456789ab.tmp", "step3.json.tmp", "step3.json.0123456789ab.tmp"]
     theirs = ["notes.json.0123456789ab.tmp", "step3.safetensors.tmp", "manifest.json.x.tmp", "mine.tmp"]
@@ -188,7 +188,7 @@ def test_a_writer_killed_while_it_replaces_a_dump_leaves_one_said_to_be_cut_off_
 import os, sys
 from pathlib import Path
 sys.path.insert(0, {str(Path(__file__).resolve().parents[1])!r})
-from nbdiff.trace.writer import DumpWriter, write_rank
+from nbdiff.trace.dump.writer import DumpWriter, write_rank
 from tests.dumps import small_events
 folder = Path({str(tmp_path / "d")!r})
 write_rank(folder, {{"framework": "torch", "model": "M", "rank": 0}}, {{}}, [small_events() for _ in range(4)], "tensor")
@@ -205,7 +205,7 @@ DumpWriter(folder, {{"framework": "torch", "model": "M", "rank": 0}}, {{}}, "ten
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
     assert done.returncode == 9, done.stderr
     import nbdiff
-    from nbdiff.trace.writer import DumpWriter
+    from nbdiff.trace.dump.writer import DumpWriter
 
     for read in (lambda: nbdiff.compare(tmp_path / "d", tmp_path / "d"), lambda: read_dump(tmp_path / "d")):
         with pytest.raises(DumpError, match="cut off") as caught:

@@ -67,7 +67,7 @@ class Gathered:
     """Both runs' steps, each whole: one side gathered from its ranks (or both, degrees differing)."""
 
     a: list[Any]
-    """Base's rank dumps (:class:`~nbdiff.trace.store.RankDump`), by rank."""
+    """Base's rank dumps (:class:`~nbdiff.trace.dump.store.RankDump`), by rank."""
     b: list[Any]
     """Raw's rank dumps, by rank."""
     user_map: Mapping[str, str] = field(default_factory=dict)

@@ -29,7 +29,7 @@ from nbdiff.judge.metrics import TensorDiff
 from nbdiff.judge.tolerance import Tolerance
 from nbdiff.result import DiffResult
 from nbdiff.trace.cells import cells_of, remember_cells
-from nbdiff.trace.codec import (
+from nbdiff.trace.dump.codec import (
     event_from_json,
     event_json,
     json_float,
@@ -39,9 +39,9 @@ from nbdiff.trace.codec import (
     tensor_json,
     write_json_atomic,
 )
+from nbdiff.trace.dump.reading import read_payload
+from nbdiff.trace.dump.schema import MAX_DEPTH
 from nbdiff.trace.events import Event, Phase, TensorRecord
-from nbdiff.trace.reading import read_payload
-from nbdiff.trace.schema import MAX_DEPTH
 from nbdiff.trace.stack import Frame
 
 __all__ = ["save_result", "load_result", "FORMAT"]

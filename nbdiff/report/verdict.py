@@ -19,7 +19,7 @@ from nbdiff.judge.blame import Divergence
 from nbdiff.judge.findings import grouped_findings
 from nbdiff.judge.metrics import TensorDiff
 from nbdiff.report.saved import _plain
-from nbdiff.trace.codec import json_float
+from nbdiff.trace.dump.codec import json_float
 from nbdiff.trace.stack import Frame
 
 if TYPE_CHECKING:

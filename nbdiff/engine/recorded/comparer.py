@@ -47,8 +47,8 @@ from nbdiff.engine.updates import GradientSpread, Updates
 from nbdiff.judge.blame import Divergence, EventDiff
 from nbdiff.judge.metrics import TensorDiff
 from nbdiff.trace.capture import BATCH_NORMS
+from nbdiff.trace.dump.store import RankDump
 from nbdiff.trace.events import Event, TensorRecord
-from nbdiff.trace.store import RankDump
 from nbdiff.weights.fused import fused_plan, unfused_plan
 from nbdiff.weights.plan import LayerWeights, plan_by_classes
 

@@ -14,9 +14,9 @@ from nbdiff.align.arguments import recorded_arguments
 from nbdiff.align.fused import FusedGroup, member_name
 from nbdiff.align.pairing import Pairing
 from nbdiff.engine.types import StepRecord
+from nbdiff.trace.dump.store import RankDump
 from nbdiff.trace.events import Event, Phase, TensorRecord, changed
 from nbdiff.trace.layer_paths import relative
-from nbdiff.trace.store import RankDump
 
 __all__ = ["updates_by_path", "subtree_params", "step_param_grads", "recorded_step", "layer_args"]
 

@@ -12,8 +12,8 @@ import numpy as np
 from nbdiff.gather.shards import Gathered, Gathering, shard_slices
 from nbdiff.judge.blame import Divergence
 from nbdiff.judge.metrics import compare_tensors
+from nbdiff.trace.dump.store import RankDump
 from nbdiff.trace.events import Event, TensorRecord
-from nbdiff.trace.store import RankDump
 
 __all__ = ["whole_dumps", "attributed"]
 

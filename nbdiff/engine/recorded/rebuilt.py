@@ -33,10 +33,10 @@ from nbdiff.engine.types import Snapshot
 from nbdiff.frameworks import Framework, known_frameworks
 from nbdiff.judge.metrics import TensorDiff
 from nbdiff.trace.constructors import Constructor
+from nbdiff.trace.dump.store import RankDump
 from nbdiff.trace.events import Event, Phase, TensorRecord
 from nbdiff.trace.layer_paths import relative
 from nbdiff.trace.nest import flatten
-from nbdiff.trace.store import RankDump
 from nbdiff.weights.plan import LayerWeights
 
 __all__ = ["RebuiltSide", "plan_snapshot", "rebuilt_local", "rebuilt_local_backward", "mirrored", "weightless"]

@@ -15,8 +15,8 @@ from nbdiff.engine.recorded.gathered import attributed
 from nbdiff.engine.types import StepRecord, TolFn
 from nbdiff.gather.shards import Gathered
 from nbdiff.judge.blame import EventDiff
+from nbdiff.trace.dump.store import RankDump
 from nbdiff.trace.events import Event, Phase
-from nbdiff.trace.store import RankDump
 
 __all__ = ["compare_recorded_step", "compare_ranks", "Unmatched"]
 

@@ -11,7 +11,7 @@
         step1.safetensors
 
 Every reference inside is relative, so a dump can be moved or copied anywhere. A step's
-JSON is written atomically after its payload (:mod:`nbdiff.trace.writer`): a manifest
+JSON is written atomically after its payload (:mod:`nbdiff.trace.dump.writer`): a manifest
 without ``"complete": true`` says the recording did not close, and a step cut short by an
 exception is marked as such.
 (Version 1 dumps, with every step inline in the manifest, are still read.)
@@ -32,13 +32,13 @@ import numpy as np
 
 from nbdiff.errors import DumpError
 from nbdiff.trace.cells import remember_cells
-from nbdiff.trace.codec import (
+from nbdiff.trace.dump.codec import (
     event_from_json,
     load_dump_json,
 )
+from nbdiff.trace.dump.reading import read_payload
+from nbdiff.trace.dump.schema import payload_path, validate_manifest, validate_step
 from nbdiff.trace.events import Event
-from nbdiff.trace.reading import read_payload
-from nbdiff.trace.schema import payload_path, validate_manifest, validate_step
 
 __all__ = ["FORMAT", "VERSION", "MANIFEST", "DUMP_TYPES", "RankDump", "read_dump", "rank_dirs", "manifest_of"]
 

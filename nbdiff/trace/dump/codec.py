@@ -1,5 +1,5 @@
 """How events and their tensors are written as JSON and read back: the one encoding every dump
-(:mod:`nbdiff.trace.writer`, :mod:`nbdiff.trace.store`) and every saved result
+(:mod:`nbdiff.trace.dump.writer`, :mod:`nbdiff.trace.dump.store`) and every saved result
 (:mod:`nbdiff.report.saved`) uses. Nothing is pickled: JSON, with the values in a payload by key."""
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from typing import Any
 import numpy as np
 
 from nbdiff.errors import DumpError
+from nbdiff.trace.dump.reading import load_json, read_text
 from nbdiff.trace.events import Event, Kind, Phase, TensorRecord
-from nbdiff.trace.reading import load_json, read_text
 from nbdiff.trace.stack import Frame
 from nbdiff.trace.stats import Stats, decoded_sample, sample_json, tensor_sample
 

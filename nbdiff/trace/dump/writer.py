@@ -1,4 +1,4 @@
-"""Writing a dump (the format is :mod:`nbdiff.trace.store`'s): step by step, by a writer thread.
+"""Writing a dump (the format is :mod:`nbdiff.trace.dump.store`'s): step by step, by a writer thread.
 
 Nothing of a written step stays in memory: a crash or ``kill -9`` loses at most the step in
 progress and the one being written. Each step's JSON is written atomically, after its payload.
@@ -19,14 +19,14 @@ import numpy as np
 from nbdiff.errors import DumpError
 from nbdiff.trace.capture import amplifies
 from nbdiff.trace.cells import cells_of
-from nbdiff.trace.codec import (
+from nbdiff.trace.dump.codec import (
     event_json,
     write_json_atomic,
 )
+from nbdiff.trace.dump.payload import PayloadFile, header_room
+from nbdiff.trace.dump.store import DUMP_TYPES, FORMAT, MANIFEST, VERSION
 from nbdiff.trace.events import Event
-from nbdiff.trace.payload import PayloadFile, header_room
 from nbdiff.trace.stats import Stats, tensor_stats
-from nbdiff.trace.store import DUMP_TYPES, FORMAT, MANIFEST, VERSION
 
 __all__ = ["DumpWriter", "write_rank"]
 
@@ -84,7 +84,7 @@ class DumpWriter:
     is still being written, so at most two steps are held and one is unwritten. ``close`` waits
     for the last one. Arrays given to :meth:`prepare` as they are recorded get their
     statistics then, on the writer thread, and in ``tensor`` dumps their bytes go to the step's
-    payload (:class:`~nbdiff.trace.payload.PayloadFile`), so the last step's wait is mostly its JSON. A failed
+    payload (:class:`~nbdiff.trace.dump.payload.PayloadFile`), so the last step's wait is mostly its JSON. A failed
     write is raised, as a :class:`~nbdiff.errors.DumpError` naming the step, by the next
     ``add_step`` or by ``close``.
     """

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from nbdiff.errors import DumpError
-from nbdiff.trace.payload import _DTYPES
+from nbdiff.trace.dump.payload import _DTYPES
 
 __all__ = ["read_text", "read_payload", "printable", "available_memory"]
 

@@ -1,4 +1,4 @@
-"""trace/codec: an event and its tensors as JSON and back, as dumps and saved results write them."""
+"""trace/dump/codec: an event and its tensors as JSON and back, as dumps and saved results write them."""
 
 import json
 from pathlib import Path

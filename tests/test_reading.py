@@ -1,4 +1,4 @@
-"""A dump's files are untrusted input (trace/reading): regular files only, sizes checked before
+"""A dump's files are untrusted input (trace/dump/reading): regular files only, sizes checked before
 memory is taken, names printable."""
 
 from __future__ import annotations

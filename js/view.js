@@ -732,6 +732,7 @@ function render({ model, el }) {
     }
     const n = d.node;
     const parts = [h("div", { class: "nbd-title" }, n.event === -1 ? n.label : n.event === -2 ? `${n.base || n.raw} (${n.base_type || n.raw_type}): only the ${n.base ? "base" : "raw"} model has this call; a LayerMap can pair it` : `${n.base || "<root>"} (${n.base_type}) ~ ${n.raw || "<root>"} (${n.raw_type}) · step ${n.step} ${n.phase}`)];
+    if (d.released) parts.push(h("div", { class: "nbd-released", role: "status" }, d.released));
     if (d.step) parts.push(stepSummary(d.step));
     if (d.arguments && d.arguments.length) {
       parts.push(
@@ -939,9 +940,19 @@ function render({ model, el }) {
   const copyBox = copy ? copy.closest(".jp-OutputArea-child") || copy : null;
   if (copyBox) copyBox.style.display = "none";
   el.dataset.nbdRenderMs = (performance.now() - started).toFixed(0);
+  // The kernel holds the result while some drawing shows it (see nbdiff/notebook/widget.py).
+  const tell = (drawing) => {
+    try {
+      model.send?.({ drawing });
+    } catch (e) {
+      // the kernel is gone (restarted, shut down): nothing to let go of
+    }
+  };
+  tell("shown");
   return () => {
     if (playing !== null) clearInterval(playing); // the view is gone (cell re-run or cleared)
     window.removeEventListener("keydown", saveKey, true);
+    tell("gone");
   };
 }
 

@@ -343,21 +343,35 @@ for k in range(200):
         raise KeyboardInterrupt  # Ctrl-C
 '''
 # Both runs first check one step, so that what nbdiff imports and one result are in both: the
-# difference is then what the interrupted cells kept (imports and the heap's free pages counted,
-# CI read +60 MiB where this machine read +43).
+# difference is then what the interrupted cells kept, and the heap's free pages are handed back.
 ip.run_cell("%%modeldiff b r\nfor m in (b, r): m(x).square().mean().backward()")
 watched = sys.argv[1] == "watched"
+# %%modeldiff moves each result's tensors to a file in a thread, and that move fails on a full disk
+# (as it did on CI): here every move fails, so the numbers are the same on any disk, and the results
+# kept are counted whole.
+import nbdiff.engine.spill as spill
+
+spill._move = lambda *args, **kwargs: "the disk is full"
+
+
+def kept():
+    spill.wait_for_spills()
+    gc.collect()
+    ctypes.CDLL("libc.so.6").malloc_trim(0)  # what is kept, not what the allocator has yet to hand back
+    return rss()
+
+
+after = []
 for _ in range(3):
     ip.run_cell(("%%modeldiff b r\n" if watched else "") + loop)
-gc.collect()
-ctypes.CDLL("libc.so.6").malloc_trim(0)  # what is kept, not what the allocator has yet to hand back
+    after.append(kept())
 if watched:
     assert ip.user_ns["_modeldiff"].steps == 199, ip.user_ns["_modeldiff"]
-print(rss())
+print(after[0], after[-1])
 """
 
 
-def test_three_interrupted_cells_leave_the_kernel_within_50_mib_of_the_same_loops_alone(tmp_path):
+def test_interrupted_cells_keep_no_more_than_the_same_loops_alone(tmp_path):
     # A %%modeldiff interrupted after thousands of steps kept every step's recording (949 MiB against
     # 567 MiB without nbdiff; 1,340 MiB after three interrupts).
     import subprocess
@@ -369,10 +383,14 @@ def test_three_interrupted_cells_leave_the_kernel_within_50_mib_of_the_same_loop
     def rss(mode):
         done = subprocess.run([sys.executable, str(script), mode], capture_output=True, text=True, timeout=600)
         assert done.returncode == 0, done.stderr[-3000:]
-        return float(done.stdout.strip().splitlines()[-1])
+        return [float(v) for v in done.stdout.strip().splitlines()[-1].split()]
 
-    alone, watched = rss("alone"), rss("watched")
-    assert watched - alone < 50, f"{watched:.0f} MiB watched, {alone:.0f} MiB alone"
+    (alone_1, alone_3), (watched_1, watched_3) = rss("alone"), rss("watched")
+    assert watched_3 - alone_3 < 50, f"{watched_3:.0f} MiB watched, {alone_3:.0f} MiB alone"
+    # Each cell's view held its result for the kernel's life (+68 MiB after three cells, +38 of them
+    # by the second and third; now +38 and +8): the later cells keep about what the loops alone keep.
+    more = (watched_3 - watched_1) - (alone_3 - alone_1)
+    assert more < 20, f"{more:.0f} MiB more kept by the second and third interrupted cells"
 
 
 def test_a_cell_with_train_mode_batchnorms_compares_running_statistics_and_can_fail_on_framework_differences(ip):

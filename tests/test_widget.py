@@ -111,3 +111,79 @@ def test_the_static_copy_draws_the_step_chart_without_a_script():
     assert "<text" not in svg and html.count("<tr>") == 1 + 3 and "0 ◀" in html
     single = nbdiff.auto_diff(BUILDERS["mlp"]("torch"), BUILDERS["mlp"]("paddle", "eps"), inputs("mlp"))
     assert "<svg" not in render_static(single)  # one step: no chart
+
+
+def _drawing(view, said):
+    """A drawing's word from the front end (js/view.js), as ipywidgets receives a custom message."""
+    view._handle_msg({"content": {"data": {"method": "custom", "content": {"drawing": said}}}, "buffers": []})
+
+
+def _failed_result():
+    return nbdiff.auto_diff(BUILDERS["mlp"]("torch"), BUILDERS["mlp"]("paddle", "eps"), inputs("mlp"))
+
+
+def _hide_others(n):
+    for _ in range(n):
+        other = DiffView(_failed_result())
+        _drawing(other, "shown")
+        _drawing(other, "gone")
+
+
+def test_a_view_no_drawing_shows_lets_go_of_a_result_nothing_else_holds():
+    # ipywidgets keeps every widget for the kernel's life, and each view held its result: a cell run
+    # ten times pinned ten results and their spilled tensors' disk.
+    import gc
+    import weakref
+
+    from nbdiff.notebook.widget import HIDDEN_KEPT
+
+    view = DiffView(_failed_result())
+    gone = weakref.ref(view.result)
+    _drawing(view, "shown")
+    _drawing(view, "shown")  # a second drawing of the same output (Lab's "new view for output")
+    _drawing(view, "gone")
+    assert view._held is not None  # one drawing still shows it
+    _drawing(view, "gone")
+    _hide_others(HIDDEN_KEPT - 1)
+    gc.collect()
+    assert gone() is not None  # among the last hidden: an output moved and drawn again finds it whole
+    _hide_others(1)
+    gc.collect()
+    assert gone() is None and view.result is None
+    fc2 = next(n["id"] for n in view.nodes if n["base"] == "fc2")
+    _send(view, {"selected": fc2})
+    assert "let go of its result" in view.detail["released"] and view.detail["node"]["base"] == "fc2"
+    _drawing(view, "shown")  # drawn again: the rows are there, the panel says why it is empty
+    _send(view, {"selected": view.first})
+    assert view.detail["released"] and view.nodes[view.first]["base"] == "norm"
+
+
+def test_a_view_drawn_again_shows_whole_a_result_the_user_still_holds():
+    from nbdiff.notebook.widget import HIDDEN_KEPT
+
+    result = _failed_result()
+    view = DiffView(result)
+    _drawing(view, "shown")
+    _drawing(view, "gone")
+    _hide_others(HIDDEN_KEPT)
+    assert view._held is None and view.result is result
+    fc2 = next(n["id"] for n in view.nodes if n["base"] == "fc2" and n["phase"] == "forward")
+    _send(view, {"selected": fc2})  # answered from the user's result, which the view does not pin again
+    assert "released" not in view.detail and view.detail["tensors"] and view._held is None
+    _drawing(view, "shown")
+    assert view._held is result
+
+
+def test_a_view_shown_where_no_browser_can_draw_it_holds_nothing(monkeypatch):
+    # IPython in a terminal, or a script: no drawing will ever ask the view anything.
+    import gc
+    import weakref
+
+    import IPython.display
+
+    monkeypatch.setattr(IPython.display, "display", lambda obj, **kw: None)
+    view = DiffView(_failed_result())
+    gone = weakref.ref(view.result)
+    view._ipython_display_()
+    gc.collect()
+    assert gone() is None

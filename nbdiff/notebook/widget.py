@@ -2,11 +2,21 @@
 
 Python holds the result; the browser gets the tree rows once and asks for details
 (statistics, error pictures, source) of the row the user clicks, so the page stays small.
+
+A widget lives as long as the kernel: ipywidgets keeps every one it made, and a view that
+held its result for good pinned every result a notebook ever drew (a cell run ten times,
+ten results, their spilled tensors' disk space included). So a view holds its result only
+while the browser draws it: each drawing says it is shown and, when its output is cleared,
+gone. A view no drawing shows keeps its result weakly (the user's variables or ``_modeldiff``
+may still hold it) behind the :data:`HIDDEN_KEPT` last hidden ones, which come back whole.
+Where no browser can draw a view (IPython in a terminal, a script) it holds nothing once shown.
 """
 
 from __future__ import annotations
 
+import collections
 import uuid
+import weakref
 from typing import Any
 
 import anywidget
@@ -17,7 +27,19 @@ from nbdiff.view.model import build_tree, node_detail, start_row, step_rows, sum
 from nbdiff.view.page import STATIC, render_static
 from nbdiff.view.sources import source_excerpt
 
-__all__ = ["DiffView"]
+__all__ = ["DiffView", "HIDDEN_KEPT"]
+
+HIDDEN_KEPT = 4
+"""How many results of views no longer drawn are still held, the latest hidden first kept."""
+
+_hidden: collections.deque[DiffResult] = collections.deque(maxlen=HIDDEN_KEPT)
+
+RELEASED = (
+    "This view let go of its result: its output was cleared and nothing else held the result, "
+    "so its tensors went back to memory and disk. The rows above stay; to open them again, keep "
+    "the result in a variable (%%modeldiff ... --out NAME, or r = nbdiff.auto_diff(...)) and show it "
+    "with r.show()."
+)
 
 
 class DiffView(anywidget.AnyWidget):
@@ -47,7 +69,9 @@ class DiffView(anywidget.AnyWidget):
     """Marks this view's static copy (a separate output), which the live view hides."""
 
     def __init__(self, result: DiffResult, **kwargs: Any) -> None:
-        self.result = result
+        self._held: DiffResult | None = result
+        self._weak = weakref.ref(result)
+        self._drawn = 0  # drawings the browser says it shows
         self._tree = build_tree(result)
         super().__init__(
             nodes=self._tree.nodes,
@@ -60,17 +84,53 @@ class DiffView(anywidget.AnyWidget):
         )
         self.observe(self._on_select, "selected")
         self.observe(self._on_frame, "frame_request")
+        self.on_msg(self._on_drawing)
         start = start_row(self._tree)
         if start >= 0:
             self.selected = start
 
+    @property
+    def result(self) -> DiffResult | None:
+        """The result shown, or ``None`` once the view let go of it and nothing else held it."""
+        return self._held if self._held is not None else self._weak()
+
+    def _on_drawing(self, _widget: Any, content: Any, _buffers: Any) -> None:
+        """The browser's word on this view's drawings: one is ``shown``, or one is ``gone``."""
+        said = content.get("drawing") if isinstance(content, dict) else None
+        if said == "shown":
+            self._drawn += 1
+            self._hold()
+        elif said == "gone" and self._drawn > 0:
+            self._drawn -= 1
+            if self._drawn == 0:
+                self._let_go()
+
+    def _hold(self) -> None:
+        if self._held is None and (result := self._weak()) is not None:
+            self._held, self._tree = result, build_tree(result)
+
+    def _let_go(self) -> None:
+        if self._held is not None:
+            _hidden.append(self._held)  # a drawing back soon (a moved output) finds it whole
+        self._held = self._tree = None
+
+    def _after_display(self) -> None:
+        # No browser can draw it, so none will ever ask it anything.
+        from IPython import get_ipython
+
+        shell = get_ipython()
+        if getattr(shell, "kernel", None) is None:
+            self._held = self._tree = None
+
     def _repr_mimebundle_(self, **kwargs: Any) -> Any:
         """The widget, plus a static ``text/html`` copy for wherever the widget cannot be drawn."""
         bundle = super()._repr_mimebundle_(**kwargs)
-        if bundle is None:
+        if bundle is None or self.result is None:
             return None
         data, meta = bundle if isinstance(bundle, tuple) else (bundle, {})
-        return {**data, "text/html": render_static(self.result, self.static_id)}, meta
+        html = render_static(self.result, self.static_id)
+        self._after_display()
+        return {**data, "text/html": html}, meta
 
     def _ipython_display_(self) -> None:
         """Two outputs: the static copy, then the live view, which hides the copy while it runs.
@@ -82,21 +142,28 @@ class DiffView(anywidget.AnyWidget):
         from IPython.display import display
 
         bundle = super()._repr_mimebundle_()
-        if bundle is None:
+        result = self.result
+        if bundle is None or result is None:
             return
         data, meta = bundle if isinstance(bundle, tuple) else (bundle, {})
         # The copy carries the text too (a terminal, nbconvert to text); the view's own text is empty,
         # not "<DiffView object at 0x...>", where it cannot be drawn (an untrusted reopen, nbconvert).
-        static = {"text/html": render_static(self.result, self.static_id), "text/plain": summary_line(self.result)}
+        static = {"text/html": render_static(result, self.static_id), "text/plain": summary_line(result)}
         display(static, raw=True)
         display({**data, "text/plain": ""}, metadata=meta, raw=True)
+        self._after_display()
 
     def _on_select(self, change: dict[str, Any]) -> None:
         node_id = change["new"]
-        if not 0 <= node_id < len(self._tree.nodes):
+        if not 0 <= node_id < len(self.nodes):
+            return
+        # A view that let go still answers from a result the user holds, without holding it again.
+        tree = self._tree if self._tree is not None else (build_tree(r) if (r := self._weak()) is not None else None)
+        if tree is None:
+            self.detail = {"node": self.nodes[node_id], "released": RELEASED, "tensors": [], "stacks": {}}
             return
         # The panel carries the data of its error pictures: the browser draws them with it.
-        self.detail = node_detail(self._tree, node_id)
+        self.detail = node_detail(tree, node_id)
 
     def _on_frame(self, change: dict[str, Any]) -> None:
         req = change["new"] or {}

@@ -983,3 +983,37 @@ def test_the_error_map_says_what_it_leaves_out_of_its_range(page, tmp_path, fill
     assert says in text, text
     if fill == -1e3:
         assert "no finite difference" in text, text
+
+
+@pytest.mark.parametrize("ui", ["lab", "notebook7"])
+def test_a_cell_run_again_lets_go_of_the_result_its_old_view_held(page, jupyter_server, ui):
+    # ipywidgets keeps every widget for the kernel's life, and each view held its result: a %%modeldiff
+    # cell run ten times pinned ten results (and their spilled tensors' disk) until the kernel died.
+    from nbdiff.notebook.widget import HIDDEN_KEPT
+
+    name = f"rerun_{ui}.ipynb"
+    again = (
+        "r = nbdiff.auto_diff(tb, pb, x)\n"
+        "refs.append(weakref.ref(r))\n"
+        "display(r.show())\n"
+        "del r, _"  # the view alone holds it
+    )
+    check = "import gc; gc.collect(); print('alive', ''.join('1' if ref() is not None else '0' for ref in refs))"
+    write_notebook(jupyter_server["root"] / name, [SETUP + "\nimport weakref, nbdiff\nrefs = []", again, check])
+    open_notebook(page, jupyter_server, name, ui)
+    run_cell(page, 0, timeout=120_000)
+    runs = HIDDEN_KEPT + 2
+    for _ in range(runs):
+        run_cell(page, 1, timeout=120_000)
+        cell(page, 1).locator(f"{VIEW} .nbd-row.nbd-blamed").wait_for()
+    run_cell(page, 2, timeout=120_000)
+    said = cell(page, 2).locator(".jp-OutputArea-output", has_text="alive").inner_text()
+    # The first view's result went; the last HIDDEN_KEPT hidden ones stay for a drawing back soon.
+    assert said.split()[-1] == "0" + "1" * (runs - 1), said
+    view = cell(page, 1).locator(VIEW)
+    _show_all(view)
+    _select_row(view, "fc2")
+    view.locator(".nbd-panel .nbd-title", has_text="fc2").wait_for()
+    view.locator(".nbd-panel table").first.wait_for()  # the one drawn still holds its result whole
+    assert view.locator(".nbd-released").count() == 0
+    _no_widget_errors(page, jupyter_server)

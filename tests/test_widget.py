@@ -181,9 +181,16 @@ def test_a_view_shown_where_no_browser_can_draw_it_holds_nothing(monkeypatch):
 
     import IPython.display
 
-    monkeypatch.setattr(IPython.display, "display", lambda obj, **kw: None)
+    shown = []
+    monkeypatch.setattr(IPython.display, "display", lambda obj, **kw: shown.append(obj))
     view = DiffView(_failed_result())
     gone = weakref.ref(view.result)
     view._ipython_display_()
     gc.collect()
     assert gone() is None
+    # Shown again, it still says the verdict (there is no result left to draw a copy from).
+    view._ipython_display_()
+    assert (
+        "FAILED at step 0" in shown[-1]["text/plain"]
+        and "FAILED at step 0" in view._repr_mimebundle_()[0]["text/plain"]
+    )

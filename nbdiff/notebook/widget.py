@@ -125,10 +125,12 @@ class DiffView(anywidget.AnyWidget):
     def _repr_mimebundle_(self, **kwargs: Any) -> Any:
         """The widget, plus a static ``text/html`` copy for wherever the widget cannot be drawn."""
         bundle = super()._repr_mimebundle_(**kwargs)
-        if bundle is None or self.result is None:
+        if bundle is None:
             return None
         data, meta = bundle if isinstance(bundle, tuple) else (bundle, {})
-        html = render_static(self.result, self.static_id)
+        if (result := self.result) is None:  # let go: the rows and the verdict are all there is
+            return {**data, "text/plain": self.summary}, meta
+        html = render_static(result, self.static_id)
         self._after_display()
         return {**data, "text/html": html}, meta
 
@@ -142,10 +144,12 @@ class DiffView(anywidget.AnyWidget):
         from IPython.display import display
 
         bundle = super()._repr_mimebundle_()
-        result = self.result
-        if bundle is None or result is None:
+        if bundle is None:
             return
         data, meta = bundle if isinstance(bundle, tuple) else (bundle, {})
+        if (result := self.result) is None:  # let go: no copy can be drawn, the verdict still can
+            display({**data, "text/plain": self.summary}, metadata=meta, raw=True)
+            return
         # The copy carries the text too (a terminal, nbconvert to text); the view's own text is empty,
         # not "<DiffView object at 0x...>", where it cannot be drawn (an untrusted reopen, nbconvert).
         static = {"text/html": render_static(result, self.static_id), "text/plain": summary_line(result)}

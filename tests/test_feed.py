@@ -99,3 +99,40 @@ def test_a_bug_behind_a_wrong_guess_is_blamed_at_its_layer():
     base, raw = Net(), Net(act_name="activation", act=torch.nn.Sigmoid)
     d = nbdiff.auto_diff(base, raw, X, single_step=True).first_divergence
     assert (d.phase.value, d.raw_path, d.inherited) == ("forward", "activation", False)
+
+
+class _Attention(torch.nn.Module):
+    """Scores masked by a mask handed in: ``additive`` (0 and -inf, paddle's and GPT-2's convention) or
+    boolean (True: attend, transformers' sliding-window masks)."""
+
+    def __init__(self, additive):
+        super().__init__()
+        self.q, self.additive = torch.nn.Linear(6, 6), additive
+
+    def forward(self, x, mask):
+        scores = self.q(x) @ x.transpose(-1, -2)
+        scores = scores + mask if self.additive else scores.masked_fill(~mask, float("-inf"))
+        return scores.softmax(-1) @ x
+
+
+class _Masked(torch.nn.Module):
+    def __init__(self, additive):
+        super().__init__()
+        self.additive, self.attn = additive, _Attention(additive)
+
+    def forward(self, x):
+        keep = torch.ones(5, 5, dtype=torch.bool).tril()
+        mask = torch.zeros(5, 5).masked_fill(~keep, float("-inf")) if self.additive else keep
+        return self.attn(x, mask)
+
+
+@pytest.mark.parametrize("base_additive", [False, True], ids=["bool into additive", "additive into bool"])
+def test_a_mask_in_another_convention_is_not_fed_into_raws_layer(base_additive):
+    # Single-step fed raw's attention base's boolean mask where raw adds a float one: paddleformers'
+    # Gemma 3 raised "Type promotion ... float32, y: bool"; torch added True as 1.0 and blamed the layer.
+    torch.manual_seed(0)
+    base, raw = _Masked(base_additive), _Masked(not base_additive)
+    raw.load_state_dict(base.state_dict())
+    for single_step in (False, True):
+        result = nbdiff.auto_diff(base, raw, X, single_step=single_step)
+        assert result, result.report()

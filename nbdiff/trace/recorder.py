@@ -206,7 +206,7 @@ class Recorder:
             for i, (key, t) in enumerate(leaves):
                 name = input_name(key)
                 value = fed[i] if fed is not None and i < len(fed) else None
-                if value is not None and fw.shape_of(t) == value.shape:
+                if value is not None and fw.shape_of(t) == value.shape and _stands_for(fw, t, value):
                     if fw.is_floating(t):
                         rec.given.append(self._keep(name, t))
                     base_t = fw.from_numpy(value, device=fw.device_of(t))
@@ -431,3 +431,13 @@ class Recorder:
         # A copy: clearing gradients zeroes paddle's in place. Kept by id for the comparison.
         self.param_grads[id(param)] = value = self.hold(self.fw.to_numpy(g))
         return value
+
+
+def _stands_for(fw: Framework, t: Any, value: np.ndarray) -> bool:
+    """Whether base's ``value`` can be fed for raw's ``t``: of one kind (floats, booleans, integers).
+    A mask of True/False is not one of 0/-inf, though of one shape: fed, paddle refused to add it
+    and torch added True as 1."""
+    kind = value.dtype.kind
+    if fw.is_floating(t):
+        return kind in "fc"
+    return kind not in "fc" and (kind == "b") == (fw.dtype_name(t) == "bool")

@@ -16,6 +16,8 @@ from typing import Any
 
 import numpy as np
 
+from tests.zoo import decoders
+
 
 @dataclass(frozen=True)
 class Case:
@@ -635,6 +637,13 @@ CASES: list[Case] = [
     Case("qwen3 custom norm", qwen3("custom norm")),
     Case("qwen3 custom norm eps", qwen3("custom norm eps"), ("forward", "model.layers.0.self_attn.q_norm", None)),
     Case("qwen3 adamw", qwen3(train="adamw"), tags=("train",)),
+    Case("qwen3 moe", decoders.qwen3_moe()),
+    Case("qwen3 moe eps", decoders.qwen3_moe("eps"), ("forward", "model.layers.0.input_layernorm", None)),
+    Case("gemma3", decoders.gemma3()),
+    Case("gemma3 eps", decoders.gemma3("eps"), ("forward", "model.layers.0.input_layernorm", None)),
+    # paddleformers 1.2 hands sliding-window layers the full layers' rotary embedding (a library gap):
+    # its one rotary call pairs with transformers' sliding one, which the layers read.
+    Case("gemma3 sliding layers", decoders.gemma3("sliding"), ("forward", "model.rotary_emb", None)),
     Case("ernie", ernie()),
     Case("ernie split", ernie("split"), ("forward", "model.layers.0.self_attn", None)),
     Case("ernie reshape", ernie("reshape"), ("forward", "model.layers.0.self_attn", None)),

@@ -4,8 +4,8 @@ Gemma 3: query/key norms, a norm after each block's attention and MLP, q/k/v and
 paddleformers' side, and a rotary embedding per attention kind: transformers computes one for the
 sliding-window layers (base 10,000) and one for the full ones (1,000,000); paddleformers 1.2 computes
 the full layers' for all of them ("TODO: apply different RoPE settings based on 'layer_type'").
-Qwen3-MoE: experts stacked as 3-D weights on transformers' side, a ``LayerList`` of expert MLPs on
-paddleformers'; no shared expert.
+Qwen3-MoE: experts stacked as 3-D weights on transformers' side (one grouped call for all of them),
+a ``LayerList`` of expert MLPs on paddleformers'; no shared expert.
 """
 
 from __future__ import annotations
@@ -37,8 +37,14 @@ def _fleet_ops_stand_in() -> None:
 
 
 def _ported(cfg: dict[str, Any], bug: str | None) -> dict[str, Any]:
-    """paddleformers' config: its fused RMSNorm kernel has no CPU build; ``eps``: the port's epsilon."""
-    return dict(cfg, fuse_rms_norm=False, **({"rms_norm_eps": 1e-5} if bug == "eps" else {}))
+    """paddleformers' config: its fused RMSNorm kernel has no CPU build; ``eps``: the port's epsilon;
+    ``act``: its activation is GELU."""
+    return dict(
+        cfg,
+        fuse_rms_norm=False,
+        **({"rms_norm_eps": 1e-5} if bug == "eps" else {}),
+        **({"hidden_act": "gelu"} if bug == "act" else {}),
+    )
 
 
 def gemma3(bug: str | None = None) -> Callable[[], tuple[Any, Any, Any, dict[str, Any]]]:

@@ -639,6 +639,11 @@ CASES: list[Case] = [
     Case("qwen3 adamw", qwen3(train="adamw"), tags=("train",)),
     Case("qwen3 moe", decoders.qwen3_moe()),
     Case("qwen3 moe eps", decoders.qwen3_moe("eps"), ("forward", "model.layers.0.input_layernorm", None)),
+    # The experts' activation: transformers runs it once on every routed row, (32, 16), inside the
+    # stacked experts' one call (grouped_mm), paddleformers once per expert on its rows; neither those
+    # nor the routers (softmax and top-k inside transformers', after paddleformers' Linear gate) pair,
+    # so the block holding them is blamed, with its own error.
+    Case("qwen3 moe act", decoders.qwen3_moe("act"), ("forward", "model.layers.0.mlp", None)),
     Case("gemma3", decoders.gemma3()),
     Case("gemma3 eps", decoders.gemma3("eps"), ("forward", "model.layers.0.input_layernorm", None)),
     # paddleformers 1.2 hands sliding-window layers the full layers' rotary embedding (a library gap):

@@ -1,7 +1,11 @@
 """Two tensors of different shapes that hold one tensor's values: one side not yet broadcast, a
-generation step that kept the last positions only, or the same values in another shape."""
+generation step that kept the last positions only, the same values with their axes in another order
+(attention heads as ``[batch, heads, positions, dim]`` against ``[batch, positions, heads, dim]``), or
+in another shape."""
 
 from __future__ import annotations
+
+import itertools
 
 import numpy as np
 
@@ -32,7 +36,34 @@ def fitted_shapes(raw: np.ndarray, base: np.ndarray) -> tuple[np.ndarray, np.nda
         return np.broadcast_to(raw, wide), np.broadcast_to(base, wide), note
     if raw.size != base.size:
         return None
-    return raw.reshape(base.shape), base, f"shape {raw.shape} vs base {base.shape}, compared flattened"
+    said = f"shape {raw.shape} vs base {base.shape}"
+    ways = [(raw.reshape(base.shape), f"{said}, compared flattened")]
+    for order in _axis_orders(raw.shape, base.shape):
+        ways.append((raw.transpose(order), f"{said}, compared with raw's axes in the order {order}"))
+    if len(ways) == 1:
+        return ways[0][0], base, ways[0][1]
+    # The layout that holds base's values is the one closest to them: a port's bug moves values, never
+    # as far as reading them in another layout does.
+    fitted, note = min(ways, key=lambda way: _gap(way[0], base))
+    return fitted, base, note
+
+
+_MOST_AXES = 6
+"""Up to this many axes, every order of them is tried (720 at most, each a tuple compare)."""
+
+
+def _axis_orders(raw: tuple[int, ...], base: tuple[int, ...]) -> list[tuple[int, ...]]:
+    """The orders of raw's axes, other than its own, that give base's shape."""
+    if len(raw) != len(base) or len(raw) > _MOST_AXES or sorted(raw) != sorted(base):
+        return []
+    own = tuple(range(len(raw)))
+    return [o for o in itertools.permutations(own) if o != own and tuple(raw[i] for i in o) == base]
+
+
+def _gap(a: np.ndarray, b: np.ndarray) -> float:
+    """The largest difference, NaN apart (all NaN: infinitely far)."""
+    d = np.abs(np.subtract(a, b, dtype=np.float64))
+    return float(np.nanmax(d)) if d.size and not np.isnan(d).all() else float("inf")
 
 
 def positions_cut(a: tuple[int, ...], b: tuple[int, ...]) -> bool:

@@ -54,3 +54,14 @@ def test_the_map_judges_nan_inf_and_masks_as_the_comparison_does():
     off[0, 0] = np.nan
     p = error_picture(base, off, passed=False)
     assert p["nonfinite"] == 16 and p["masked"] == 0 and 256 in p["cells"]
+
+
+def test_the_picture_lays_the_tensors_side_by_side_as_the_comparison_does():
+    # Heads as [batch, positions, heads, dim] against [batch, heads, positions, dim]: the comparison reads
+    # raw's axes in their order, and the map drew the flattened difference, red where nothing differs.
+    base = np.random.RandomState(0).randn(2, 4, 8, 8).astype("float32")
+    raw = base.transpose(0, 2, 1, 3).copy()
+    p = error_picture(base, raw, passed=True)
+    assert p["zeros"] == p["total"] == base.size and p["shape"] == [2, 4, 8, 8]
+    # One side not yet broadcast is drawn broadcast, as compared (it was no picture at all).
+    assert error_picture(np.ones((2, 3, 4), "float32"), np.ones((1, 3, 4), "float32"), passed=True)["zeros"] == 24

@@ -9,7 +9,7 @@ import itertools
 
 import numpy as np
 
-__all__ = ["fitted_shapes", "broadcast_shape", "positions_cut"]
+__all__ = ["fitted_shapes", "as_compared", "broadcast_shape", "positions_cut"]
 
 
 def broadcast_shape(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...] | None:
@@ -64,6 +64,15 @@ def _gap(a: np.ndarray, b: np.ndarray) -> float:
     """The largest difference, NaN apart (all NaN: infinitely far)."""
     d = np.abs(np.subtract(a, b, dtype=np.float64))
     return float(np.nanmax(d)) if d.size and not np.isnan(d).all() else float("inf")
+
+
+def as_compared(raw: np.ndarray, base: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+    """``raw`` and ``base`` as the comparison lays them side by side (pictures of the error draw
+    what was judged), or ``None`` when they cannot be."""
+    if raw.shape == base.shape:
+        return raw, base
+    fitted = fitted_shapes(raw, base)
+    return None if fitted is None else (fitted[0], fitted[1])
 
 
 def positions_cut(a: tuple[int, ...], b: tuple[int, ...]) -> bool:

@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 
 from nbdiff.judge.metrics import elementwise_error
+from nbdiff.judge.shapes import as_compared
 
 __all__ = ["error_picture", "as_matrix", "pool", "BINS", "MAP_ROWS", "MAP_COLS"]
 
@@ -42,13 +43,14 @@ def pool(m: np.ndarray, rows: int, cols: int) -> np.ndarray:
 
 def error_picture(base: np.ndarray, raw: np.ndarray, passed: bool) -> dict[str, Any] | None:
     """Histogram and error map of ``|raw - base|`` as plain JSON, or ``None`` when not comparable."""
-    base, raw = np.asarray(base), np.asarray(raw)
-    if base.size == 0 or base.size != raw.size:
+    laid = as_compared(np.asarray(raw), np.asarray(base))
+    if laid is None or laid[1].size == 0:
         return None
+    raw, base = laid
     # Judged as the comparison judges it: the same NaN/Inf on both sides, or an infinity against a mask
     # value of its sign, is no error; NaN against a number is the worst there is. At least 1-D: a scalar
     # (the loss) is a one-element picture.
-    judged, masked = elementwise_error(raw.reshape(base.shape), base)
+    judged, masked = elementwise_error(raw, base)
     err = np.array(judged, dtype=np.float64, ndmin=1)
     bad = ~np.isfinite(err)
     err[bad] = np.inf

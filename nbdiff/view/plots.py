@@ -11,6 +11,7 @@ import io
 
 import numpy as np
 
+from nbdiff.judge.shapes import as_compared
 from nbdiff.view.pictures import as_matrix, pool
 
 __all__ = ["error_figure", "step_chart"]
@@ -33,7 +34,8 @@ def error_figure(base: np.ndarray, raw: np.ndarray, title: str = "") -> object:
     from matplotlib.figure import Figure
 
     base, raw = np.asarray(base, dtype=np.float64), np.asarray(raw, dtype=np.float64)
-    err = np.abs(raw.reshape(base.shape) - base)
+    raw, base = as_compared(raw, base) or (raw.reshape(base.shape), base)
+    err = np.abs(raw - base)
     err = np.where(np.isfinite(err), err, np.nan)
     finite = err[np.isfinite(err)]
     fig = Figure(figsize=(7.2, 2.6), dpi=90)

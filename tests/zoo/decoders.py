@@ -4,6 +4,7 @@ Gemma 3: query/key norms, a norm after each block's attention and MLP, q/k/v and
 paddleformers' side, and a rotary embedding per attention kind: transformers computes one for the
 sliding-window layers (base 10,000) and one for the full ones (1,000,000); paddleformers 1.2 computes
 the full layers' for all of them ("TODO: apply different RoPE settings based on 'layer_type'").
+Phi-3: q/k/v fused into ``qkv_proj`` and gate/up into ``gate_up_proj`` on both sides.
 Qwen3-MoE: experts stacked as 3-D weights on transformers' side (one grouped call for all of them),
 a ``LayerList`` of expert MLPs on paddleformers'; no shared expert.
 """
@@ -20,6 +21,7 @@ BASE = dict(
     vocab_size=96, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
     num_key_value_heads=2, head_dim=8, max_position_embeddings=64, rms_norm_eps=1e-6, tie_word_embeddings=False,
 )  # fmt: skip
+PHI3 = dict(BASE, pad_token_id=0)
 GEMMA3 = dict(BASE, sliding_window=4, query_pre_attn_scalar=8, layer_types=["full_attention"] * 2)
 QWEN3_MOE = dict(
     BASE, moe_intermediate_size=16, num_experts=4, num_experts_per_tok=2, decoder_sparse_step=1, norm_topk_prob=True
@@ -88,5 +90,24 @@ def qwen3_moe(bug: str | None = None) -> Callable[[], tuple[Any, Any, Any, dict[
         base = Qwen3MoeForCausalLM(Qwen3MoeConfig(**QWEN3_MOE))
         raw = PMoe(PConfig(**_ported(QWEN3_MOE, bug)))
         return base, raw, _token_inputs(QWEN3_MOE["vocab_size"]), {}
+
+    return build
+
+
+def phi3(bug: str | None = None) -> Callable[[], tuple[Any, Any, Any, dict[str, Any]]]:
+    def build() -> tuple[Any, Any, Any, dict[str, Any]]:
+        from transformers import Phi3Config, Phi3ForCausalLM
+
+        from tests.zoo.pairs import _paddleformers_qwen2, _seed, _token_inputs
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            _paddleformers_qwen2()
+            from paddleformers.transformers.phi3.configuration import Phi3Config as PConfig
+            from paddleformers.transformers.phi3.modeling import Phi3ForCausalLM as PPhi3
+        _seed()
+        base = Phi3ForCausalLM(Phi3Config(**PHI3))
+        raw = PPhi3(PConfig(**_ported(PHI3, bug)))
+        return base, raw, _token_inputs(PHI3["vocab_size"]), {}
 
     return build

@@ -637,6 +637,9 @@ CASES: list[Case] = [
     Case("qwen3 custom norm", qwen3("custom norm")),
     Case("qwen3 custom norm eps", qwen3("custom norm eps"), ("forward", "model.layers.0.self_attn.q_norm", None)),
     Case("qwen3 adamw", qwen3(train="adamw"), tags=("train",)),
+    Case("phi3", decoders.phi3()),
+    Case("phi3 eps", decoders.phi3("eps"), ("forward", "model.layers.0.input_layernorm", None)),
+    Case("phi3 act", decoders.phi3("act"), ("forward", "model.layers.0.mlp.activation_fn", None)),
     Case("qwen3 moe", decoders.qwen3_moe()),
     Case("qwen3 moe eps", decoders.qwen3_moe("eps"), ("forward", "model.layers.0.input_layernorm", None)),
     # The experts' activation: transformers runs it once on every routed row, (32, 16), inside the

@@ -25,7 +25,7 @@ FORWARD = [c for c in CASES if c.expect is None or c.expect[0] == "forward"]
 @pytest.mark.parametrize("single_step", [False, True], ids=["default", "single_step"])
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
 def test_zoo_case(case, single_step):
-    if case.name.startswith(("llama", "qwen", "gemma", "ernie", "bert", "gpt")) and not _HAVE_HF:
+    if case.name.startswith(("llama", "qwen", "gemma", "phi", "ernie", "bert", "gpt")) and not _HAVE_HF:
         pytest.skip("transformers and paddleformers are not installed (make test installs them)")
     base, raw, inputs, options = case.build()
     if single_step:
@@ -61,7 +61,7 @@ def test_zoo_case_offline(case, dump_type):
     # record + compare gives auto_diff's verdict and blame: the same step comparisons run on both.
     from tests.zoo.run import offline_outcome
 
-    if case.name.startswith(("llama", "qwen", "gemma", "ernie", "bert", "gpt")) and not _HAVE_HF:
+    if case.name.startswith(("llama", "qwen", "gemma", "phi", "ernie", "bert", "gpt")) and not _HAVE_HF:
         pytest.skip("transformers and paddleformers are not installed (make test installs them)")
     gap = _OFFLINE_GAPS[dump_type].get(case.name)
     ok, text = offline_outcome(case, dump_type)

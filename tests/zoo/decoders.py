@@ -49,65 +49,44 @@ def _ported(cfg: dict[str, Any], bug: str | None) -> dict[str, Any]:
     )
 
 
-def gemma3(bug: str | None = None) -> Callable[[], tuple[Any, Any, Any, dict[str, Any]]]:
-    """``eps``: the port's RMSNorm epsilon; ``sliding``: sliding-window layers, where paddleformers
-    hands them the full layers' rotary embedding."""
+def _pair(
+    family: str, config: str, model: str, cfg: dict[str, Any], bug: str | None, deprecated: bool = False
+) -> Callable[[], tuple[Any, Any, Any, dict[str, Any]]]:
+    """transformers' ``model`` of ``config`` against paddleformers' of the same names, in module
+    ``family`` (``…Deprecated``: the plain model where the other builds the fleet one)."""
 
     def build() -> tuple[Any, Any, Any, dict[str, Any]]:
-        from transformers import Gemma3ForCausalLM, Gemma3TextConfig
+        import importlib
+
+        import transformers
 
         from tests.zoo.pairs import _paddleformers_qwen2, _seed, _token_inputs
 
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            _paddleformers_qwen2()  # the same fleet-only stand-in
-            from paddleformers.transformers.gemma3_text.configuration import Gemma3TextConfig as PConfig
-            from paddleformers.transformers.gemma3_text.modeling import Gemma3ForCausalLM as PGemma3
-        cfg = dict(GEMMA3, layer_types=["sliding_attention"] * 2) if bug == "sliding" else GEMMA3
-        _seed()
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            base = Gemma3ForCausalLM(Gemma3TextConfig(**cfg))
-            raw = PGemma3(PConfig(**_ported(cfg, bug)))
+            _paddleformers_qwen2()  # the fleet-only stand-in
+            _fleet_ops_stand_in()
+            ours = f"paddleformers.transformers.{family}"
+            p_config = getattr(importlib.import_module(f"{ours}.configuration"), config)
+            p_model = getattr(importlib.import_module(f"{ours}.modeling"), model + ("Deprecated" if deprecated else ""))
+            _seed()
+            base = getattr(transformers, model)(getattr(transformers, config)(**cfg))
+            raw = p_model(p_config(**_ported(cfg, bug)))
         return base, raw, _token_inputs(cfg["vocab_size"]), {}
 
     return build
 
 
+def gemma3(bug: str | None = None) -> Callable[[], tuple[Any, Any, Any, dict[str, Any]]]:
+    """``eps``: the port's RMSNorm epsilon; ``sliding``: sliding-window layers, where paddleformers
+    hands them the full layers' rotary embedding."""
+    cfg = dict(GEMMA3, layer_types=["sliding_attention"] * 2) if bug == "sliding" else GEMMA3
+    return _pair("gemma3_text", "Gemma3TextConfig", "Gemma3ForCausalLM", cfg, bug)
+
+
 def qwen3_moe(bug: str | None = None) -> Callable[[], tuple[Any, Any, Any, dict[str, Any]]]:
-    def build() -> tuple[Any, Any, Any, dict[str, Any]]:
-        from transformers import Qwen3MoeConfig, Qwen3MoeForCausalLM
-
-        from tests.zoo.pairs import _paddleformers_qwen2, _seed, _token_inputs
-
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            _paddleformers_qwen2()
-            _fleet_ops_stand_in()
-            from paddleformers.transformers.qwen3_moe.configuration import Qwen3MoeConfig as PConfig
-            from paddleformers.transformers.qwen3_moe.modeling import Qwen3MoeForCausalLMDeprecated as PMoe
-        _seed()
-        base = Qwen3MoeForCausalLM(Qwen3MoeConfig(**QWEN3_MOE))
-        raw = PMoe(PConfig(**_ported(QWEN3_MOE, bug)))
-        return base, raw, _token_inputs(QWEN3_MOE["vocab_size"]), {}
-
-    return build
+    return _pair("qwen3_moe", "Qwen3MoeConfig", "Qwen3MoeForCausalLM", QWEN3_MOE, bug, deprecated=True)
 
 
 def phi3(bug: str | None = None) -> Callable[[], tuple[Any, Any, Any, dict[str, Any]]]:
-    def build() -> tuple[Any, Any, Any, dict[str, Any]]:
-        from transformers import Phi3Config, Phi3ForCausalLM
-
-        from tests.zoo.pairs import _paddleformers_qwen2, _seed, _token_inputs
-
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            _paddleformers_qwen2()
-            from paddleformers.transformers.phi3.configuration import Phi3Config as PConfig
-            from paddleformers.transformers.phi3.modeling import Phi3ForCausalLM as PPhi3
-        _seed()
-        base = Phi3ForCausalLM(Phi3Config(**PHI3))
-        raw = PPhi3(PConfig(**_ported(PHI3, bug)))
-        return base, raw, _token_inputs(PHI3["vocab_size"]), {}
-
-    return build
+    return _pair("phi3", "Phi3Config", "Phi3ForCausalLM", PHI3, bug)

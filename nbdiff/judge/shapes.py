@@ -61,8 +61,9 @@ def _axis_orders(raw: tuple[int, ...], base: tuple[int, ...]) -> list[tuple[int,
 
 
 def _gap(a: np.ndarray, b: np.ndarray) -> float:
-    """The largest difference, NaN apart (all NaN: infinitely far)."""
-    d = np.abs(np.subtract(a, b, dtype=np.float64))
+    """The largest difference, NaN apart (all NaN: infinitely far). In the arrays' own float type: a
+    float64 copy of a large activation per layout tried cost more memory than the comparison itself."""
+    d = np.abs(np.subtract(a, b, dtype=np.result_type(a, b, np.float32)))
     return float(np.nanmax(d)) if d.size and not np.isnan(d).all() else float("inf")
 
 

@@ -13,6 +13,7 @@ from nbdiff.engine.forward import tensor_diffs
 from nbdiff.engine.layouts import converted_records, records_of
 from nbdiff.engine.replay import array_magnitude
 from nbdiff.engine.types import Snapshot, TolFn
+from nbdiff.errors import WeightTransferError
 from nbdiff.frameworks import Framework
 from nbdiff.judge.blame import Divergence, EventDiff
 from nbdiff.judge.metrics import TensorDiff, compare_tensors
@@ -302,9 +303,11 @@ def name_parameter(div: Divergence, plans: dict[str, LayerWeights]) -> Divergenc
     plan = plans.get(div.base_path)
     if plan is not None:
         try:
-            back = plan.inverse({name: np.zeros((1, 1))})
+            # An array of the raw tensor's shape: a fused layer's plan splits it along its features (one
+            # of 1 x 1 raised IndexError, and a port with fused projections and an optimizer bug crashed).
+            back = plan.inverse({name: np.zeros(div.metrics.raw_shape or (1, 1))})
             name = next(iter(back)) if len(back) == 1 else name
-        except (KeyError, ValueError, StopIteration):
-            pass
+        except (KeyError, ValueError, IndexError, StopIteration, WeightTransferError):
+            pass  # named as raw names it
     prefix = f"{div.base_path}." if div.base_path else ""
     return replace(div, where="parameter", inherited=False, parameter=prefix + name)

@@ -625,6 +625,8 @@ CASES: list[Case] = [
     Case("qwen2", qwen2()),
     Case("qwen2 eps", qwen2("eps"), ("forward", "model.layers.0.input_layernorm", None)),
     Case("qwen2 adamw", qwen2(train="adamw"), tags=("train",)),
+    # Naming the diverging parameter crashed where the update that diverged was a fused layer's.
+    Case("qwen2 adamw wd", qwen2(train="adamw_wd"), ("optimizer", "model.embed_tokens", "model.embed_tokens.weight"), tags=("train",)),
     Case("qwen2 moe", qwen2_moe()),
     Case("qwen2 moe topk", qwen2_moe("topk"), ("forward", "model.layers.0.mlp", None)),
     Case("qwen2 moe act", qwen2_moe("act"), ("forward", "model.layers.0.mlp.shared_expert.act_fn", None)),

@@ -9,7 +9,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import nbdiff  # noqa: E402
-from nbdiff.engine.drift import drift_note, followed  # noqa: E402
+from nbdiff.engine.training.drift import drift_note, followed  # noqa: E402
 from nbdiff.judge.blame import Divergence  # noqa: E402
 from nbdiff.judge.metrics import compare_tensors  # noqa: E402
 from nbdiff.judge.tolerance import resolve_tolerance  # noqa: E402

@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from nbdiff.engine.outside import Writes, as_outside, recorded_writes
+from nbdiff.engine.training.outside import Writes, as_outside, recorded_writes
 from nbdiff.judge.blame import Divergence
 from nbdiff.judge.metrics import compare_tensors
 from nbdiff.judge.tolerance import resolve_tolerance

@@ -9,7 +9,7 @@ Where a dump cannot tell, the expected answer says so:
   statistics, not a class made in a function); so a dump's backward findings at such a layer are not
   held to the live ones;
 - an update behind a gradient that differed: a statistics dump keeps no values to read each side's
-  step size from (:mod:`nbdiff.engine.step_size`), so it may not name it.
+  step size from (:mod:`nbdiff.engine.training.step_size`), so it may not name it.
 """
 
 import pytest

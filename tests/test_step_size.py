@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from nbdiff.engine.step_size import step_size
+from nbdiff.engine.training.step_size import step_size
 
 
 def test_plain_sgd_reads_as_minus_its_learning_rate_whatever_the_gradient():

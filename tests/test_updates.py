@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from nbdiff.engine.updates import GradientSpread, discount_updates, update_tolerance
+from nbdiff.engine.training.updates import GradientSpread, discount_updates, update_tolerance
 from nbdiff.judge.metrics import compare_tensors
 from nbdiff.judge.tolerance import resolve_tolerance
 
@@ -153,7 +153,7 @@ def test_an_sgd_update_late_in_a_run_is_allowed_its_own_gradient_difference():
 
 
 def test_updates_written_over_the_copies_before_are_the_updates_and_take_no_new_array():
-    from nbdiff.engine.updates import _difference
+    from nbdiff.engine.training.updates import _difference
 
     rng = np.random.RandomState(0)
     after = rng.randn(64, 32).astype("float32")

@@ -8,15 +8,15 @@ How a step is compared (each stage a module):
    are paired; the first step's pairing decides the weight plans (which tensors of a base layer are
    which of raw's) and notes constants that differ (:mod:`~nbdiff.engine.constants`).
 3. **Compare**: forward outputs, inputs and loss (:mod:`~nbdiff.engine.forward`), gradients
-   (:mod:`~nbdiff.engine.backward`), optimizer updates (:mod:`~nbdiff.engine.updates`), running
-   statistics (:mod:`~nbdiff.engine.state`); base's layout is converted to raw's by the plans
+   (:mod:`~nbdiff.engine.backward`), optimizer updates (:mod:`~nbdiff.engine.training.updates`), running
+   statistics (:mod:`~nbdiff.engine.training.state`); base's layout is converted to raw's by the plans
    (:mod:`~nbdiff.engine.layouts`).
 4. **Blame**: every own error is a finding. Its local error comes from the kind of step: a live
    one replays the layer on base's inputs (:mod:`~nbdiff.engine.replay`,
    :class:`~nbdiff.engine.live.comparer.LiveComparer`); a recorded one judges it from the dump
    (:class:`~nbdiff.engine.recorded.comparer.RecordedComparer`). Rounding that a computation amplifies
    (:mod:`~nbdiff.engine.conditioning`) and weights that drifted through agreeing updates
-   (:mod:`~nbdiff.engine.drift`) are notes, not findings.
+   (:mod:`~nbdiff.engine.training.drift`) are notes, not findings.
 5. **Verdict** (:class:`~nbdiff.engine.driver.Verdict`): each step's comparison is kept; the first
    step that diverges is the answer, and the result is explained (:mod:`~nbdiff.engine.explain`:
    the arguments and optimizer settings that differ).

@@ -17,10 +17,7 @@ from nbdiff.align.layer_map import LayerMap
 from nbdiff.align.pairing import Pairing, structure_of
 from nbdiff.engine.backward import GradsOf, backward_diffs
 from nbdiff.engine.conditioning import MARGIN, Floor, Noise
-from nbdiff.engine.drift import Explanation
 from nbdiff.engine.forward import api_local, forward_diffs
-from nbdiff.engine.outside import Writes, as_outside
-from nbdiff.engine.step_size import noted, step_sizes_apart
 from nbdiff.engine.step_structure import (
     final_backward,
     final_forward,
@@ -29,8 +26,11 @@ from nbdiff.engine.step_structure import (
     paired_children,
     paired_parents,
 )
+from nbdiff.engine.training.drift import Explanation
+from nbdiff.engine.training.outside import Writes, as_outside
+from nbdiff.engine.training.step_size import noted, step_sizes_apart
+from nbdiff.engine.training.updates import GradientSpread, Updates, name_parameter, update_diffs
 from nbdiff.engine.types import Plans, StepRecord, TolFn
-from nbdiff.engine.updates import GradientSpread, Updates, name_parameter, update_diffs
 from nbdiff.judge.blame import Divergence, EventDiff, blame_all, first_nonfinite
 from nbdiff.judge.metrics import TensorDiff
 from nbdiff.judge.unpaired import with_unpaired
@@ -252,7 +252,7 @@ class StepComparer:
 
         ``floor`` measures base's own sensitivity to rounding (:mod:`nbdiff.engine.conditioning`), asked
         for only when blame would report something: a difference within it is a note. ``drift``
-        says the weights drifted apart through earlier updates that agreed (:mod:`nbdiff.engine.drift`):
+        says the weights drifted apart through earlier updates that agreed (:mod:`nbdiff.engine.training.drift`):
         an error no layer makes on its own is then a note, not a divergence. ``grads``: where the
         parameter gradients come from (the subclass's; by default, the records'). ``ready``: see
         :attr:`BeforeCompare.ready`.

@@ -18,12 +18,12 @@ from nbdiff.engine.conditioning import MARGIN
 from nbdiff.engine.constants import constant_differences
 from nbdiff.engine.forward import api_local
 from nbdiff.engine.layouts import records_of
-from nbdiff.engine.outside import Writes
 from nbdiff.engine.replay import Replayer, paired_param_grads
-from nbdiff.engine.state import State, StepStates, has_state, state_diffs
 from nbdiff.engine.ties import tie_differences
+from nbdiff.engine.training.outside import Writes
+from nbdiff.engine.training.state import State, StepStates, has_state, state_diffs
+from nbdiff.engine.training.updates import GradientSpread, snapshot, snapshot_updates
 from nbdiff.engine.types import Plans, Snapshot, StepRecord, TolFn
-from nbdiff.engine.updates import GradientSpread, snapshot, snapshot_updates
 from nbdiff.frameworks import Framework
 from nbdiff.judge.blame import Divergence, EventDiff
 from nbdiff.judge.metrics import TensorDiff
@@ -258,7 +258,7 @@ class LiveComparer(StepComparer):
     ) -> StepComparison:
         """Running statistics after a train-mode step, then raw's set to base's (as weights are);
         ``before`` and the step's records let known framework differences be verified, and tell a layer
-        that received other inputs (its statistics inherit that) (:mod:`nbdiff.engine.state`). A watched
+        that received other inputs (its statistics inherit that) (:mod:`nbdiff.engine.training.state`). A watched
         step's are read from ``kept`` and raw's left as the user's code made them."""
         forward = (brec.forward if brec else [], rrec.forward if rrec else [])
         found, diffs = state_diffs(

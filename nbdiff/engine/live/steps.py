@@ -20,8 +20,8 @@ from nbdiff.engine.driver import Verdict
 from nbdiff.engine.live.comparer import LiveComparer, live_param_grads
 from nbdiff.engine.live.feed import feed_for, guessed_feed, same_feed
 from nbdiff.engine.progress import progress
-from nbdiff.engine.state import state_of
 from nbdiff.engine.stepping import run_optimizer, run_step
+from nbdiff.engine.training.state import state_of
 from nbdiff.engine.types import StepRecord
 from nbdiff.frameworks import Framework
 from nbdiff.result import DiffResult

@@ -1,7 +1,7 @@
 """The steps of a watched run (:func:`nbdiff.watch`), compared one by one as the user's code ran them.
 
 Each step replays on the weights it ran with (raw's, after step 0, on those base's updates would
-have given: :mod:`nbdiff.engine.drift`), then compares what the optimizers changed. What the
+have given: :mod:`nbdiff.engine.training.drift`), then compares what the optimizers changed. What the
 result keeps is bounded (:class:`~nbdiff.engine.kept.KeptSteps`), and each step's weights and
 gradients are let go once compared, so a step can be compared while the loop still runs.
 """
@@ -15,13 +15,13 @@ import numpy as np
 from nbdiff.align.optimizer_settings import OptimizerLog
 from nbdiff.align.pairing import Pairing
 from nbdiff.engine.comparer import BeforeCompare, StepComparison
-from nbdiff.engine.drift import drift_note, followed
 from nbdiff.engine.driver import Verdict
 from nbdiff.engine.kept import KeptSteps
 from nbdiff.engine.live.comparer import LiveComparer, ParamGrads, held_param_grads
-from nbdiff.engine.outside import outside_writes
+from nbdiff.engine.training.drift import drift_note, followed
+from nbdiff.engine.training.outside import outside_writes
+from nbdiff.engine.training.updates import GradientSpread, in_raw_layout
 from nbdiff.engine.types import Snapshot, StepRecord, TolFn
-from nbdiff.engine.updates import GradientSpread, in_raw_layout
 from nbdiff.trace.session import ModelSession, Weights
 from nbdiff.weights.plan import layer_tensors
 
@@ -70,7 +70,7 @@ class WatchedSteps:
     def before_compare(self, k: int, pairing: Pairing, brec: StepRecord, rrec: StepRecord) -> BeforeCompare:
         """What step ``k``'s comparison needs, made only when asked: both models loaded with the weights the
         step ran with (raw's, after step 0, with those its updates would have given had they been base's:
-        :mod:`nbdiff.engine.drift`) before its first replay, and how far those drifted once an error no layer
+        :mod:`nbdiff.engine.training.drift`) before its first replay, and how far those drifted once an error no layer
         makes on its own is found. A step within tolerance replays nothing and loads nothing."""
         self._now = now = self._plan_snapshot(k)  # both sides' weights as step k began: where k - 1 ended
         start = self._start = self._start or now

@@ -21,7 +21,6 @@ from nbdiff.align.received import received_pairs
 from nbdiff.engine.backward import GradsOf
 from nbdiff.engine.comparer import StepComparer, StepComparison
 from nbdiff.engine.conditioning import MARGIN
-from nbdiff.engine.drift import Explanation, drift_note, followed
 from nbdiff.engine.forward import api_local, by_statistics, received_differ, received_ratio, tensor_diffs
 from nbdiff.engine.layouts import converted, converted_records
 from nbdiff.engine.recorded.dump_steps import (
@@ -41,9 +40,10 @@ from nbdiff.engine.recorded.rebuilt import (
 )
 from nbdiff.engine.recorded.recomputed import BatchNormCall, read_off, recorded_batch_norm, rounding_move
 from nbdiff.engine.replay import compare_param_grads
-from nbdiff.engine.state import recorded_state_diffs
+from nbdiff.engine.training.drift import Explanation, drift_note, followed
+from nbdiff.engine.training.state import recorded_state_diffs
+from nbdiff.engine.training.updates import GradientSpread, Updates
 from nbdiff.engine.types import Plans, Snapshot, StepRecord, TolFn
-from nbdiff.engine.updates import GradientSpread, Updates
 from nbdiff.judge.blame import Divergence, EventDiff
 from nbdiff.judge.metrics import TensorDiff
 from nbdiff.trace.capture import BATCH_NORMS
@@ -90,7 +90,7 @@ class RecordedComparer(StepComparer):
         """Each side's recorded weights by step; raw's layers rebuilt from its dump to measure a local
         error on base's inputs (tensor dumps)."""
         self.follow: Snapshot = {}
-        """Raw's weights at the step compared as base's updates would have moved them (:mod:`nbdiff.engine.drift`)."""
+        """Raw's weights at the step compared as base's updates would have moved them (:mod:`nbdiff.engine.training.drift`)."""
         self.position = 0
         """The step compared: its place in the dumps (not its training number)."""
         self._rebuilt_events: set[int] = set()
@@ -415,7 +415,7 @@ class RecordedComparer(StepComparer):
         return out
 
     def compare_state(self, brec: StepRecord, rrec: StepRecord, k: int) -> StepComparison:
-        """The running statistics step ``k`` moved, as the dumps kept them (:mod:`nbdiff.engine.state`)."""
+        """The running statistics step ``k`` moved, as the dumps kept them (:mod:`nbdiff.engine.training.state`)."""
         if not brec.state:
             return StepComparison()
         momenta = {path: args.get("momentum") for path, args in self.arguments[0].items()}

@@ -145,7 +145,7 @@ class RebuiltSide:
         self, path: str, k: int, built: tuple[Framework, Any], weights: dict[str, np.ndarray] | None
     ) -> Iterator[None]:
         """The rebuilt layer on ``weights`` (those it has of them; the weights raw would have had on
-        base's updates, :mod:`nbdiff.engine.drift`) while the block runs, then on its own again."""
+        base's updates, :mod:`nbdiff.engine.training.drift`) while the block runs, then on its own again."""
         fw, layer = built
         own = dict(fw.direct_params(layer))
         swap = {n: v for n, v in (weights or {}).items() if n in own and tuple(v.shape) == fw.shape_of(own[n])}
@@ -375,7 +375,7 @@ def mirrored(compare: Compare) -> Compare:
 
 
 def plan_snapshot(weights: Weights, plans: dict[str, LayerWeights], side: str) -> Snapshot:
-    """Recorded weights as :func:`nbdiff.engine.updates.snapshot` takes them from live layers: by
+    """Recorded weights as :func:`nbdiff.engine.training.updates.snapshot` takes them from live layers: by
     base path, each plan's tensors (a recursive rule's with its sublayers', ``q_proj.weight``)."""
     out: Snapshot = {}
     for key, plan in plans.items():

@@ -9,9 +9,9 @@ from nbdiff.align.pairing import Pairing
 from nbdiff.engine.comparer import BeforeCompare, StepComparison, WholeStep
 from nbdiff.engine.driver import Verdict
 from nbdiff.engine.kept import KeptSteps
-from nbdiff.engine.outside import recorded_writes
 from nbdiff.engine.recorded.comparer import RecordedComparer
 from nbdiff.engine.recorded.gathered import attributed
+from nbdiff.engine.training.outside import recorded_writes
 from nbdiff.engine.types import StepRecord, TolFn
 from nbdiff.gather.shards import Gathered
 from nbdiff.judge.blame import EventDiff
@@ -29,7 +29,7 @@ class _Recorded:
 
     def before_compare(self, k: int, pairing: Pairing, brec: StepRecord, rrec: StepRecord) -> BeforeCompare:
         # Weights that drifted through updates that agreed explain what no layer makes on its own, as
-        # live (nbdiff.engine.drift); after a divergence, later steps are for the chart.
+        # live (nbdiff.engine.training.drift); after a divergence, later steps are for the chart.
         return BeforeCompare(drift=self.cmp.drift_at(k) if self.cmp.spread is not None else None)
 
     def updates(

@@ -2,7 +2,7 @@
 
 ``watch`` compares the steps the user's own loop ran: each optimizer stepped from its own
 model's gradients, so after step 0 the two models' weights differ by whatever their updates
-did. Those updates were compared step by step (:mod:`nbdiff.engine.updates`), and an update that agrees
+did. Those updates were compared step by step (:mod:`nbdiff.engine.training.updates`), and an update that agrees
 within what its gradients explain can still move an element by a visible amount: Adam turns a
 gradient that is rounding noise around zero into a step of ``±lr``. The steps after it then
 inherit that difference. So raw's layers are replayed on the weights raw would have had if its

@@ -18,7 +18,7 @@ import numpy as np
 from nbdiff.align.fused import FusedLayers
 from nbdiff.engine.forward import received_differ, tensor_diffs
 from nbdiff.engine.replay import magnitude
-from nbdiff.engine.updates import name_parameter, param_events
+from nbdiff.engine.training.updates import name_parameter, param_events
 from nbdiff.frameworks import Framework
 from nbdiff.judge.blame import Divergence, EventDiff, blame_all, divergence_of
 from nbdiff.judge.framework_differences import StateUpdate, explaining, momentum_of

@@ -16,7 +16,7 @@ from dataclasses import replace
 import numpy as np
 
 from nbdiff.engine.layouts import converted_records
-from nbdiff.engine.updates import Updates
+from nbdiff.engine.training.updates import Updates
 from nbdiff.judge.blame import EventDiff
 from nbdiff.trace.events import Phase, TensorRecord
 from nbdiff.weights.plan import LayerWeights

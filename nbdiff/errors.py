@@ -19,7 +19,7 @@ class NbdiffError(Exception):
     def _render_traceback_(self) -> list[str]:
         # IPython shows this instead of a traceback through nbdiff's and the frameworks' internals:
         # the message already names the place and the fix; the user's own frames are kept.
-        from nbdiff.trace.stack import short_traceback
+        from nbdiff.trace.origin.stack import short_traceback
 
         return short_traceback(self)
 

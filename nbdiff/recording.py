@@ -25,11 +25,11 @@ from nbdiff.errors import OptionError
 from nbdiff.frameworks import Framework, framework_of
 from nbdiff.frameworks.interrupts import interrupts_deferred, undone_whole
 from nbdiff.trace.capture import BATCH_NORMS, Capture
-from nbdiff.trace.constructors import NotRebuildable, constructor_of
 from nbdiff.trace.dump.store import DUMP_TYPES
 from nbdiff.trace.dump.writer import DumpWriter
 from nbdiff.trace.events import Event, Kind, Phase, changed
 from nbdiff.trace.mesh import JobLayout
+from nbdiff.trace.origin.constructors import NotRebuildable, constructor_of
 from nbdiff.trace.param_events import states, updates, weights_at_start, with_uncalled_grads
 from nbdiff.trace.session import ModelSession
 from nbdiff.weights.plan import all_class_names

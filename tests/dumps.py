@@ -63,7 +63,7 @@ def first_step_tensor(path):
 def small_events():
     """One forward event with a NaN and an Inf, values and a stack: the dump-format tests' step."""
     from nbdiff.trace.events import Event, Kind, Phase, TensorRecord
-    from nbdiff.trace.stack import Frame
+    from nbdiff.trace.origin.stack import Frame
 
     x = np.array([[1.0, np.nan], [np.inf, -2.0]], "float32")
     return [

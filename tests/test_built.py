@@ -5,7 +5,7 @@ import pytest
 torch = pytest.importorskip("torch")
 paddle = pytest.importorskip("paddle")
 
-from nbdiff.trace.built import construction_site  # noqa: E402
+from nbdiff.trace.origin.built import construction_site  # noqa: E402
 
 
 class Block(torch.nn.Module):

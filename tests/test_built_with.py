@@ -9,8 +9,8 @@ pytest.importorskip("IPython")
 from IPython.core.interactiveshell import InteractiveShell  # noqa: E402
 
 from nbdiff.frameworks import framework_of  # noqa: E402
-from nbdiff.trace.built_with import built_with  # noqa: E402
-from nbdiff.trace.constructors import NotRebuildable, constructor_of  # noqa: E402
+from nbdiff.trace.origin.built_with import built_with  # noqa: E402
+from nbdiff.trace.origin.constructors import NotRebuildable, constructor_of  # noqa: E402
 
 CELL = '''
 import numpy as np, torch, paddle

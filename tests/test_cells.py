@@ -11,7 +11,7 @@ pytest.importorskip("torch")
 pytest.importorskip("IPython")
 
 from nbdiff.errors import DumpError  # noqa: E402
-from nbdiff.trace.cells import remember_cells  # noqa: E402
+from nbdiff.trace.origin.cells import remember_cells  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -60,7 +60,7 @@ shown = source_excerpt(frame.filename, frame.lineno)
 print("SOURCE", shown["kind"], "|".join(shown["lines"]))
 step = read_dump({dump!r} + "/rank0").steps[0]
 frames = [f for e in step for f in e.stack]
-from nbdiff.trace.stack import frame_label
+from nbdiff.trace.origin.stack import frame_label
 print("DUMP", sorted({{frame_label(f.filename, f.lineno) for f in frames}}))
 """
 

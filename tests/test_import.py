@@ -145,3 +145,16 @@ def test_the_verbs_stay_thin_and_watchs_hooks_only_record():
     }  # fmt: skip
     verbs = ("nbdiff.watching", "nbdiff.diff", "nbdiff.offline")
     assert {v: sorted(graph[v] & engine_work) for v in verbs} == {v: [] for v in verbs}
+
+
+def test_where_a_record_comes_from_reads_nothing_of_the_recording():
+    # trace/origin (stacks, cells, where and with what a layer was built) is read by the recorder, the
+    # dump and the view alike; it must not pull the recorder in.
+    wrong = [
+        f"{mod} -> {t}"
+        for mod, targets in _import_graph().items()
+        if mod.startswith("nbdiff.trace.origin")
+        for t in targets
+        if t.startswith("nbdiff.trace") and not t.startswith("nbdiff.trace.origin")
+    ]
+    assert wrong == []

@@ -391,7 +391,7 @@ def test_no_python_runs_when_a_recorded_tensor_dies_so_a_ctrl_c_is_never_dropped
 def _deep_calls(fw_name, roots):
     """Layers called from helpers, loops, a container and twice from different lines, five deep;
     each records, in its forward, the user frames above its own (what its call's stack must be)."""
-    from nbdiff.trace.stack import user_stack
+    from nbdiff.trace.origin.stack import user_stack
 
     Base = torch.nn.Module if fw_name == "torch" else paddle.nn.Layer
     seen: dict[str, list] = {}

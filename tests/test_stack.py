@@ -1,7 +1,7 @@
 import os
 
-from nbdiff.trace import stack as stack_module
-from nbdiff.trace.stack import user_stack
+from nbdiff.trace.origin import stack as stack_module
+from nbdiff.trace.origin.stack import user_stack
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -45,7 +45,7 @@ def test_the_remembered_verdicts_stay_bounded(monkeypatch):
 
 def test_the_line_ipython_makes_of_a_cell_magic_is_not_a_user_frame():
     # %%modeldiff showed an extra frame "Cell In [N], line 1": get_ipython().run_cell_magic(...).
-    from nbdiff.trace.stack import user_stack
+    from nbdiff.trace.origin.stack import user_stack
 
     class Shell:
         def run_cell_magic(self, name, line, cell):
@@ -63,7 +63,7 @@ def test_the_line_ipython_makes_of_a_cell_magic_is_not_a_user_frame():
 
 
 def test_inside_frames_are_the_sublayer_calls_frames_within_its_parents_call():
-    from nbdiff.trace.stack import Frame, inside_frames
+    from nbdiff.trace.origin.stack import Frame, inside_frames
 
     cell = Frame("nb.py", 11, "<module>")
     parent = (cell,)
@@ -76,3 +76,16 @@ def test_inside_frames_are_the_sublayer_calls_frames_within_its_parents_call():
     assert inside_frames(parent, (Frame("other.py", 1, "f"),)) == ()
     # A parent called from no user code (a trainer's loop): all of the child's frames are inside it.
     assert inside_frames((), child[:2]) == child[:2]
+
+
+def test_every_frame_of_nbdiff_is_hidden_wherever_its_module_sits():
+    # The stack module moved a folder deeper (trace/origin) and hid only trace/'s frames: the engine's
+    # and the verbs' would have shown up in user stacks as the user's code.
+    import nbdiff
+
+    for where in ("engine", "notebook", ""):
+        path = os.path.join(os.path.dirname(nbdiff.__file__), where, "somewhere.py")
+        namespace = {"user_stack": user_stack}
+        exec(compile("def inside():\n    return user_stack(())\n", path, "exec"), namespace)
+        frames = namespace["inside"]()
+        assert frames and not any(f.filename == path for f in frames), (where, frames[:2])

@@ -13,7 +13,7 @@ from nbdiff.errors import DumpError  # noqa: E402
 from nbdiff.trace.dump.store import read_dump  # noqa: E402
 from nbdiff.trace.dump.writer import write_rank  # noqa: E402
 from nbdiff.trace.events import Event, Kind, Phase, TensorRecord  # noqa: E402
-from nbdiff.trace.stack import Frame  # noqa: E402
+from nbdiff.trace.origin.stack import Frame  # noqa: E402
 from tests.dumps import pair, small_events, train  # noqa: E402
 
 

@@ -14,7 +14,7 @@ from contextlib import ExitStack
 from typing import Any
 
 from nbdiff.align.arguments import ArgDiff
-from nbdiff.trace.stack import Frame, tool_roots, user_stack
+from nbdiff.trace.origin.stack import Frame, tool_roots, user_stack
 
 __all__ = ["optimizer_settings", "optimizer_diffs", "optimizer_params", "setting_differs", "OptimizerLog"]
 

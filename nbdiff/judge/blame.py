@@ -21,7 +21,7 @@ from nbdiff.align.arguments import ArgDiff
 from nbdiff.judge.metrics import TensorDiff, compare_tensors, worst_ratio
 from nbdiff.judge.tolerance import Tolerance
 from nbdiff.trace.events import Event, Kind, Phase, TensorRecord
-from nbdiff.trace.stack import Frame, inside_frames
+from nbdiff.trace.origin.stack import Frame, inside_frames
 
 __all__ = [
     "EventDiff",

@@ -13,7 +13,7 @@ __all__ = ["load_ipython_extension", "unload_ipython_extension"]
 
 def load_ipython_extension(ipython: Any) -> None:
     from nbdiff.notebook.magics import ModelDiffMagics
-    from nbdiff.trace.built_with import remember_arguments
+    from nbdiff.trace.origin.built_with import remember_arguments
 
     ipython.register_magics(ModelDiffMagics)
     # Layers built from now on have their arguments remembered (repro, compare's rebuild); a framework
@@ -23,13 +23,13 @@ def load_ipython_extension(ipython: Any) -> None:
 
 
 def _remember_arguments(*_: Any) -> None:
-    from nbdiff.trace.built_with import remember_arguments
+    from nbdiff.trace.origin.built_with import remember_arguments
 
     remember_arguments()
 
 
 def unload_ipython_extension(ipython: Any) -> None:
-    from nbdiff.trace.built_with import forget_arguments
+    from nbdiff.trace.origin.built_with import forget_arguments
 
     # IPython has no unregister_magics: drop the entries the class registered.
     for kind in ("line", "cell"):

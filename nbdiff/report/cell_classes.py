@@ -132,7 +132,7 @@ def _plain(value: Any, depth: int = 0) -> bool:
 
 def _session_names() -> dict[str, Any]:
     """The notebook's global names (IPython's user namespace, else ``__main__``'s)."""
-    from nbdiff.trace.stack import ipython_shell
+    from nbdiff.trace.origin.stack import ipython_shell
 
     ns = getattr(ipython_shell(), "user_ns", None)
     if isinstance(ns, dict):
@@ -153,7 +153,7 @@ def _bound_by(imports: list[str]) -> set[str]:
 
 def _session_imports() -> list[str]:
     """Every top-level import of the cells run so far (IPython's ``In``), in order, once each."""
-    from nbdiff.trace.stack import ipython_shell
+    from nbdiff.trace.origin.stack import ipython_shell
 
     cells: Any = getattr(ipython_shell(), "user_ns", {}).get("In", [])
     found: list[str] = []

@@ -22,7 +22,7 @@ from nbdiff.errors import OptionError
 from nbdiff.frameworks import Framework, framework_of
 from nbdiff.judge.blame import Divergence, EventDiff
 from nbdiff.report.cell_classes import CellDefinitions
-from nbdiff.trace.constructors import NotRebuildable, constructor_of
+from nbdiff.trace.origin.constructors import NotRebuildable, constructor_of
 
 __all__ = ["write_repro"]
 

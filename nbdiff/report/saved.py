@@ -28,7 +28,6 @@ from nbdiff.judge.blame import Divergence, EventDiff
 from nbdiff.judge.metrics import TensorDiff
 from nbdiff.judge.tolerance import Tolerance
 from nbdiff.result import DiffResult
-from nbdiff.trace.cells import cells_of, remember_cells
 from nbdiff.trace.dump.codec import (
     event_from_json,
     event_json,
@@ -42,7 +41,8 @@ from nbdiff.trace.dump.codec import (
 from nbdiff.trace.dump.reading import read_payload
 from nbdiff.trace.dump.schema import MAX_DEPTH
 from nbdiff.trace.events import Event, Phase, TensorRecord
-from nbdiff.trace.stack import Frame
+from nbdiff.trace.origin.cells import cells_of, remember_cells
+from nbdiff.trace.origin.stack import Frame
 
 __all__ = ["save_result", "load_result", "FORMAT"]
 

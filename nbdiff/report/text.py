@@ -7,8 +7,8 @@ from typing import TYPE_CHECKING, Any
 from nbdiff.judge.blame import Divergence, EventDiff
 from nbdiff.judge.findings import counted, grouped_findings
 from nbdiff.judge.metrics import TensorDiff
-from nbdiff.trace.built import construction_site, root_layers
-from nbdiff.trace.stack import Frame, cell_number, frame_label
+from nbdiff.trace.origin.built import construction_site, root_layers
+from nbdiff.trace.origin.stack import Frame, cell_number, frame_label
 
 if TYPE_CHECKING:
     from nbdiff.result import DiffResult

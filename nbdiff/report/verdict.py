@@ -20,7 +20,7 @@ from nbdiff.judge.findings import grouped_findings
 from nbdiff.judge.metrics import TensorDiff
 from nbdiff.report.saved import _plain
 from nbdiff.trace.dump.codec import json_float
-from nbdiff.trace.stack import Frame
+from nbdiff.trace.origin.stack import Frame
 
 if TYPE_CHECKING:
     from nbdiff.result import DiffResult

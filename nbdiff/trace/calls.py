@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 
 from nbdiff.trace.events import Event, TensorRecord, changed
-from nbdiff.trace.stack import Frame
+from nbdiff.trace.origin.stack import Frame
 
 __all__ = ["Call", "Feed", "input_name", "link_backward_parents"]
 

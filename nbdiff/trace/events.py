@@ -8,7 +8,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from nbdiff.trace.stack import Frame
+from nbdiff.trace.origin.stack import Frame
 from nbdiff.trace.stats import Stats, tensor_stats
 
 __all__ = ["Phase", "Kind", "TensorRecord", "Event", "Trace", "changed", "dtype_name"]

@@ -24,9 +24,9 @@ from nbdiff.trace.build import build_events, renumbered, step_groups
 from nbdiff.trace.calls import Call, Feed, input_name
 from nbdiff.trace.events import Event, TensorRecord, changed
 from nbdiff.trace.nest import ONE_TENSOR_CALL, describe_non_tensors, flatten, flatten_call, unflatten
+from nbdiff.trace.origin.stack import Anchor, Frame, call_stack, tool_roots, user_stack
 from nbdiff.trace.recent import RecentGradients
 from nbdiff.trace.spool import Spool
-from nbdiff.trace.stack import Anchor, Frame, call_stack, tool_roots, user_stack
 from nbdiff.trace.summary import keeps_values, summarized
 
 __all__ = ["Recorder", "Feed"]
@@ -66,7 +66,7 @@ class Recorder:
         self._tensor_handles: list[Handle] = []
         self._active: list[Call] = []
         self._anchors: list[Anchor | None] = []
-        """Beside :attr:`_active`, each running call's stack anchor (:func:`~nbdiff.trace.stack.call_stack`)."""
+        """Beside :attr:`_active`, each running call's stack anchor (:func:`~nbdiff.trace.origin.stack.call_stack`)."""
         self._counts: dict[str, int] = {}
         self._copies: dict[tuple[int, int], tuple[Any, TensorRecord]] = {}
         """``(id, version)`` of a live tensor -> (a weak reference to it; its copy): see :meth:`_remember`."""

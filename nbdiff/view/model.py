@@ -17,9 +17,9 @@ from nbdiff.judge.blame import EventDiff
 from nbdiff.judge.findings import counted, grouped_findings
 from nbdiff.judge.metrics import TensorDiff
 from nbdiff.result import DiffResult
-from nbdiff.trace.built import construction_site, root_layers
 from nbdiff.trace.events import Event, Kind, Phase
-from nbdiff.trace.stack import Frame, frame_label, inside_frames
+from nbdiff.trace.origin.built import construction_site, root_layers
+from nbdiff.trace.origin.stack import Frame, frame_label, inside_frames
 from nbdiff.view.pictures import error_picture
 from nbdiff.view.tensors import CallIndex, record_stats, scalar_value, tensor_pair, tensor_records, tensor_role
 from nbdiff.view.tensors import json_ratio as _ratio

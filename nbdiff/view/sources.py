@@ -8,8 +8,8 @@ import os
 import sys
 from typing import Any
 
-from nbdiff.trace.cells import cell_lines, is_cell
-from nbdiff.trace.stack import cell_number, frame_label
+from nbdiff.trace.origin.cells import cell_lines, is_cell
+from nbdiff.trace.origin.stack import cell_number, frame_label
 
 __all__ = ["source_excerpt"]
 

@@ -9,7 +9,7 @@ from nbdiff.judge.metrics import compare_tensors
 from nbdiff.judge.tolerance import resolve_tolerance
 from nbdiff.result import DiffResult
 from nbdiff.trace.events import Event, Kind, Phase, TensorRecord
-from nbdiff.trace.stack import Frame
+from nbdiff.trace.origin.stack import Frame
 
 
 def big_result(n: int = 10_000, fan: int = 9, bad: int | None = None, shift: float = 0.1) -> DiffResult:

@@ -28,8 +28,8 @@ from nbdiff.frameworks import Framework
 from nbdiff.judge.blame import Divergence, EventDiff
 from nbdiff.judge.metrics import TensorDiff
 from nbdiff.trace.events import Event, TensorRecord
+from nbdiff.trace.origin.stack import Frame
 from nbdiff.trace.spool import Spool
-from nbdiff.trace.stack import Frame
 from nbdiff.weights.assign import WeightMap, execution_pairs, plan_pairing
 from nbdiff.weights.fused import fused_layers
 from nbdiff.weights.plan import layer_tensors

@@ -1,7 +1,7 @@
 """Layers rebuilt from tensor dumps: the local error ``auto_diff`` measures by replay, offline.
 
 A tensor dump keeps how each layer was built (its class and literal constructor arguments,
-:mod:`nbdiff.trace.constructors`), its weights at the first recorded step of each run and
+:mod:`nbdiff.trace.origin.constructors`), its weights at the first recorded step of each run and
 every update after it, and each call's inputs and outputs. That is enough to build the layer
 again, give it the weights it had at step ``k`` (the first weights plus the updates up to
 ``k``), and run it on the other side's inputs, which is what a replay does live.
@@ -32,11 +32,11 @@ from nbdiff.engine.backward import record_magnitude
 from nbdiff.engine.types import Snapshot
 from nbdiff.frameworks import Framework, known_frameworks
 from nbdiff.judge.metrics import TensorDiff
-from nbdiff.trace.constructors import Constructor
 from nbdiff.trace.dump.store import RankDump
 from nbdiff.trace.events import Event, Phase, TensorRecord
 from nbdiff.trace.layer_paths import relative
 from nbdiff.trace.nest import flatten
+from nbdiff.trace.origin.constructors import Constructor
 from nbdiff.weights.plan import LayerWeights
 
 __all__ = ["RebuiltSide", "plan_snapshot", "rebuilt_local", "rebuilt_local_backward", "mirrored", "weightless"]

@@ -19,7 +19,7 @@ from nbdiff.judge.blame import Divergence, EventDiff
 from nbdiff.judge.metrics import TensorDiff, compare_tensors
 from nbdiff.judge.tolerance import Tolerance
 from nbdiff.trace.events import Event, Kind, Phase, TensorRecord
-from nbdiff.trace.stack import Frame
+from nbdiff.trace.origin.stack import Frame
 from nbdiff.weights.plan import LayerWeights, layer_tensors
 
 __all__ = [

@@ -15,7 +15,7 @@ import numpy as np
 from nbdiff.errors import DumpError
 from nbdiff.trace.dump.reading import load_json, read_text
 from nbdiff.trace.events import Event, Kind, Phase, TensorRecord
-from nbdiff.trace.stack import Frame
+from nbdiff.trace.origin.stack import Frame
 from nbdiff.trace.stats import Stats, decoded_sample, sample_json, tensor_sample
 
 __all__ = [

@@ -31,7 +31,6 @@ from typing import Any
 import numpy as np
 
 from nbdiff.errors import DumpError
-from nbdiff.trace.cells import remember_cells
 from nbdiff.trace.dump.codec import (
     event_from_json,
     load_dump_json,
@@ -39,6 +38,7 @@ from nbdiff.trace.dump.codec import (
 from nbdiff.trace.dump.reading import read_payload
 from nbdiff.trace.dump.schema import payload_path, validate_manifest, validate_step
 from nbdiff.trace.events import Event
+from nbdiff.trace.origin.cells import remember_cells
 
 __all__ = ["FORMAT", "VERSION", "MANIFEST", "DUMP_TYPES", "RankDump", "read_dump", "rank_dirs", "manifest_of"]
 

@@ -18,7 +18,6 @@ import numpy as np
 
 from nbdiff.errors import DumpError
 from nbdiff.trace.capture import amplifies
-from nbdiff.trace.cells import cells_of
 from nbdiff.trace.dump.codec import (
     event_json,
     write_json_atomic,
@@ -26,6 +25,7 @@ from nbdiff.trace.dump.codec import (
 from nbdiff.trace.dump.payload import PayloadFile, header_room
 from nbdiff.trace.dump.store import DUMP_TYPES, FORMAT, MANIFEST, VERSION
 from nbdiff.trace.events import Event
+from nbdiff.trace.origin.cells import cells_of
 from nbdiff.trace.stats import Stats, tensor_stats
 
 __all__ = ["DumpWriter", "write_rank"]

@@ -13,7 +13,7 @@ import inspect
 import re
 from typing import Any
 
-from nbdiff.trace.stack import Frame
+from nbdiff.trace.origin.stack import Frame
 
 __all__ = ["construction_site", "root_layers"]
 

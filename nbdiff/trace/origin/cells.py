@@ -15,7 +15,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from nbdiff.errors import DumpError
-from nbdiff.trace.stack import cell_number, ipython_shell, remember_cell_number
+from nbdiff.trace.origin.stack import cell_number, ipython_shell, remember_cell_number
 
 __all__ = ["cell_lines", "cells_of", "is_cell", "remember_cells"]
 

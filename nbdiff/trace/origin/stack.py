@@ -24,7 +24,7 @@ __all__ = [
     "remember_cell_number",
 ]
 
-_NBDIFF_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+_NBDIFF_ROOT = os.path.abspath(__file__).rsplit(os.sep, 3)[0] + os.sep  # nbdiff/, from nbdiff/trace/origin/stack.py
 _STDLIB_ROOT = os.path.dirname(os.__file__) + os.sep
 # Notebook machinery between the user's cell and their model: never the user's code.
 _TOOLS = (
@@ -169,7 +169,7 @@ def cell_number(filename: str) -> int | None:
 
 
 _REMEMBERED: dict[str, int] = {}
-"""Cell numbers a saved result or a dump carried (:mod:`nbdiff.trace.cells`), by file name."""
+"""Cell numbers a saved result or a dump carried (:mod:`nbdiff.trace.origin.cells`), by file name."""
 
 
 def remember_cell_number(filename: str, n: int) -> None:

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from nbdiff.frameworks import Framework
-from nbdiff.trace.built_with import built_with
+from nbdiff.trace.origin.built_with import built_with
 
 __all__ = ["Constructor", "NotRebuildable", "constructor_of"]
 

@@ -129,7 +129,7 @@ class DumpWriter:
         self.steps = 0
         self._last: dict[str, Any] | None = None
         self._files: set[str] = set()
-        """Files the steps' frames point into: its notebook cells go into the manifest (trace/cells)."""
+        """Files the steps' frames point into: its notebook cells go into the manifest (trace/origin/cells)."""
         self._write_manifest(complete=False)
         self._failure: tuple[int, BaseException] | None = None
         self._ahead: dict[int, tuple[np.ndarray, Stats]] = {}

@@ -4,9 +4,10 @@ Run: .venv/bin/python benchmarks/bench_watch.py [--rounds N] [--steps S] [--dept
 The user's loop: ``D`` x (Linear(32, 32) + Tanh) in torch against the same in paddle (``--raw torch``:
 torch twice), SGD, ``S`` steps of forward, loss, backward and update on a batch of 16, each side
 stepped right after its own call. Bare: the same loop without nbdiff. Watched: inside
-``with nbdiff.watch(base, raw)``, the result compared when the block ends. Rounds alternate bare and
-watched in one process; prints per step the bare time, and min over min (median over median) of the
-watched loop against it, plus the extra peak RSS of the watched loop.
+``with nbdiff.watch(base, raw)``, the result compared when the block ends. Floor: the same loop with
+every layer call's tensors and gradients copied and compared as :func:`floor_loop` says. Rounds alternate
+bare, floor and watched in one process; prints per step the bare time, and min over min (median over
+median) of the watched loop and of the floor against it, plus the extra peak RSS of the watched loop.
 """
 
 from __future__ import annotations
@@ -29,6 +30,9 @@ import paddle  # noqa: E402
 import torch  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import floor  # noqa: E402
+
 import nbdiff  # noqa: E402
 
 warnings.filterwarnings("ignore")
@@ -40,7 +44,7 @@ def stack(fw: str, depth: int):
     return nn.Sequential(*[m for _ in range(depth) for m in (nn.Linear(32, 32), nn.Tanh())])
 
 
-def loop(models: list[tuple[str, object]], steps: int) -> None:
+def loop(models: list[tuple[str, object]], steps: int, after_step=None) -> None:
     opts = [
         torch.optim.SGD(m.parameters(), lr=0.01)
         if fw == "torch"
@@ -55,6 +59,23 @@ def loop(models: list[tuple[str, object]], steps: int) -> None:
             (out * out).mean().backward()
             opt.step()
             opt.zero_grad() if fw == "torch" else opt.clear_grad()
+        if after_step is not None:
+            after_step()
+
+
+def floor_loop(models: list[tuple[str, object]], steps: int) -> None:
+    """The faithful floor of a watched loop (``floor.each_call`` on both models, every copy of a step
+    compared with a tolerance once both sides ran it): what recording and comparing each layer call
+    takes at the least, with no names, pairing, blame or updates."""
+    kept: tuple[list, list] = ([], [])
+
+    def compared() -> None:
+        floor.compared_with_tolerance(*kept)
+        kept[0].clear()
+        kept[1].clear()
+
+    with floor.each_call(models[0][1], kept[0].append), floor.each_call(models[1][1], kept[1].append):
+        loop(models, steps, compared)
 
 
 def main() -> None:
@@ -67,13 +88,17 @@ def main() -> None:
     args = ap.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
-    bare, watched, extra = [], [], []
+    bare, watched, floors, extra = [], [], [], []
     loop([("torch", stack("torch", args.depth)), (args.raw, stack(args.raw, args.depth))], 2)  # warm-up
     for _ in range(args.rounds):
         models = [("torch", stack("torch", args.depth)), (args.raw, stack(args.raw, args.depth))]
         t0 = time.perf_counter()
         loop(models, args.steps)
         bare.append((time.perf_counter() - t0) / args.steps)
+        models = [("torch", stack("torch", args.depth)), (args.raw, stack(args.raw, args.depth))]
+        t0 = time.perf_counter()
+        floor_loop(models, args.steps)
+        floors.append((time.perf_counter() - t0) / args.steps)
         models = [("torch", stack("torch", args.depth)), (args.raw, stack(args.raw, args.depth))]
         rss0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
         t0 = time.perf_counter()
@@ -86,7 +111,8 @@ def main() -> None:
     print(
         f"watch, {args.depth} x (Linear(32,32)+Tanh), torch vs {args.raw}, SGD, {args.steps} steps, load "
         f"{os.getloadavg()[0]:.2f}: bare {lo * 1e3:.1f} ms/step | watch {min(watched) * 1e3:.1f} ms/step, {min(watched) / lo:.2f}x "
-        f"({statistics.median(watched) / statistics.median(bare):.2f}x) | extra peak RSS {max(extra):.0f} MiB"
+        f"({statistics.median(watched) / statistics.median(bare):.2f}x) | faithful floor {min(floors) / lo:.2f}x "
+        f"({statistics.median(floors) / statistics.median(bare):.2f}x) | extra peak RSS {max(extra):.0f} MiB"
     )
 
 

@@ -6,7 +6,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from nbdiff.frameworks import framework_of  # noqa: E402
-from nbdiff.trace.build import build_events, renumbered, step_groups  # noqa: E402
+from nbdiff.trace.build import build_events, first_calls, step_groups  # noqa: E402
 from nbdiff.trace.events import Kind, Phase  # noqa: E402
 from nbdiff.trace.recorder import Recorder  # noqa: E402
 
@@ -74,9 +74,34 @@ def test_steps_are_cut_at_root_calls_and_each_numbered_from_zero():
     steps = step_groups(rec.calls)
     assert [len(g) for g in steps] == [4, 4, 4, 4]
     assert [len(g) for g in step_groups(rec.calls, roots_per_step=2)] == [8, 8]  # micro-batches
-    last = renumbered(steps[-1])
-    assert [c.order for c in last] == [0, 1, 2, 3] and [c.parent for c in last] == [None, 0, 0, 0]
-    assert [c.call for c in last] == [0, 0, 0, 0]  # each path's first call of the step
-    pair = renumbered(step_groups(rec.calls, roots_per_step=2)[1])
-    assert [(c.path, c.call) for c in pair][4:] == [("", 1), ("0", 1), ("1", 1), ("2", 1)]
-    assert steps[-1][0].order == 12  # the recording's own numbers are left as they were
+    fw = framework_of(model)
+
+    def events(group):
+        return build_events(fw, group, 3, None, fw.grad_of, False, first_call=first_calls(group))[0]
+
+    last = events(steps[-1])
+    assert [e.order for e in last] == [0, 1, 2, 3] and [e.parent for e in last] == [None, 0, 0, 0]
+    assert [e.call for e in last] == [0, 0, 0, 0]  # each path's first call of the step
+    pair = events(step_groups(rec.calls, roots_per_step=2)[1])
+    assert [(e.path, e.call) for e in pair][4:] == [("", 1), ("0", 1), ("1", 1), ("2", 1)]
+    assert steps[-1][0].order == 12 and steps[-1][0].call == 3  # the recording's own numbers are left as they were
+
+
+def test_each_backward_event_points_at_the_backward_event_of_the_call_enclosing_its_own():
+    torch.manual_seed(0)
+    inner = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Tanh())
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4), inner, torch.nn.Sequential(inner, torch.nn.Linear(4, 2)))
+    fw = framework_of(model)
+    rec = Recorder(fw, model)
+    with rec:
+        for _ in range(2):
+            model(torch.ones(3, 4, requires_grad=True)).sum().backward()
+    for group in step_groups(rec.calls):
+        forward, backward, _ = build_events(fw, group, 0, None, fw.grad_of, True, first_call=first_calls(group))
+        assert max(e.depth for e in backward) == 3  # the shared Sequential's layers, inside another one
+        assert [e.order for e in backward] == list(range(len(backward)))
+        by_call = {(e.path, e.call): e.order for e in backward}
+        for e in backward:
+            f = next(f for f in forward if (f.path, f.call) == (e.path, e.call))
+            up = forward[f.parent] if f.parent is not None else None
+            assert e.parent == (by_call[(up.path, up.call)] if up is not None else None), e.path

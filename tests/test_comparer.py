@@ -193,6 +193,12 @@ def _sgd(m):
 @pytest.mark.parametrize("verb", ["auto_diff", "watch", "record + compare"])
 def test_steps_built_alike_are_paired_once_as_searching_again_would_pair_them(verb, direction, monkeypatch, tmp_path):
     seen = _spied_pairing(monkeypatch)
+    # Weights of one draw: paddle's were the global generator's, as earlier tests left it, and some draws
+    # made SGD at this rate blow up by step 2 (paddle's silu then gives NaN where torch's stays finite).
+    import paddle
+
+    torch.manual_seed(0)
+    paddle.seed(0)
     base, raw = _fused_pair(direction)
     xs = [np.random.RandomState(i).randn(3, 5, 8).astype("float32") for i in range(4)]
     if verb == "auto_diff":

@@ -50,7 +50,10 @@ qualified name: events, dropout and pairing all ask)."""
 def framework_class_names(package: str, layer: Any) -> list[str]:
     """Names of ``layer``'s classes from ``package`` (``"torch."``), most specific first, then the
     framework classes it stands for (:func:`like_names`)."""
-    known = _CLASS_NAMES.setdefault((package, len(LAYER_LIKE)), weakref.WeakKeyDictionary())
+    key = (package, len(LAYER_LIKE))
+    known = _CLASS_NAMES.get(key)
+    if known is None:  # not setdefault: its default, a new WeakKeyDictionary, was made at every call
+        known = _CLASS_NAMES[key] = weakref.WeakKeyDictionary()
     cls = type(layer)
     found = known.get(cls)
     if found is None:

@@ -9,10 +9,10 @@ from typing import Any
 import numpy as np
 
 from nbdiff.frameworks import Framework
-from nbdiff.trace.calls import Call, link_backward_parents
-from nbdiff.trace.events import Event, Kind, Phase, TensorRecord, changed
+from nbdiff.trace.calls import Call
+from nbdiff.trace.events import Event, Kind, Phase, TensorRecord, new_event
 
-__all__ = ["build_events", "step_groups", "renumbered"]
+__all__ = ["build_events", "step_groups", "first_calls"]
 
 
 def step_groups(calls: list[Call], roots_per_step: int = 1) -> list[list[Call]]:
@@ -28,18 +28,13 @@ def step_groups(calls: list[Call], roots_per_step: int = 1) -> list[list[Call]]:
     return groups
 
 
-def renumbered(group: list[Call]) -> list[Call]:
-    """One step's calls numbered from 0 (orders, parents, and each path's calls), however many steps
-    the recording held before it."""
-    first_call: dict[str, int] = {}
-    out = []
-    for i, rec in enumerate(group):
-        base_call = first_call.setdefault(rec.path, rec.call)
-        out.append(changed(rec, order=i, call=rec.call - base_call, parent=None))
-    new_order = {rec.order: i for i, rec in enumerate(group)}
-    for new, old in zip(out, group):
-        new.parent = new_order.get(old.parent) if old.parent is not None else None
-    return out
+def first_calls(group: list[Call]) -> dict[str, int]:
+    """Each path's first call number in ``group`` (one step of a recording that held steps before it):
+    what :func:`build_events` numbers the step's calls of that path from."""
+    first: dict[str, int] = {}
+    for rec in group:
+        first.setdefault(rec.path, rec.call)
+    return first
 
 
 def build_events(
@@ -50,15 +45,18 @@ def build_events(
     grad_of: Callable[[Any], np.ndarray | None],
     backward: bool,
     params_of: Callable[[Any], list[tuple[str, Any]]] | None = None,
+    first_call: dict[str, int] | None = None,
 ) -> tuple[list[Event], list[Event], list[str]]:
     """Forward and backward events of ``calls`` (one step), plus warnings.
 
-    Backward events come in backward order: the reverse of the forward call starts, which
+    Events are numbered from 0 within the step, each path's calls from ``first_call`` (default: as
+    recorded). Backward events come in backward order: the reverse of the forward call starts, which
     puts every layer after its sublayers, as autograd runs them. ``grad_of(param)`` gives a
     parameter's gradient for the step; ``params_of(layer)`` its own parameters as ``grad_of`` knows
     them (default: as the layer holds them now).
     """
-    forward = _forward_events(fw, calls, step)
+    first = first_call or {}
+    forward = _forward_events(fw, calls, step, first)
     if loss is not None:
         record = TensorRecord(
             "loss", fw.shape_of(loss), fw.dtype_name(loss), fw.to_numpy(loss), None, fw.layout_of(loss)
@@ -66,39 +64,30 @@ def build_events(
         forward.append(
             Event(step, Phase.FORWARD, Kind.LOSS, len(forward), "<loss>", "Loss", 0, 0, None, False, (), (record,))
         )
-    grads = _backward_events(fw, calls, step, forward, grad_of, params_of or fw.direct_params) if backward else []
-    return forward, link_backward_parents(grads), []
+    grads = (
+        _backward_events(fw, calls, step, forward, grad_of, params_of or fw.direct_params, first) if backward else []
+    )
+    return forward, grads, []
 
 
-def _forward_events(fw: Framework, calls: list[Call], step: int) -> list[Event]:
+def _forward_events(fw: Framework, calls: list[Call], step: int, first: dict[str, int]) -> list[Event]:
     forward: list[Event] = []
     renumber: dict[int, int] = {}  # call order -> event order; a parent's call starts before its children's
+    layer_facts = _LayerFacts(fw)
     for rec in calls:
         if not rec.done:
             continue
-        ev = Event(
-            step=step,
-            phase=Phase.FORWARD,
-            kind=Kind.API if rec.api else Kind.LAYER,
-            order=len(forward),
-            path=rec.path,
-            type_name=rec.api or type(rec.layer).__name__,
-            call=rec.call,
-            depth=rec.depth,
-            parent=renumber.get(rec.parent) if rec.parent is not None else None,
-            library=False if rec.api else fw.is_library_layer(rec.layer),
-            inputs=tuple(rec.inputs),
-            outputs=tuple(rec.outputs),
-            given=tuple(rec.given),
-            args=rec.args,
-            stack=rec.stack,
-            template=rec.template,
-            layer=rec.layer,
-            bases=() if rec.api else _bases(fw, rec.layer),
-            weights=() if rec.api else _weight_shapes(fw, rec.layer),
-        )
-        renumber[rec.order] = ev.order
-        forward.append(ev)
+        library, bases, weights = (False, (), ()) if rec.api else layer_facts.of(rec.layer)
+        order = renumber[rec.order] = len(forward)
+        forward.append(
+            new_event(
+                step=step, phase=Phase.FORWARD, kind=Kind.API if rec.api else Kind.LAYER, order=order,
+                path=rec.path, type_name=rec.api or type(rec.layer).__name__, call=rec.call - first.get(rec.path, 0),
+                depth=rec.depth, parent=renumber.get(rec.parent) if rec.parent is not None else None,
+                library=library, inputs=tuple(rec.inputs), outputs=tuple(rec.outputs), given=tuple(rec.given),
+                args=rec.args, stack=rec.stack, template=rec.template, layer=rec.layer, bases=bases, weights=weights,
+            )
+        )  # fmt: skip
     return forward
 
 
@@ -109,14 +98,15 @@ def _backward_events(
     forward: list[Event],
     grad_of: Callable[[Any], np.ndarray | None],
     params_of: Callable[[Any], list[tuple[str, Any]]],
+    first: dict[str, int],
 ) -> list[Event]:
-    """Each layer call's gradients, in backward order; a parameter's gradient goes with the last call of
-    its layer (the first met going backward)."""
-    grads: list[Event] = []
+    """Each layer call's gradients, in backward order, each pointing at its enclosing layer's backward
+    event; a parameter's gradient goes with the last call of its layer (the first met going backward)."""
+    found: list[tuple[Call, Event, tuple[TensorRecord, ...], tuple[TensorRecord, ...], tuple[TensorRecord, ...]]] = []
     seen_params: set[int] = set()
     fwd_by_key = {(e.path, e.call): e for e in forward if e.kind is Kind.LAYER}
     for rec in reversed(calls):
-        f = fwd_by_key.get((rec.path, rec.call))
+        f = fwd_by_key.get((rec.path, rec.call - first.get(rec.path, 0)))
         if f is None or rec.api:
             continue
         params = []
@@ -129,13 +119,45 @@ def _backward_events(
                 params.append(TensorRecord(pname, fw.shape_of(p), fw.dtype_name(p), g, None, fw.layout_of(p)))
         grad_in, grad_out = tuple(rec.grad_in.values()), tuple(rec.grad_out.values())
         if grad_in or grad_out or params:
-            grads.append(
-                Event(
-                    step, Phase.BACKWARD, Kind.LAYER, len(grads), rec.path, f.type_name, rec.call, rec.depth,
-                    f.parent, f.library, grad_in, grad_out, tuple(params), (), rec.backward_stack or rec.stack,
-                )
-            )  # fmt: skip
-    return grads
+            found.append((rec, f, grad_in, grad_out, tuple(params)))
+    parents = _backward_parents([rec.depth for rec, *_ in found])
+    return [
+        new_event(
+            step=step, phase=Phase.BACKWARD, kind=Kind.LAYER, order=i, path=rec.path, type_name=f.type_name,
+            call=f.call, depth=rec.depth, parent=parents[i], library=f.library, inputs=grad_in, outputs=grad_out,
+            params=params, stack=rec.backward_stack or rec.stack,
+        )
+        for i, (rec, f, grad_in, grad_out, params) in enumerate(found)
+    ]  # fmt: skip
+
+
+def _backward_parents(depths: list[int]) -> list[int | None]:
+    """The order of each backward event's enclosing layer's event (:func:`~nbdiff.trace.calls.link_backward_parents`,
+    read from the depths before the events are made: no event made twice)."""
+    parents: list[int | None] = [None] * len(depths)
+    ancestors: list[int] = []
+    for i in range(len(depths) - 1, -1, -1):  # backward order reversed is pre-order
+        while ancestors and depths[ancestors[-1]] >= depths[i]:
+            ancestors.pop()
+        parents[i] = ancestors[-1] if ancestors else None
+        ancestors.append(i)
+    return parents
+
+
+class _LayerFacts:
+    """What pairing reads of a layer object, read once per step: whether the framework's own, the framework
+    classes it stands for, its weights' shapes."""
+
+    def __init__(self, fw: Framework) -> None:
+        self.fw = fw
+        self._known: dict[int, tuple[bool, tuple[str, ...], tuple[tuple[int, ...], ...]]] = {}
+
+    def of(self, layer: Any) -> tuple[bool, tuple[str, ...], tuple[tuple[int, ...], ...]]:
+        found = self._known.get(id(layer))
+        if found is None:
+            fw = self.fw
+            found = self._known[id(layer)] = (fw.is_library_layer(layer), _bases(fw, layer), _weight_shapes(fw, layer))
+        return found
 
 
 _GENERIC = {"Module", "Layer", "object"}

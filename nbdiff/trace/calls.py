@@ -7,10 +7,10 @@ from typing import Any
 
 import numpy as np
 
-from nbdiff.trace.events import Event, TensorRecord, changed
+from nbdiff.trace.events import TensorRecord
 from nbdiff.trace.origin.stack import Frame
 
-__all__ = ["Call", "Feed", "input_name", "link_backward_parents"]
+__all__ = ["Call", "Feed", "input_name"]
 
 
 @dataclass
@@ -61,20 +61,3 @@ class Feed:
 def input_name(key: str) -> str:
     """``[0][1]`` (second positional) becomes ``in[1]``; ``[1].x`` (keyword) becomes ``in.x``."""
     return "in" + key[3:]
-
-
-def link_backward_parents(events: list[Event]) -> list[Event]:
-    """Point each backward event at its enclosing layer's backward event.
-
-    Backward order is reversed pre-order, so walking it from the end is pre-order:
-    the enclosing layer is the nearest earlier (in that walk) event of smaller depth.
-    """
-    result = list(events)
-    ancestors: list[Event] = []
-    for i in range(len(result) - 1, -1, -1):
-        e = result[i]
-        while ancestors and ancestors[-1].depth >= e.depth:
-            ancestors.pop()
-        result[i] = changed(e, parent=ancestors[-1].order if ancestors else None)
-        ancestors.append(result[i])
-    return result

@@ -20,7 +20,7 @@ from nbdiff.frameworks import Framework, Handle
 from nbdiff.frameworks.base import plain_attr
 from nbdiff.frameworks.interrupts import done_whole, lost_interrupts_kept, raise_lost_interrupt, undone_whole
 from nbdiff.trace.apis import SKIPPED_OPS, canonical_op
-from nbdiff.trace.build import build_events, renumbered, step_groups
+from nbdiff.trace.build import build_events, first_calls, step_groups
 from nbdiff.trace.calls import Call, Feed, input_name
 from nbdiff.trace.events import Event, TensorRecord, changed
 from nbdiff.trace.nest import ONE_TENSOR_CALL, describe_non_tensors, flatten, flatten_call, unflatten
@@ -418,7 +418,7 @@ class Recorder:
     ) -> tuple[list[Event], list[Event], list[str]]:
         got: dict[int, np.ndarray] = grads[k] if k < len(grads) else {}
         return build_events(
-            self.fw, renumbered(group), k, None, lambda p: got.get(id(p)), self.backward, self._params_of
+            self.fw, group, k, None, lambda p: got.get(id(p)), self.backward, self._params_of, first_calls(group)
         )
 
     def _params_of(self, layer: Any) -> list[tuple[str, Any]]:

@@ -31,7 +31,6 @@ from nbdiff.errors import InputError, NbdiffError, WeightTransferError
 from nbdiff.frameworks import framework_of
 from nbdiff.frameworks.interrupts import is_interrupt, undone_whole
 from nbdiff.judge.blame import require_compared
-from nbdiff.judge.tolerance import Tolerance
 from nbdiff.result import DiffResult
 from nbdiff.trace.session import ModelSession
 from nbdiff.trace.spool import MEMORY_MIB, Spool, give_back_heap
@@ -94,18 +93,24 @@ class watch:
         self._b = ModelSession(self.bfw, base, "base", backward, api_level=api_level, spool=self._spool)
         self._r = ModelSession(self.rfw, raw, "raw", backward, api_level=api_level, spool=self._spool)
         self._cmp = LiveComparer(
-            self.bfw, base, self.rfw, raw, self._tol, compare_mode, diff_phase, layer_map, self._spool, bool(auto_init)
+            self.bfw,
+            base,
+            self.rfw,
+            raw,
+            self.spec.tol,
+            compare_mode,
+            diff_phase,
+            layer_map,
+            self._spool,
+            bool(auto_init),
         )
         self._stack = ExitStack()
         self._optimizers = OptimizerLog()
         self._steps = WatchedSteps(
-            self._b, self._r, self._cmp, self._optimizers, self._tol, keep_steps, framework_differences == "fail"
+            self._b, self._r, self._cmp, self._optimizers, self.spec.tol, keep_steps, framework_differences == "fail"
         )
         # The root models' hooks record and call this as a step begins; it does the rest (engine/live/boundary).
         self._boundary = StepBoundary((self._b, self._r), (base, raw), self._cmp, self._steps, self.options, None)
-
-    def _tol(self, a: str, b: str) -> Tolerance:
-        return self.spec.tol(a, b)
 
     # -- recording -------------------------------------------------------------
     def __enter__(self) -> watch:

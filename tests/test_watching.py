@@ -552,3 +552,31 @@ def test_the_users_own_forward_hooks_run_as_often_as_the_loop_calls_raw(raw_fw):
     assert w.result, w.result.report()
     assert sorted(runs) == [2, 2, 2, 3, 3, 3]  # each hook once a call (pre: 2 arguments, post: 3)
     assert not [m for m in w.result.warnings if "could not be copied" in m]
+
+
+def test_a_watch_let_go_of_frees_its_result_at_once_without_the_collector():
+    # The watch held itself through its comparer (its tolerance, a bound method), and the comparer held the
+    # watched steps (the last step's weight loader): a cell run again kept the last result, and every tensor
+    # it recorded, till the collector's next full pass.
+    import gc
+    import weakref
+
+    torch.manual_seed(0)
+    base = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Tanh(), torch.nn.Linear(16, 4))
+    raw = copy.deepcopy(base)
+    x = torch.tensor(np.random.RandomState(1).randn(32, 8).astype("float32"))
+    with nbdiff.watch(base, raw) as w:
+        opts = [torch.optim.SGD(m.parameters(), lr=1e-2) for m in (base, raw)]
+        for _ in range(4):
+            for model, opt in zip((base, raw), opts):
+                model(x).pow(2).mean().backward()
+                opt.step()
+                opt.zero_grad()
+    assert w.result, w.result.report()
+    result, events = weakref.ref(w.result), weakref.ref(w.result.events[-1])
+    gc.disable()
+    try:
+        del w
+        assert result() is None and events() is None
+    finally:
+        gc.enable()

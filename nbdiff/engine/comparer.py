@@ -293,6 +293,9 @@ class StepComparer:
         out.findings = [with_unpaired(f, pairing) if f.where == "between" else f for f in found]
         out.diffs = fwd + bwd
         self.done_reading()
+        # The step's own: held on, it tied the comparer to whoever gave it (watch's steps) in a cycle, and a
+        # dropped watch kept its result's memory till the collector's next full pass.
+        self._ready = None
         if noise is not None and noise.dismissed:
             out.notes += [_conditioning_note(e, err, limit) for e, err, limit in noise.dismissed[:3]]
         return out

@@ -11,6 +11,16 @@ import nbdiff  # noqa: E402
 from tests.dumps import CNN_X, momentum_pair  # noqa: E402
 
 
+def _train_both(base, raw, x, steps, optimizer):
+    """``steps`` steps of two torch models on ``x``, each stepped by its own ``optimizer`` (lr 1e-2)."""
+    opts = [optimizer(m.parameters(), lr=1e-2) for m in (base, raw)]
+    for _ in range(steps):
+        for model, opt in zip((base, raw), opts):
+            model(x).pow(2).mean().backward()
+            opt.step()
+            opt.zero_grad()
+
+
 def test_raw_gets_base_weights_from_before_base_stepped():
     # Base's whole step (its optimizer included) runs before raw's first call. When the weights are
     # copied then (pairing by execution), they must be base's as its step 0 began, not its updated ones.
@@ -22,12 +32,7 @@ def test_raw_gets_base_weights_from_before_base_stepped():
             p.add_(1.0)  # auto_init must replace these
     x = torch.tensor(np.random.RandomState(1).randn(32, 8).astype("float32"))
     with nbdiff.watch(base, raw) as w:
-        opts = [torch.optim.Adam(m.parameters(), lr=1e-2) for m in (base, raw)]
-        for _ in range(2):
-            for model, opt in zip((base, raw), opts):
-                model(x).pow(2).mean().backward()
-                opt.step()
-                opt.zero_grad()
+        _train_both(base, raw, x, 2, torch.optim.Adam)
     assert w.result, w.result.report()
     for b, r in zip(base.parameters(), raw.parameters()):
         torch.testing.assert_close(b, r, rtol=0, atol=1e-6)
@@ -566,12 +571,7 @@ def test_a_watch_let_go_of_frees_its_result_at_once_without_the_collector():
     raw = copy.deepcopy(base)
     x = torch.tensor(np.random.RandomState(1).randn(32, 8).astype("float32"))
     with nbdiff.watch(base, raw) as w:
-        opts = [torch.optim.SGD(m.parameters(), lr=1e-2) for m in (base, raw)]
-        for _ in range(4):
-            for model, opt in zip((base, raw), opts):
-                model(x).pow(2).mean().backward()
-                opt.step()
-                opt.zero_grad()
+        _train_both(base, raw, x, 4, torch.optim.SGD)
     assert w.result, w.result.report()
     result, events = weakref.ref(w.result), weakref.ref(w.result.events[-1])
     gc.disable()

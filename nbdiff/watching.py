@@ -92,22 +92,14 @@ class watch:
         self._spool = Spool(None if memory_mib is None else int(memory_mib * 2**20))
         self._b = ModelSession(self.bfw, base, "base", backward, api_level=api_level, spool=self._spool)
         self._r = ModelSession(self.rfw, raw, "raw", backward, api_level=api_level, spool=self._spool)
+        tol = self.spec.tol  # the spec's, not a method of this watch: the comparer would hold the watch in a cycle
         self._cmp = LiveComparer(
-            self.bfw,
-            base,
-            self.rfw,
-            raw,
-            self.spec.tol,
-            compare_mode,
-            diff_phase,
-            layer_map,
-            self._spool,
-            bool(auto_init),
+            self.bfw, base, self.rfw, raw, tol, compare_mode, diff_phase, layer_map, self._spool, bool(auto_init)
         )
         self._stack = ExitStack()
         self._optimizers = OptimizerLog()
         self._steps = WatchedSteps(
-            self._b, self._r, self._cmp, self._optimizers, self.spec.tol, keep_steps, framework_differences == "fail"
+            self._b, self._r, self._cmp, self._optimizers, tol, keep_steps, framework_differences == "fail"
         )
         # The root models' hooks record and call this as a step begins; it does the rest (engine/live/boundary).
         self._boundary = StepBoundary((self._b, self._r), (base, raw), self._cmp, self._steps, self.options, None)

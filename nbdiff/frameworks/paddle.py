@@ -29,10 +29,10 @@ _DTYPE_NAMES: dict[Any, str] = {}
 """paddle dtype -> its name (``float32``): :meth:`PaddleFramework.dtype_name`."""
 _BFLOAT16, _FLOAT32 = paddle.bfloat16, paddle.float32
 _COPIED_MAX = 1 << 16
+"""Values up to which :meth:`PaddleFramework.to_numpy` takes paddle's own copy."""
 _VIEW_SHAPE = getattr(paddle._C_ops, "view_shape", None)
 """The op ``Tensor.view(shape)`` runs, called without its decorator and checks (2.3 against 4.2-5.0 µs):
 each recorded layer input that needs a gradient gets its own view."""
-"""Values up to which :meth:`PaddleFramework.to_numpy` takes paddle's own copy."""
 _DROPOUT_NAMES = {"Dropout", "Dropout2D", "Dropout3D", "AlphaDropout", "FeatureAlphaDropout"}
 
 

@@ -132,8 +132,9 @@ def _backward_events(
 
 
 def _backward_parents(depths: list[int]) -> list[int | None]:
-    """The order of each backward event's enclosing layer's event (:func:`~nbdiff.trace.calls.link_backward_parents`,
-    read from the depths before the events are made: no event made twice)."""
+    """The order of each backward event's enclosing layer's event, read from the events' depths before they
+    are made (no event made twice). Backward order is reversed pre-order, so walking it from the end is
+    pre-order: the enclosing layer is the nearest event met before of smaller depth."""
     parents: list[int | None] = [None] * len(depths)
     ancestors: list[int] = []
     for i in range(len(depths) - 1, -1, -1):  # backward order reversed is pre-order

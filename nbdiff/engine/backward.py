@@ -8,10 +8,11 @@ from collections.abc import Callable, Iterable
 
 from nbdiff.align.fused import fuse_events
 from nbdiff.align.pairing import Pair, Pairing
-from nbdiff.engine.forward import at_least_as_loose, tensor_diffs
-from nbdiff.engine.replay import array_magnitude, largest_shape, param_grad_hint
+from nbdiff.engine.forward import add_tensor_diffs, at_least_as_loose
+from nbdiff.engine.replay import array_magnitude, largest_shape, param_grad_hint, read_magnitudes
 from nbdiff.engine.types import StepRecord, TolFn
 from nbdiff.judge.blame import EventDiff
+from nbdiff.judge.bulk import Comparisons
 from nbdiff.trace.events import Event, TensorRecord
 
 __all__ = ["GradsOf", "backward_diffs", "record_magnitude"]
@@ -51,23 +52,27 @@ def backward_diffs(
     raw_groups = [g for g in pairing.fused if g.side == "raw"]
     bb = {(e.path, e.call): e for e in fuse_events(brec.backward, base_groups, backward=True)}
     rb = {(e.path, e.call): e for e in fuse_events(rrec.backward, raw_groups, backward=True)}
-    diffs = []
+    batch, spans = Comparisons(mode), []
     cache: Cache = {}  # a layer's input gradient is often the next one's output's
     arriving = 0.0  # largest gradient arriving at any layer so far, in backward order
+    found = []
     for p in sorted(pairing.pairs, key=lambda p: -p.base.order):
         b, r = bb.get((p.base.path, p.base.call)), rb.get((p.raw.path, p.raw.call))
-        if b is None or r is None:
-            continue
-        raw_params, base_params = grads_of(p, b, r)
+        if b is not None and r is not None:
+            found.append((p, b, r, *grads_of(p, b, r)))
+    records = (t for _, b, _, _, params in found for t in (*b.outputs, *b.inputs, *params.values()))
+    read_magnitudes((t.value for t in records if t.value is not None), cache)
+    for p, b, r, raw_params, base_params in found:
         # A gradient is computed from the ones arriving before it: a sum of such terms that
         # cancels to ~0 (everything in front of a final LayerNorm under a mean loss) rounds
         # relative to them, not to itself.
         arriving = max(arriving, record_magnitude(b.outputs, cache))
         hint = max(arriving, record_magnitude(b.inputs, cache), record_magnitude(base_params.values(), cache))
+        start = len(batch)
         # Handed as many tensors: the gradients leaving them compare one by one. paddle's attention takes
         # (h, h, h) where GPT-2's takes h once: each of its input gradients is a part of the other's.
-        handed_alike = _floats(p.base.inputs) == _floats(p.raw.inputs)
-        tensors = tensor_diffs(r.inputs, b.inputs, tol, mode, hint, hint_covers=True) if handed_alike else []
+        if _floats(p.base.inputs) == _floats(p.raw.inputs):
+            add_tensor_diffs(batch, r.inputs, b.inputs, tol, hint, hint_covers=True)
         # Parameter gradients arrive as arrays (bf16 as float32): judge them at the layer's gradients' dtype.
         gtol = at_least_as_loose(tol, [t.dtype for e in (b, r) for t in (*e.inputs, *e.outputs)])
         out_shape = largest_shape(b.outputs)
@@ -75,8 +80,12 @@ def backward_diffs(
             bt = base_params.get(rt.name)
             if bt is not None:
                 scale = param_grad_hint(hint, tuple(rt.shape), out_shape)
-                tensors += tensor_diffs((rt,), (bt,), gtol, mode, scale, hint_covers=True)
-        diffs.append(EventDiff(b, r, tuple(tensors)))
+                add_tensor_diffs(batch, (rt,), (bt,), gtol, scale, hint_covers=True)
+        spans.append((b, r, start, len(batch)))
+    made = batch.made()
+    diffs = []
+    for b, r, start, end in spans:
+        diffs.append(EventDiff(b, r, tuple(made[start:end])))
         read(b, r)
     return sorted(diffs, key=lambda d: d.base.order)
 

@@ -17,11 +17,13 @@ from nbdiff.align.received import received_pairs
 from nbdiff.engine.replay import magnitude
 from nbdiff.engine.types import StepRecord, TolFn
 from nbdiff.judge.blame import EventDiff, post_order
-from nbdiff.judge.metrics import BY_STATISTICS, TensorDiff, compare_statistics, compare_tensors
+from nbdiff.judge.bulk import Comparisons
+from nbdiff.judge.by_statistics import BY_STATISTICS, compare_statistics
+from nbdiff.judge.metrics import TensorDiff, compare_tensors
 from nbdiff.judge.tolerance import Tolerance, loosest
 from nbdiff.trace.events import Event, Kind, TensorRecord
 
-__all__ = ["tensor_diffs", "by_statistics", "forward_diffs", "api_local", "at_least_as_loose"]
+__all__ = ["tensor_diffs", "add_tensor_diffs", "by_statistics", "forward_diffs", "api_local", "at_least_as_loose"]
 
 
 def tensor_diffs(
@@ -34,21 +36,32 @@ def tensor_diffs(
 ) -> list[TensorDiff]:
     """Compare tensors paired by name (else position); ``hint_covers``: ``scale_hint`` is at least
     every base tensor's largest magnitude (see :func:`compare_tensors`)."""
+    batch = Comparisons(mode)
+    add_tensor_diffs(batch, raw, base, tol, scale_hint, hint_covers)
+    return batch.made()
+
+
+def add_tensor_diffs(
+    batch: Comparisons,
+    raw: Sequence[TensorRecord],
+    base: Sequence[TensorRecord],
+    tol: Callable[[str, str], Tolerance],
+    scale_hint: float = 0.0,
+    hint_covers: bool = False,
+) -> None:
+    """:func:`tensor_diffs`, added to ``batch``: a step's comparisons are decided together."""
     by_name = {t.name: t for t in base}
-    out = []
     for i, r in enumerate(raw):
         b = by_name.get(r.name) or (base[i] if i < len(base) else None)
         if b is None:
             continue
         if r.value is not None and b.value is not None:
             # Recorded values are copies nothing writes again: passing ones get their metrics lazily.
-            tolerance = tol(b.dtype, r.dtype)
-            out.append(compare_tensors(r.name, r.value, b.value, tolerance, mode, scale_hint, True, hint_covers))
+            batch.add(r.name, r.value, b.value, tol(b.dtype, r.dtype), scale_hint, hint_covers)
         elif r.stats is not None and b.stats is not None:  # statistics-only dumps
-            tolerance = tol(b.dtype, r.dtype)
+            tolerance, mode = tol(b.dtype, r.dtype), batch.mode
             found = compare_statistics(r.name, r.stats, b.stats, tolerance, mode, b.shape, r.shape, scale_hint)
-            out.append(_with_sample(found, r, b, tolerance, mode, scale_hint))
-    return out
+            batch.put(_with_sample(found, r, b, tolerance, mode, scale_hint))
 
 
 def _with_sample(
@@ -84,9 +97,15 @@ def forward_diffs(
     """``read(base, raw)`` is told each pair of events once its outputs were compared."""
     pairs = [(p.base, p.raw) for p in pairing.pairs] + api_pairs(pairing, brec.forward, rrec.forward)
     pairs = under_paired_ancestors(pairs, brec.forward)
-    diffs = []
+    batch, spans = Comparisons(mode), []
     for b, r in pairs:
-        diffs.append(EventDiff(b, r, tuple(tensor_diffs(r.outputs, b.outputs, _input_tol(tol, b, r), mode))))
+        start = len(batch)
+        add_tensor_diffs(batch, r.outputs, b.outputs, _input_tol(tol, b, r))
+        spans.append((b, r, start, len(batch)))
+    made = batch.made()
+    diffs = []
+    for b, r, start, end in spans:
+        diffs.append(EventDiff(b, r, tuple(made[start:end])))
         read(b, r)
     diffs = _given_diffs(diffs, tol, mode)
     ordered = _input_diffs(pairing, tol, mode) + post_order(diffs)

@@ -8,6 +8,7 @@ gradients. Running state (BatchNorm statistics) is restored after every replay.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import replace
 from typing import Any
 
@@ -17,6 +18,7 @@ from nbdiff.align.received import received_pairs
 from nbdiff.engine.types import TolFn
 from nbdiff.frameworks import Framework
 from nbdiff.frameworks.interrupts import interrupts_deferred
+from nbdiff.judge.bulk import largest_magnitudes
 from nbdiff.judge.metrics import TensorDiff, compare_tensors
 from nbdiff.judge.tolerance import summed_terms
 from nbdiff.trace.calls import input_name
@@ -70,6 +72,15 @@ def array_magnitude(a: np.ndarray, cache: dict[int, tuple[np.ndarray, float]] | 
     if cache is not None:
         cache[id(a)] = (a, m)
     return m
+
+
+def read_magnitudes(arrays: Iterable[np.ndarray], cache: dict[int, tuple[np.ndarray, float]]) -> None:
+    """Each array's :func:`array_magnitude` put in ``cache``, read in one pass over them all (a step's
+    gradients: one small numpy call each otherwise); those it leaves out are read alone when asked."""
+    todo = list({id(a): a for a in arrays if id(a) not in cache}.values())
+    for a, m in zip(todo, largest_magnitudes(todo)):
+        if m is not None:
+            cache[id(a)] = (a, m)
 
 
 def largest_shape(records: tuple[TensorRecord, ...]) -> tuple[int, ...]:

@@ -9,13 +9,14 @@ from typing import Any
 import numpy as np
 
 from nbdiff.align.fused import FusedLayers
-from nbdiff.engine.forward import tensor_diffs
+from nbdiff.engine.forward import add_tensor_diffs
 from nbdiff.engine.layouts import converted_records, records_of
-from nbdiff.engine.replay import array_magnitude
+from nbdiff.engine.replay import array_magnitude, read_magnitudes
 from nbdiff.engine.types import Snapshot, TolFn
 from nbdiff.errors import WeightTransferError
 from nbdiff.frameworks import Framework
 from nbdiff.judge.blame import Divergence, EventDiff
+from nbdiff.judge.bulk import Comparisons
 from nbdiff.judge.metrics import TensorDiff, compare_tensors
 from nbdiff.judge.tolerance import Tolerance
 from nbdiff.trace.events import Event, Kind, Phase, TensorRecord
@@ -172,11 +173,13 @@ def snapshot_updates(
     """What each side's optimizer changed (after minus before), per plan; ``into_before``: written over
     ``before``'s arrays, which the caller no longer reads; ``stacks``: where each side's optimizer stepped."""
     out = {}
+    magnitudes: dict[int, tuple[np.ndarray, float]] = {}
+    read_magnitudes((a for key in plans for a in after[1].get(key, {}).values()), magnitudes)
     for order, (key, plan) in enumerate(plans.items()):
         bd = {n: _difference(after[0][key][n], before[0][key][n], into_before) for n in after[0][key]}
         rd = {n: _difference(after[1][key][n], before[1][key][n], into_before) for n in after[1][key]}
         if bd and rd:
-            scale = max((array_magnitude(v) for v in after[1][key].values()), default=0.0)
+            scale = max((array_magnitude(v, magnitudes) for v in after[1][key].values()), default=0.0)
             base, raw = param_events(step, Phase.OPTIMIZER, order, plan, bd, rd, stacks)
             out[key] = Updates(base, raw, scale)
     return out
@@ -192,8 +195,7 @@ def update_diffs(
     """Each planned layer's updates compared in raw's layout. ``grads``: how far apart the gradients
     each optimizer was given were, when they were not the same (``watch``, ``compare``); asked for
     only when an update fails."""
-    diffs = []
-    spread: GradientSpread | None = None
+    batch, spans = Comparisons(mode), []
     for key, plan in plans.items():
         u = updates.get(key)
         if u is None or not u.base.outputs or not u.raw.outputs:
@@ -203,7 +205,14 @@ def update_diffs(
             return update_tolerance(tol, a, b, _scale)
 
         base = converted_records(plan, u.base.outputs)
-        tensors = tensor_diffs(u.raw.outputs, base, update_tol, mode)
+        start = len(batch)
+        add_tensor_diffs(batch, u.raw.outputs, base, update_tol)
+        spans.append((key, u, base, start, len(batch)))
+    made = batch.made()
+    diffs = []
+    spread: GradientSpread | None = None
+    for key, u, base, start, end in spans:
+        tensors = made[start:end]
         if grads is not None and not all(t.passed for t in tensors):
             spread = spread if spread is not None else grads()  # once per call, only when something fails
             tensors = discount_updates(tensors, _values(base), _values(u.raw.outputs), spread.of(key), mode)

@@ -1,0 +1,167 @@
+"""A step's tensor comparisons made together: gathered first, then decided in a few numpy passes over
+all of them, where each alone would be a dozen small numpy calls and Python around each.
+
+What comes out is what :func:`~nbdiff.judge.metrics.compare_tensors` (``lazy=True``) gives for each
+pair, field for field: the passes decide the two outcomes that need no more than ``max |a - b|`` and
+``max |b|`` (bit-identical; every difference within ``atol``), the maxima are exact whatever order they
+are taken in, and any other pair (a difference beyond ``atol``, NaN/Inf, shapes or dtypes apart, a
+scalar, a large tensor, another mode) is compared alone, as before.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import NamedTuple
+
+import numpy as np
+
+from nbdiff.judge.metrics import (
+    FRESH_MAX,
+    TINY,
+    TensorDiff,
+    compare_tensors,
+    identical,
+    passed_lazily,
+)
+from nbdiff.judge.tolerance import Tolerance
+
+__all__ = ["Comparisons", "largest_magnitudes"]
+
+_AT_ONCE = 8
+"""Fewer pairs than this are compared one by one: the passes' own cost is not made back."""
+_CHUNK = 1 << 20
+"""Elements per side decided in one pass: what the passes hold beside the records stays a few MiB."""
+_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
+
+
+class _Pair(NamedTuple):
+    name: str
+    raw: np.ndarray
+    base: np.ndarray
+    tol: Tolerance
+    scale_hint: float
+    hint_covers: bool
+
+
+class Comparisons:
+    """Tensor pairs :meth:`add`-ed (or comparisons :meth:`put` as made elsewhere), all decided by
+    :meth:`made`, in the order given."""
+
+    def __init__(self, mode: str) -> None:
+        self.mode = mode
+        self._pairs: list[_Pair | TensorDiff] = []
+
+    def __len__(self) -> int:
+        return len(self._pairs)
+
+    def add(
+        self, name: str, raw: np.ndarray, base: np.ndarray, tol: Tolerance, scale_hint: float = 0.0,
+        hint_covers: bool = False,
+    ) -> None:  # fmt: skip
+        """``raw`` against ``base`` as ``compare_tensors(..., lazy=True)`` would compare them."""
+        self._pairs.append(_Pair(name, raw, base, tol, scale_hint, hint_covers))
+
+    def put(self, made: TensorDiff) -> None:
+        """A comparison made otherwise (by statistics), in its place among the rest."""
+        self._pairs.append(made)
+
+    def made(self) -> list[TensorDiff]:
+        """Every comparison, in the order added."""
+        pairs, self._pairs = self._pairs, []
+        out: list[TensorDiff | None] = [p if isinstance(p, TensorDiff) else None for p in pairs]
+        together: dict[np.dtype, list[int]] = {}
+        if self.mode == "strict" and len(pairs) >= _AT_ONCE:
+            for i, p in enumerate(pairs):
+                if isinstance(p, _Pair) and _alike(p.raw, p.base):
+                    together.setdefault(p.raw.dtype, []).append(i)
+        sizes = [p.raw.size if isinstance(p, _Pair) else 0 for p in pairs]
+        for indices in together.values():
+            for chunk in _chunks(indices, sizes):
+                _decide(chunk, pairs, out)
+        for i, p in enumerate(pairs):
+            if out[i] is None:
+                assert isinstance(p, _Pair)
+                out[i] = compare_tensors(p.name, p.raw, p.base, p.tol, self.mode, p.scale_hint, True, p.hint_covers)
+        return out  # type: ignore[return-value]
+
+
+def _alike(raw: np.ndarray, base: np.ndarray) -> bool:
+    """Whether a pair can be decided with the rest: one float dtype, one shape, at least one axis, not empty,
+    small enough to be compared alone in fresh arrays (as :func:`compare_tensors` would)."""
+    return (
+        raw.dtype == base.dtype
+        and raw.dtype in _DTYPES
+        and raw.shape == base.shape
+        and raw.ndim > 0
+        and 0 < raw.size <= FRESH_MAX
+    )
+
+
+def _starts(arrays: list[np.ndarray]) -> np.ndarray:
+    """Where each array begins in their concatenation."""
+    starts = np.zeros(len(arrays), dtype=np.intp)
+    np.cumsum([a.size for a in arrays[:-1]], out=starts[1:])
+    return starts
+
+
+def _chunks(indices: list[int], sizes: list[int]) -> list[list[int]]:
+    """``indices`` cut into runs of at most :data:`_CHUNK` elements (``sizes[i]`` each), or of one."""
+    out: list[list[int]] = [[]]
+    size = 0
+    for i in indices:
+        n = sizes[i]
+        if size + n > _CHUNK and out[-1]:
+            out.append([])
+            size = 0
+        out[-1].append(i)
+        size += n
+    return out
+
+
+def _decide(indices: list[int], pairs: list, out: list[TensorDiff | None]) -> None:
+    """The pairs at ``indices`` (one dtype) that are bit-identical or within ``atol`` everywhere, decided;
+    the rest left ``None`` for :func:`compare_tensors`."""
+    chosen = [pairs[i] for i in indices]
+    a = np.concatenate([p.raw.reshape(-1) for p in chosen])
+    b = np.concatenate([p.base.reshape(-1) for p in chosen])
+    starts = _starts([p.raw for p in chosen])
+    with np.errstate(invalid="ignore"):  # inf - inf: such a pair is compared alone, which says so
+        np.subtract(a, b, out=a)
+    np.abs(a, out=a)
+    worst = np.maximum.reduceat(a, starts).tolist()
+    # max |b| only where a pair's hint does not cover it; read for all in one pass all the same.
+    magnitude = (
+        np.maximum.reduceat(np.abs(b, out=b), starts).tolist() if not all(p.hint_covers for p in chosen) else None
+    )
+    for j, (i, p) in enumerate(zip(indices, chosen)):
+        w = worst[j]
+        shapes = (tuple(p.base.shape), tuple(p.raw.shape))
+        if w == 0.0:
+            out[i] = identical(p.name, shapes, p.tol, "strict", "")
+            continue
+        if not math.isfinite(w):
+            continue  # NaN/Inf: compared alone
+        tol = p.tol
+        scale = p.scale_hint if p.hint_covers else max(magnitude[j], p.scale_hint)  # type: ignore[index]
+        atol = (tol.atol * max(scale, TINY) if tol.scaled else tol.atol) + tol.floor
+        if w <= atol:
+            out[i] = passed_lazily(p.name, shapes, w, tol, "strict", "", p.raw, p.base, atol)
+
+
+def largest_magnitudes(arrays: list[np.ndarray]) -> list[float | None]:
+    """``max |a|`` of each array, read in one pass over all of each dtype; ``None`` for one left to be
+    read alone (holding NaN, empty, not float, large, or too few arrays to gain by it)."""
+    out: list[float | None] = [None] * len(arrays)
+    together: dict[np.dtype, list[int]] = {}
+    if len(arrays) >= _AT_ONCE:
+        for i, a in enumerate(arrays):
+            if a.dtype in _DTYPES and a.ndim > 0 and 0 < a.size <= FRESH_MAX:
+                together.setdefault(a.dtype, []).append(i)
+    for indices in together.values():
+        for chunk in _chunks(indices, [a.size for a in arrays]):
+            chosen = [arrays[i] for i in chunk]
+            flat = np.concatenate([a.reshape(-1) for a in chosen])
+            found = np.maximum.reduceat(np.abs(flat, out=flat), _starts(chosen)).tolist()
+            for i, m in zip(chunk, found):
+                out[i] = m if m == m else None  # NaN: the largest of the rest, read alone
+    return out

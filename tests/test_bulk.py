@@ -1,0 +1,113 @@
+from dataclasses import fields
+
+import numpy as np
+import pytest
+
+from nbdiff.judge import bulk
+from nbdiff.judge.bulk import Comparisons
+from nbdiff.judge.metrics import TensorDiff, compare_tensors
+from nbdiff.judge.tolerance import Tolerance, resolve_tolerance
+
+_SCALED = resolve_tolerance(None, None, "float32")
+_PLAIN = Tolerance(1e-4, 1e-3)
+
+
+def _pairs() -> list[tuple[str, np.ndarray, np.ndarray, Tolerance, float, bool]]:
+    """One of every kind a step's comparisons hold, each kind in both tolerances, with and without hints."""
+    rng = np.random.RandomState(0)
+    out = []
+    for tol in (_SCALED, _PLAIN):
+        for hint, covers in ((0.0, False), (3.0, False), (5.0, True)):
+            b = rng.randn(16, 32).astype("float32")
+            inf = b.copy()
+            inf[0, 0] = np.inf
+            nan = b.copy()
+            nan[1, 2] = np.nan
+            masked = b.copy()
+            masked[0, :3] = -np.inf
+            masked_raw = masked.copy()
+            masked_raw[0, :3] = -1e9
+            tiny = np.zeros((4, 4), "float32")
+            tiny_raw = tiny.copy()
+            tiny_raw[2, 2] = 1e-30
+            out += [
+                ("same", b.copy(), b, tol, hint, covers),
+                ("rounding", b + np.float32(1e-7) * rng.randn(16, 32).astype("float32"), b, tol, hint, covers),
+                ("near", b * np.float32(1 + 2e-5), b, tol, hint, covers),  # beyond atol, maybe within rtol
+                ("off", b + 1.0, b, tol, hint, covers),
+                ("inf alike", inf.copy(), inf, tol, hint, covers),
+                ("inf apart", b.copy(), inf, tol, hint, covers),
+                ("nan", nan.copy(), nan, tol, hint, covers),
+                ("mask", masked_raw, masked, tol, hint, covers),
+                ("zeros", tiny_raw, tiny, tol, hint, covers),
+                ("f64", b.astype("float64") + 1e-9, b.astype("float64"), tol, hint, covers),
+                ("dtypes", b.astype("float64"), b, tol, hint, covers),
+                ("shapes", b[:1], b, tol, hint, covers),
+                ("scalar", np.float32(1.5), np.float32(1.5), tol, hint, covers),
+                ("empty", np.zeros((0, 3), "float32"), np.zeros((0, 3), "float32"), tol, hint, covers),
+                ("ints", np.arange(6), np.arange(6), tol, hint, covers),
+                ("large", np.ones((300, 300), "float32"), np.ones((300, 300), "float32"), tol, hint, covers),
+                ("strided", b.T, b.T.copy(), tol, hint, covers),
+            ]
+    return out
+
+
+def _state(t: TensorDiff) -> dict:
+    """Every field as read (deferred ones computed), and whether they were deferred."""
+    return {"lazy": t.__dict__.get("detail") is not None, **{f.name: getattr(t, f.name) for f in fields(t)}}
+
+
+def _same(x: object, y: object) -> bool:
+    return x == y or (isinstance(x, float) and isinstance(y, float) and np.isnan(x) and np.isnan(y))
+
+
+@pytest.mark.parametrize("chunk", [1 << 20, 600])  # 600: the pairs decided over several passes
+@pytest.mark.parametrize("mode", ["strict", "mean"])
+def test_comparisons_made_together_are_those_made_one_by_one(monkeypatch, chunk, mode):
+    monkeypatch.setattr(bulk, "_CHUNK", chunk)
+    pairs = _pairs()
+    batch = Comparisons(mode)
+    for p in pairs:
+        batch.add(*p)
+    together = batch.made()
+    alone = [compare_tensors(n, r, b, tol, mode, hint, True, covers) for n, r, b, tol, hint, covers in pairs]
+    assert len(together) == len(alone) == len(pairs)
+    for t, a in zip(together, alone):
+        st, sa = _state(t), _state(a)
+        assert st.keys() == sa.keys()
+        for key in st:
+            if key == "detail":
+                continue
+            assert _same(st[key], sa[key]), (t.name, key, st[key], sa[key])
+    assert len(batch) == 0  # made once: the batch is empty again
+
+
+def test_most_pairs_of_a_step_are_decided_together_and_only_the_rest_alone(monkeypatch):
+    alone: list[str] = []
+    real = bulk.compare_tensors
+
+    def counted(name, *args, **kwargs):
+        alone.append(name)
+        return real(name, *args, **kwargs)
+
+    monkeypatch.setattr(bulk, "compare_tensors", counted)
+    batch = Comparisons("strict")
+    rng = np.random.RandomState(1)
+    for i in range(20):
+        b = rng.randn(8, 8).astype("float32")
+        batch.add(f"t{i}", b + (1.0 if i == 7 else 0.0), b, _SCALED)
+    made = batch.made()
+    assert alone == ["t7"]  # the one beyond atol: its full metrics
+    assert [t.passed for t in made] == [i != 7 for i in range(20)]
+
+
+def test_a_comparison_made_elsewhere_keeps_its_place():
+    made_elsewhere = compare_tensors("by stats", np.ones(3, "float32"), np.ones(3, "float32") * 2, _PLAIN)
+    batch = Comparisons("strict")
+    b = np.ones((2, 2), "float32")
+    for i in range(10):
+        batch.add(f"t{i}", b, b, _PLAIN)
+        if i == 4:
+            batch.put(made_elsewhere)
+    names = [t.name for t in batch.made()]
+    assert names == [f"t{i}" for i in range(5)] + ["by stats"] + [f"t{i}" for i in range(5, 10)]

@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterable
 
 from nbdiff.align.fused import fuse_events
 from nbdiff.align.pairing import Pair, Pairing
-from nbdiff.engine.forward import add_tensor_diffs, at_least_as_loose
+from nbdiff.engine.forward import add_tensor_diffs, loose_tols, remembered
 from nbdiff.engine.replay import array_magnitude, largest_shape, param_grad_hint, read_magnitudes
 from nbdiff.engine.types import StepRecord, TolFn
 from nbdiff.judge.blame import EventDiff
@@ -53,6 +53,7 @@ def backward_diffs(
     bb = {(e.path, e.call): e for e in fuse_events(brec.backward, base_groups, backward=True)}
     rb = {(e.path, e.call): e for e in fuse_events(rrec.backward, raw_groups, backward=True)}
     batch, spans = Comparisons(mode), []
+    tol, loose = remembered(tol), loose_tols(tol)
     cache: Cache = {}  # a layer's input gradient is often the next one's output's
     arriving = 0.0  # largest gradient arriving at any layer so far, in backward order
     found = []
@@ -74,7 +75,7 @@ def backward_diffs(
         if _floats(p.base.inputs) == _floats(p.raw.inputs):
             add_tensor_diffs(batch, r.inputs, b.inputs, tol, hint, hint_covers=True)
         # Parameter gradients arrive as arrays (bf16 as float32): judge them at the layer's gradients' dtype.
-        gtol = at_least_as_loose(tol, [t.dtype for e in (b, r) for t in (*e.inputs, *e.outputs)])
+        gtol = loose([t.dtype for e in (b, r) for t in (*e.inputs, *e.outputs)])
         out_shape = largest_shape(b.outputs)
         for rt in raw_params:  # each with its own summed-terms scale
             bt = base_params.get(rt.name)

@@ -23,7 +23,16 @@ from nbdiff.judge.metrics import TensorDiff, compare_tensors
 from nbdiff.judge.tolerance import Tolerance, loosest
 from nbdiff.trace.events import Event, Kind, TensorRecord
 
-__all__ = ["tensor_diffs", "add_tensor_diffs", "by_statistics", "forward_diffs", "api_local", "at_least_as_loose"]
+__all__ = [
+    "tensor_diffs",
+    "add_tensor_diffs",
+    "by_statistics",
+    "forward_diffs",
+    "api_local",
+    "at_least_as_loose",
+    "loose_tols",
+    "remembered",
+]
 
 
 def tensor_diffs(
@@ -97,10 +106,10 @@ def forward_diffs(
     """``read(base, raw)`` is told each pair of events once its outputs were compared."""
     pairs = [(p.base, p.raw) for p in pairing.pairs] + api_pairs(pairing, brec.forward, rrec.forward)
     pairs = under_paired_ancestors(pairs, brec.forward)
-    batch, spans = Comparisons(mode), []
+    batch, spans, loose = Comparisons(mode), [], loose_tols(tol)
     for b, r in pairs:
         start = len(batch)
-        add_tensor_diffs(batch, r.outputs, b.outputs, _input_tol(tol, b, r))
+        add_tensor_diffs(batch, r.outputs, b.outputs, loose([t.dtype for t in b.inputs + r.inputs]))
         spans.append((b, r, start, len(batch)))
     made = batch.made()
     diffs = []
@@ -177,6 +186,34 @@ def _reduction_scale(outputs: list[np.ndarray], tol: TolFn) -> float:
 def _input_tol(tol: TolFn, b: Event, r: Event) -> TolFn:
     """The tolerance of an event's outputs also allows for its inputs' dtype (fp16 in, fp32 out)."""
     return at_least_as_loose(tol, [t.dtype for t in b.inputs + r.inputs])
+
+
+def loose_tols(tol: TolFn) -> Callable[[Sequence[str]], TolFn]:
+    """``at_least_as_loose(tol, dtypes)``, each made once per list of dtypes, its tolerances once per pair
+    of dtypes: a step asks it of every event, and each event of every tensor."""
+    made: dict[tuple[str, ...], TolFn] = {}
+
+    def of(dtypes: Sequence[str]) -> TolFn:
+        key = tuple(dtypes)
+        found = made.get(key)
+        if found is None:
+            found = made[key] = remembered(at_least_as_loose(tol, key))
+        return found
+
+    return of
+
+
+def remembered(tol: TolFn) -> TolFn:
+    """``tol``, asked once per pair of dtypes (a tolerance is a pure function of them)."""
+    known: dict[tuple[str, str], Tolerance] = {}
+
+    def of(a: str, b: str) -> Tolerance:
+        found = known.get((a, b))
+        if found is None:
+            found = known[a, b] = tol(a, b)
+        return found
+
+    return of
 
 
 def at_least_as_loose(tol: TolFn, dtypes: Sequence[str]) -> TolFn:

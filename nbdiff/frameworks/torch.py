@@ -25,6 +25,7 @@ _MODULE = torch.nn.Module
 
 
 _REDUCED = (torch.float32, torch.float64)
+_DTYPE_NAMES: dict[Any, str] = {}  # torch dtype -> its name without "torch."
 _CHUNK = 1 << 20
 """Values :func:`_extremes_and_sums` squares (or takes the magnitude of) at a time."""
 _SCRATCH = threading.local()
@@ -157,7 +158,11 @@ class TorchFramework:
         return param.grad
 
     def dtype_name(self, tensor: Any) -> str:
-        return str(tensor.dtype).replace("torch.", "")
+        dtype = tensor.dtype
+        name = _DTYPE_NAMES.get(dtype)
+        if name is None:  # str(dtype) and a replace, asked of every tensor recorded: 0.45 µs against 0.1
+            name = _DTYPE_NAMES[dtype] = str(dtype).replace("torch.", "")
+        return name
 
     def shape_of(self, tensor: Any) -> tuple[int, ...]:
         if type(tensor) is not torch.Tensor and hasattr(tensor, "to_local"):

@@ -25,7 +25,7 @@ from nbdiff.judge.metrics import (
 )
 from nbdiff.judge.tolerance import Tolerance
 
-__all__ = ["Comparisons", "largest_magnitudes"]
+__all__ = ["Comparisons", "chunks", "largest_magnitudes", "starts"]
 
 _AT_ONCE = 8
 """Fewer pairs than this are compared one by one: the passes' own cost is not made back."""
@@ -76,7 +76,7 @@ class Comparisons:
                     together.setdefault(p.raw.dtype, []).append(i)
         sizes = [p.raw.size if isinstance(p, _Pair) else 0 for p in pairs]
         for indices in together.values():
-            for chunk in _chunks(indices, sizes):
+            for chunk in chunks(indices, sizes):
                 _decide(chunk, pairs, out)
         for i, p in enumerate(pairs):
             if out[i] is None:
@@ -97,14 +97,14 @@ def _alike(raw: np.ndarray, base: np.ndarray) -> bool:
     )
 
 
-def _starts(arrays: list[np.ndarray]) -> np.ndarray:
+def starts(arrays: list[np.ndarray]) -> np.ndarray:
     """Where each array begins in their concatenation."""
-    starts = np.zeros(len(arrays), dtype=np.intp)
-    np.cumsum([a.size for a in arrays[:-1]], out=starts[1:])
-    return starts
+    at = np.zeros(len(arrays), dtype=np.intp)
+    np.cumsum([a.size for a in arrays[:-1]], out=at[1:])
+    return at
 
 
-def _chunks(indices: list[int], sizes: list[int]) -> list[list[int]]:
+def chunks(indices: list[int], sizes: list[int]) -> list[list[int]]:
     """``indices`` cut into runs of at most :data:`_CHUNK` elements (``sizes[i]`` each), or of one."""
     out: list[list[int]] = [[]]
     size = 0
@@ -124,15 +124,13 @@ def _decide(indices: list[int], pairs: list, out: list[TensorDiff | None]) -> No
     chosen = [pairs[i] for i in indices]
     a = np.concatenate([p.raw.reshape(-1) for p in chosen])
     b = np.concatenate([p.base.reshape(-1) for p in chosen])
-    starts = _starts([p.raw for p in chosen])
+    at = starts([p.raw for p in chosen])
     with np.errstate(invalid="ignore"):  # inf - inf: such a pair is compared alone, which says so
         np.subtract(a, b, out=a)
     np.abs(a, out=a)
-    worst = np.maximum.reduceat(a, starts).tolist()
+    worst = np.maximum.reduceat(a, at).tolist()
     # max |b| only where a pair's hint does not cover it; read for all in one pass all the same.
-    magnitude = (
-        np.maximum.reduceat(np.abs(b, out=b), starts).tolist() if not all(p.hint_covers for p in chosen) else None
-    )
+    magnitude = np.maximum.reduceat(np.abs(b, out=b), at).tolist() if not all(p.hint_covers for p in chosen) else None
     for j, (i, p) in enumerate(zip(indices, chosen)):
         w = worst[j]
         shapes = (tuple(p.base.shape), tuple(p.raw.shape))
@@ -158,10 +156,10 @@ def largest_magnitudes(arrays: list[np.ndarray]) -> list[float | None]:
             if a.dtype in _DTYPES and a.ndim > 0 and 0 < a.size <= FRESH_MAX:
                 together.setdefault(a.dtype, []).append(i)
     for indices in together.values():
-        for chunk in _chunks(indices, [a.size for a in arrays]):
+        for chunk in chunks(indices, [a.size for a in arrays]):
             chosen = [arrays[i] for i in chunk]
             flat = np.concatenate([a.reshape(-1) for a in chosen])
-            found = np.maximum.reduceat(np.abs(flat, out=flat), _starts(chosen)).tolist()
+            found = np.maximum.reduceat(np.abs(flat, out=flat), starts(chosen)).tolist()
             for i, m in zip(chunk, found):
                 out[i] = m if m == m else None  # NaN: the largest of the rest, read alone
     return out

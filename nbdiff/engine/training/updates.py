@@ -12,6 +12,7 @@ from nbdiff.align.fused import FusedLayers
 from nbdiff.engine.forward import add_tensor_diffs
 from nbdiff.engine.layouts import converted_records, records_of
 from nbdiff.engine.replay import array_magnitude, read_magnitudes
+from nbdiff.engine.training.spread import Spread, widened, widened_together
 from nbdiff.engine.types import Snapshot, TolFn
 from nbdiff.errors import WeightTransferError
 from nbdiff.frameworks import Framework
@@ -47,11 +48,6 @@ its step either way, so no update there is the optimizer's own difference. A lon
 equivalent CNNs false-alarmed on a convolution bias whose gradients were 1e-9 and 78% apart, and on
 a weight element 24% apart whose updates had opposite signs. Wrong settings show where gradients
 agree (rounding leaves them 1e-6 apart)."""
-Spread = tuple[np.ndarray, np.ndarray, float]
-"""Per element, the largest gradient difference and the largest gradient so far; and the largest
-gradient of the last step folded in (what an update of that step is proportional to, for SGD)."""
-"""Per element, the largest difference between the gradients the two optimizers were given and
-the largest gradient, over the steps so far."""
 
 
 class GradientSpread:
@@ -67,12 +63,19 @@ class GradientSpread:
 
     def fold(self, grads: dict[str, tuple[dict[str, np.ndarray], dict[str, np.ndarray]]]) -> None:
         """The next step: per layer key, base's gradients in raw's layout and raw's, by name."""
+        together: list[tuple[dict[str, Spread | None], str, np.ndarray, np.ndarray, Spread | None]] = []
         for key, (base, raw) in grads.items():
             held = self._by_key.setdefault(key, {})
             for name, bg in base.items():
                 rg = raw.get(name)
                 if rg is not None and (name not in held or held[name] is not None):
-                    held[name] = _widened(held.get(name), bg, rg)
+                    spread = held.get(name)
+                    if widened_together(spread, bg, rg):
+                        together.append((held, name, bg, rg, spread))
+                    else:
+                        held[name] = _widened(spread, bg, rg)
+        for (held, name, *_), spread in zip(together, widened([t[2:] for t in together])):
+            held[name] = spread
         self.steps += 1
 
     def catch_up(

@@ -82,3 +82,17 @@ def test_a_loss_blamed_because_the_outputs_differ_in_number_says_so(extra_on):
     counts = "1 (base) and 2 (raw)" if extra_on == "raw" else "2 (base) and 1 (raw)"
     assert d.base_path == "<loss>" and d.why().startswith(f"the models return {counts} floating outputs")
     assert "pass loss_fns" in result.report()
+
+
+def test_tolerances_made_once_per_list_of_dtypes_are_those_made_each_time():
+    from nbdiff.engine.forward import at_least_as_loose, loose_tols
+    from nbdiff.judge.tolerance import resolve_tolerance
+
+    def tol(a, b):
+        return resolve_tolerance(None, None, a, b)
+
+    loose = loose_tols(tol)
+    for dtypes in (["float32"], ["bfloat16", "float32"], ["float16"], [], ["int64", "float64"], ["float32"]):
+        for a, b in (("float32", "float32"), ("bfloat16", "float32"), ("float64", "float16")):
+            assert loose(dtypes)(a, b) == at_least_as_loose(tol, dtypes)(a, b)
+    assert loose(["float32"]) is loose(["float32"])  # made once

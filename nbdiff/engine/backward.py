@@ -56,14 +56,14 @@ def backward_diffs(
     tol, loose = remembered(tol), loose_tols(tol)
     cache: Cache = {}  # a layer's input gradient is often the next one's output's
     arriving = 0.0  # largest gradient arriving at any layer so far, in backward order
-    found = []
-    for p in sorted(pairing.pairs, key=lambda p: -p.base.order):
-        b, r = bb.get((p.base.path, p.base.call)), rb.get((p.raw.path, p.raw.call))
-        if b is not None and r is not None:
-            found.append((p, b, r, *grads_of(p, b, r)))
-    records = (t for _, b, _, _, params in found for t in (*b.outputs, *b.inputs, *params.values()))
-    read_magnitudes((t.value for t in records if t.value is not None), cache)
-    for p, b, r, raw_params, base_params in found:
+    paired = [(p, bb.get((p.base.path, p.base.call)), rb.get((p.raw.path, p.raw.call))) for p in pairing.pairs]
+    paired = sorted(
+        ((p, b, r) for p, b, r in paired if b is not None and r is not None), key=lambda x: -x[0].base.order
+    )
+    # The recorded gradients' magnitudes in one pass (the parameters' are made per pair below, and let go once compared).
+    read_magnitudes((t.value for _, b, _ in paired for t in (*b.outputs, *b.inputs) if t.value is not None), cache)
+    for p, b, r in paired:
+        raw_params, base_params = grads_of(p, b, r)
         # A gradient is computed from the ones arriving before it: a sum of such terms that
         # cancels to ~0 (everything in front of a final LayerNorm under a mean loss) rounds
         # relative to them, not to itself.
@@ -83,11 +83,9 @@ def backward_diffs(
                 scale = param_grad_hint(hint, tuple(rt.shape), out_shape)
                 add_tensor_diffs(batch, (rt,), (bt,), gtol, scale, hint_covers=True)
         spans.append((b, r, start, len(batch)))
+        batch.when_decided(lambda b=b, r=r: read(b, r))  # type: ignore[misc]
     made = batch.made()
-    diffs = []
-    for b, r, start, end in spans:
-        diffs.append(EventDiff(b, r, tuple(made[start:end])))
-        read(b, r)
+    diffs = [EventDiff(b, r, tuple(made[start:end])) for b, r, start, end in spans]
     return sorted(diffs, key=lambda d: d.base.order)
 
 

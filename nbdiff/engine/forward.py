@@ -111,11 +111,9 @@ def forward_diffs(
         start = len(batch)
         add_tensor_diffs(batch, r.outputs, b.outputs, loose([t.dtype for t in b.inputs + r.inputs]))
         spans.append((b, r, start, len(batch)))
+        batch.when_decided(lambda b=b, r=r: read(b, r))  # type: ignore[misc]
     made = batch.made()
-    diffs = []
-    for b, r, start, end in spans:
-        diffs.append(EventDiff(b, r, tuple(made[start:end])))
-        read(b, r)
+    diffs = [EventDiff(b, r, tuple(made[start:end])) for b, r, start, end in spans]
     diffs = _given_diffs(diffs, tol, mode)
     ordered = _input_diffs(pairing, tol, mode) + post_order(diffs)
     bl = [e for e in brec.forward if e.kind is Kind.LOSS]

@@ -11,6 +11,7 @@ scalar, a large tensor, another mode) is compared alone, as before.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import NamedTuple
 
 import numpy as np
@@ -29,7 +30,7 @@ __all__ = ["Comparisons", "chunks", "largest_magnitudes", "starts"]
 
 _AT_ONCE = 8
 """Fewer pairs than this are compared one by one: the passes' own cost is not made back."""
-_CHUNK = 1 << 20
+_CHUNK = 1 << 16
 """Elements per side decided in one pass: what the passes hold beside the records stays a few MiB."""
 _DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
 
@@ -45,44 +46,65 @@ class _Pair(NamedTuple):
 
 class Comparisons:
     """Tensor pairs :meth:`add`-ed (or comparisons :meth:`put` as made elsewhere), all decided by
-    :meth:`made`, in the order given."""
+    :meth:`made`, in the order given. Pairs are decided as soon as :data:`_CHUNK` elements wait: a pair's
+    arrays are held no longer than that for its comparison (a step's gradients converted to the other
+    side's layout are made for it, and let go once compared unless a lazy comparison keeps them)."""
 
     def __init__(self, mode: str) -> None:
         self.mode = mode
-        self._pairs: list[_Pair | TensorDiff] = []
+        self._made: list[TensorDiff] = []
+        self._waiting: list[_Pair | TensorDiff] = []
+        self._size = 0  # elements waiting
+        self._then: list[Callable[[], None]] = []  # told once what waits now is decided
+
+    def when_decided(self, then: Callable[[], None]) -> None:
+        """``then()`` once every pair added so far is decided (a live recording's pages read for them can go)."""
+        if self._waiting:
+            self._then.append(then)
+        else:
+            then()
 
     def __len__(self) -> int:
-        return len(self._pairs)
+        return len(self._made) + len(self._waiting)
 
     def add(
         self, name: str, raw: np.ndarray, base: np.ndarray, tol: Tolerance, scale_hint: float = 0.0,
         hint_covers: bool = False,
     ) -> None:  # fmt: skip
         """``raw`` against ``base`` as ``compare_tensors(..., lazy=True)`` would compare them."""
-        self._pairs.append(_Pair(name, raw, base, tol, scale_hint, hint_covers))
+        self._waiting.append(_Pair(name, raw, base, tol, scale_hint, hint_covers))
+        self._size += raw.size
+        if self._size >= _CHUNK:
+            self._decide_waiting()
 
     def put(self, made: TensorDiff) -> None:
         """A comparison made otherwise (by statistics), in its place among the rest."""
-        self._pairs.append(made)
+        self._waiting.append(made)
 
     def made(self) -> list[TensorDiff]:
-        """Every comparison, in the order added."""
-        pairs, self._pairs = self._pairs, []
+        """Every comparison, in the order added; the batch is empty again."""
+        self._decide_waiting()
+        made, self._made = self._made, []
+        return made
+
+    def _decide_waiting(self) -> None:
+        pairs, self._waiting, self._size = self._waiting, [], 0
         out: list[TensorDiff | None] = [p if isinstance(p, TensorDiff) else None for p in pairs]
         together: dict[np.dtype, list[int]] = {}
         if self.mode == "strict" and len(pairs) >= _AT_ONCE:
             for i, p in enumerate(pairs):
                 if isinstance(p, _Pair) and _alike(p.raw, p.base):
                     together.setdefault(p.raw.dtype, []).append(i)
-        sizes = [p.raw.size if isinstance(p, _Pair) else 0 for p in pairs]
         for indices in together.values():
-            for chunk in chunks(indices, sizes):
-                _decide(chunk, pairs, out)
+            _decide(indices, pairs, out)
         for i, p in enumerate(pairs):
             if out[i] is None:
                 assert isinstance(p, _Pair)
                 out[i] = compare_tensors(p.name, p.raw, p.base, p.tol, self.mode, p.scale_hint, True, p.hint_covers)
-        return out  # type: ignore[return-value]
+        self._made += out  # type: ignore[arg-type]
+        then, self._then = self._then, []
+        for fn in then:
+            fn()
 
 
 def _alike(raw: np.ndarray, base: np.ndarray) -> bool:

@@ -45,7 +45,7 @@ class Kind(str, Enum):
     """A framework function called by a layer's own code (``F.gelu``, ``x @ w``): API-level tracing."""
 
 
-@dataclass(frozen=True, init=False)
+@dataclass(frozen=True)
 class TensorRecord:
     """One tensor of an event, with its values on the host."""
 
@@ -65,22 +65,6 @@ class TensorRecord:
     sample: np.ndarray | None = field(default=None, repr=False, compare=False)
     """A statistics dump's values at :func:`~nbdiff.trace.stats.sample_positions` of its size
     (activations and their gradients; ``None`` elsewhere and where the values were kept)."""
-
-    def __init__(
-        self,
-        name: str,
-        shape: tuple[int, ...],
-        dtype: str,
-        value: np.ndarray | None,
-        stats: Stats | None = None,
-        layout: str = "",
-        sample: np.ndarray | None = None,
-    ) -> None:
-        # Into the instance's dict at once: the frozen dataclass's own __init__ sets each field through
-        # object.__setattr__ (1.3 µs against 0.5), and a step makes several records per layer call.
-        self.__dict__.update(
-            name=name, shape=shape, dtype=dtype, value=value, stats=stats, layout=layout, sample=sample
-        )
 
     @property
     def data(self) -> np.ndarray:

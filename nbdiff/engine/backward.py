@@ -5,6 +5,7 @@ parameter gradients come from is the caller's (:data:`GradsOf`)."""
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from functools import partial
 
 from nbdiff.align.fused import fuse_events
 from nbdiff.align.pairing import Pair, Pairing
@@ -83,7 +84,7 @@ def backward_diffs(
                 scale = param_grad_hint(hint, tuple(rt.shape), out_shape)
                 add_tensor_diffs(batch, (rt,), (bt,), gtol, scale, hint_covers=True)
         spans.append((b, r, start, len(batch)))
-        batch.when_decided(lambda b=b, r=r: read(b, r))  # type: ignore[misc]
+        batch.when_decided(partial(read, b, r))
     made = batch.made()
     diffs = [EventDiff(b, r, tuple(made[start:end])) for b, r, start, end in spans]
     return sorted(diffs, key=lambda d: d.base.order)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import replace
+from functools import partial
 
 import numpy as np
 
@@ -111,7 +112,7 @@ def forward_diffs(
         start = len(batch)
         add_tensor_diffs(batch, r.outputs, b.outputs, loose([t.dtype for t in b.inputs + r.inputs]))
         spans.append((b, r, start, len(batch)))
-        batch.when_decided(lambda b=b, r=r: read(b, r))  # type: ignore[misc]
+        batch.when_decided(partial(read, b, r))
     made = batch.made()
     diffs = [EventDiff(b, r, tuple(made[start:end])) for b, r, start, end in spans]
     diffs = _given_diffs(diffs, tol, mode)

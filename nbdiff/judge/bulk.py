@@ -81,6 +81,10 @@ class Comparisons:
         """A comparison made otherwise (by statistics), in its place among the rest."""
         self._waiting.append(made)
 
+    def decided(self, start: int, end: int) -> list[TensorDiff]:
+        """The comparisons added from ``start`` to ``end``, once decided (in :meth:`when_decided`'s calls)."""
+        return self._made[start:end]
+
     def made(self) -> list[TensorDiff]:
         """Every comparison, in the order added; the batch is empty again."""
         self._decide_waiting()

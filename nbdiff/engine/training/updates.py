@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -198,7 +199,17 @@ def update_diffs(
     """Each planned layer's updates compared in raw's layout. ``grads``: how far apart the gradients
     each optimizer was given were, when they were not the same (``watch``, ``compare``); asked for
     only when an update fails."""
-    batch, spans = Comparisons(mode), []
+    batch, diffs = Comparisons(mode), []
+    spread: list[GradientSpread] = []  # asked for once, only when something fails
+
+    def finish(key: str, u: Updates, base: tuple[TensorRecord, ...], start: int, end: int) -> None:
+        tensors = batch.decided(start, end)
+        if grads is not None and not all(t.passed for t in tensors):
+            if not spread:
+                spread.append(grads())
+            tensors = discount_updates(tensors, _values(base), _values(u.raw.outputs), spread[0].of(key), mode)
+        diffs.append(EventDiff(u.base, u.raw, tuple(tensors)))
+
     for key, plan in plans.items():
         u = updates.get(key)
         if u is None or not u.base.outputs or not u.raw.outputs:
@@ -207,19 +218,11 @@ def update_diffs(
         def update_tol(a: str, b: str, _scale: float = u.weight_scale) -> Tolerance:
             return update_tolerance(tol, a, b, _scale)
 
-        base = converted_records(plan, u.base.outputs)
+        base = converted_records(plan, u.base.outputs)  # weight-sized: held only until compared
         start = len(batch)
         add_tensor_diffs(batch, u.raw.outputs, base, update_tol)
-        spans.append((key, u, base, start, len(batch)))
-    made = batch.made()
-    diffs = []
-    spread: GradientSpread | None = None
-    for key, u, base, start, end in spans:
-        tensors = made[start:end]
-        if grads is not None and not all(t.passed for t in tensors):
-            spread = spread if spread is not None else grads()  # once per call, only when something fails
-            tensors = discount_updates(tensors, _values(base), _values(u.raw.outputs), spread.of(key), mode)
-        diffs.append(EventDiff(u.base, u.raw, tuple(tensors)))
+        batch.when_decided(partial(finish, key, u, base, start, len(batch)))
+    batch.made()
     return diffs
 
 

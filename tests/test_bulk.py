@@ -171,3 +171,61 @@ def test_a_step_lets_go_of_the_pages_it_read_as_it_compares_not_at_its_end(monke
     # each pass's end, a read would be followed by an add once per pass.
     assert log.count("read") >= 24
     assert sum(a == "read" and b == "add" for a, b in zip(log, log[1:])) >= 12
+
+
+def _answers(result) -> tuple:
+    """Everything a user reads of a result: its report, the step chart's rows, the first divergence."""
+    d = result.first_divergence
+    where = None if d is None else (d.phase.value, d.base_path, d.where, d.step, repr(d.local_error))
+    return result.report(), result.step_errors(), where
+
+
+@pytest.mark.parametrize("case", [("mlp", None), ("cnn", "eps"), ("mlp", "backward"), ("transformer", "act")])
+def test_a_check_answers_the_same_with_its_comparisons_made_together_or_one_by_one(monkeypatch, case):
+    import paddle
+    import torch
+
+    import nbdiff
+    from tests.fault_suite.models import BUILDERS, inputs
+
+    kind, bug = case
+    answers = []
+    for at_once in (bulk._AT_ONCE, 10**9):  # 10**9: every pair compared alone, as before
+        monkeypatch.setattr(bulk, "_AT_ONCE", at_once)
+        torch.manual_seed(0)
+        paddle.seed(0)
+        base, raw = BUILDERS[kind]("torch"), BUILDERS[kind]("paddle", bug) if bug else BUILDERS[kind]("paddle")
+        answers.append(_answers(nbdiff.auto_diff(base, raw, inputs(kind))))
+    assert answers[0] == answers[1]
+
+
+def test_a_watched_loop_answers_the_same_with_its_comparisons_made_together_or_one_by_one(monkeypatch):
+    # Several steps: updates and the gradient spreads too, with a learning rate apart on one layer.
+    import paddle
+    import torch
+
+    import nbdiff
+    from tests.fault_suite.models import BUILDERS, inputs
+
+    x = inputs("mlp")
+    answers = []
+    for at_once in (bulk._AT_ONCE, 10**9):
+        monkeypatch.setattr(bulk, "_AT_ONCE", at_once)
+        torch.manual_seed(0)
+        paddle.seed(0)
+        base, raw = BUILDERS["mlp"]("torch"), BUILDERS["mlp"]("paddle")
+        topt = torch.optim.SGD(base.parameters(), lr=0.1)
+        rest = [p for n, p in raw.named_parameters() if not n.startswith("fc2.")]
+        groups = [{"params": raw.fc2.parameters(), "learning_rate": 1.5}, {"params": rest}]
+        popt = paddle.optimizer.SGD(learning_rate=0.1, parameters=groups)
+        with nbdiff.watch(base, raw) as w:
+            for _ in range(4):
+                base(torch.tensor(x)).square().mean().backward()
+                topt.step()
+                topt.zero_grad()
+                raw(paddle.to_tensor(x)).square().mean().backward()
+                popt.step()
+                popt.clear_grad()
+        answers.append(_answers(w.result))
+    assert answers[0][2] is not None and answers[0][2][0] == "optimizer"
+    assert answers[0] == answers[1]

@@ -296,3 +296,39 @@ def test_a_layer_that_cannot_be_rebuilt_is_judged_against_base_run_on_its_data(t
     found = {(f.phase.value, f.base_path): f.local_by for f in result.findings}
     assert found.get(("forward", "3")) == "recomputed" and found.get(("backward", "1")) == "recomputed", result.report()
     assert "base's layer recomputed from the dump and run on the raw side's inputs" in result.report()
+
+
+@pytest.mark.parametrize("base_fw,raw_fw", BOTH[:1])
+def test_a_rebuilt_layers_backward_judges_rounding_at_the_gradients_arriving_as_a_replay_does(
+    tmp_path, monkeypatch, user_layers, base_fw, raw_fw
+):
+    # A long recorded torch/paddle run false-alarmed on GELU at step 248: its rebuilt backward was judged
+    # relative to its own input gradient only, which GELU's slope (near 0 around -0.75) can make far smaller
+    # than the gradient arriving, whose rounding it carries. auto_diff's replay judges it at the arriving one.
+    from nbdiff.engine.recorded.comparer import RecordedComparer
+    from nbdiff.engine.replay import magnitude
+
+    a, b = _scaled_dumps(tmp_path, user_layers, base_fw, raw_fw, raw_scales=(1.05,), kind="GradTanh")
+    hints: list[tuple[float, float]] = []
+    real = RecordedComparer._rebuilt_backward
+
+    def measured(self, d, bf, rf):
+        compare = self._compare
+        arriving = magnitude([t.value for t in d.base.outputs if t.value is not None])
+
+        def noted(got, like, scale_hint=0.0):
+            hints.append((scale_hint, arriving))
+            return compare(got, like, scale_hint)
+
+        monkeypatch.setattr(self, "_compare", noted)
+        try:
+            return real(self, d, bf, rf)
+        finally:
+            monkeypatch.setattr(self, "_compare", compare)
+
+    monkeypatch.setattr(RecordedComparer, "_rebuilt_backward", measured)
+    d = nbdiff.compare(a, b).first_divergence
+    assert (d.phase.value, d.base_path, d.local_by) == ("backward", "1", "rebuilt")
+    # The rebuilt layer's own check against its recording (hint 0), then its measurement on base's data.
+    assert hints and all(arriving > 0 for _, arriving in hints)
+    assert any(hint >= arriving for hint, arriving in hints)

@@ -254,8 +254,10 @@ class RecordedComparer(StepComparer):
         """Raw's layer rebuilt, run on base's inputs and the gradients arriving at base's outputs."""
         plan = self.plans.get(bf.path)
 
-        def params(base: dict[str, np.ndarray], raw: dict[str, np.ndarray]) -> list[TensorDiff]:
-            return compare_param_grads(base, raw, plan, self.tol, self.mode)
+        def params(
+            base: dict[str, np.ndarray], raw: dict[str, np.ndarray], hint: float, grad_out_shape: tuple[int, ...]
+        ) -> list[TensorDiff]:
+            return compare_param_grads(base, raw, plan, self.tol, self.mode, hint, grad_out_shape)
 
         sides = (bf, d.base), (self.sides[1], rf, d.raw)
         local = rebuilt_local_backward(
@@ -264,7 +266,7 @@ class RecordedComparer(StepComparer):
         if isinstance(local, str) and weightless(d.base, d.raw):
             sides = (rf, d.raw), (self.sides[0], bf, d.base)
             found = rebuilt_local_backward(
-                *sides, self.position, mirrored(self._compare), lambda b, r: [], self._training(bf, self.a)
+                *sides, self.position, mirrored(self._compare), lambda *_: [], self._training(bf, self.a)
             )
             return self._recomputed_as(d, found, local)
         return self._measured(d, local)
@@ -298,8 +300,10 @@ class RecordedComparer(StepComparer):
         self.follow = followed(plans, snap(a0, "base"), snap(ak, "base"), snap(b0, "raw"))
         return drift_note(k, self.follow, snap(bk, "raw"), self.tol)
 
-    def _compare(self, got: list[TensorRecord], like: tuple[TensorRecord, ...]) -> list[TensorDiff]:
-        return tensor_diffs(got, like, self.tol, self.mode)
+    def _compare(
+        self, got: list[TensorRecord], like: tuple[TensorRecord, ...], scale_hint: float = 0.0
+    ) -> list[TensorDiff]:
+        return tensor_diffs(got, like, self.tol, self.mode, scale_hint)
 
     def _training(self, event: Event, dump: RankDump | None = None) -> bool:
         """The mode a layer is rebuilt in (raw's; base's from ``dump``): a BatchNorm's as the dump

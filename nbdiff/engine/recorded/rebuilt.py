@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 
 from nbdiff.engine.backward import record_magnitude
+from nbdiff.engine.replay import largest_shape, magnitude
 from nbdiff.engine.types import Snapshot
 from nbdiff.frameworks import Framework, known_frameworks
 from nbdiff.judge.metrics import TensorDiff
@@ -48,7 +49,10 @@ _HELD = 4
 """Rebuilt layers kept at once."""
 
 Weights = dict[str, dict[str, np.ndarray]]
-Compare = Callable[[list[TensorRecord], tuple[TensorRecord, ...]], list[TensorDiff]]
+Compare = Callable[..., list[TensorDiff]]
+"""``(got, like, scale_hint=0.0)``: records ``got`` against ``like``, rounding judged at least at ``scale_hint``."""
+CompareParams = Callable[[dict[str, np.ndarray], dict[str, np.ndarray], float, tuple[int, ...]], list[TensorDiff]]
+"""``(base's, raw's, scale_hint, grad_out_shape)``: parameter gradients compared (:func:`compare_param_grads`)."""
 
 
 @dataclass
@@ -329,7 +333,7 @@ def rebuilt_local_backward(
     raw: tuple[RebuiltSide, Event, Event],
     k: int,
     compare: Compare,
-    compare_params: Callable[[dict[str, np.ndarray], dict[str, np.ndarray]], list[TensorDiff]],
+    compare_params: CompareParams,
     training: bool,
     weights: dict[str, np.ndarray] | None = None,
 ) -> tuple[TensorDiff, ...] | str:
@@ -361,7 +365,14 @@ def rebuilt_local_backward(
         return measured
     in_grads, params = measured
     base_params = {t.name: t.value for t in bbwd.params if t.value is not None}
-    return tuple(compare(in_grads, bbwd.inputs) + compare_params(base_params, params))
+    # Rounding relative to the gradients arriving, as a live replay judges it (replay.Replayer._grad_diffs): an
+    # activation's input gradient is the arriving one times its slope, which can be far smaller (GELU near -0.75).
+    hint = magnitude(
+        [t.value for t in (*bbwd.outputs, *bbwd.inputs) if t.value is not None] + list(base_params.values())
+    )
+    return tuple(
+        compare(in_grads, bbwd.inputs, hint) + compare_params(base_params, params, hint, largest_shape(bbwd.outputs))
+    )
 
 
 def weightless(base: Event, raw: Event) -> bool:
@@ -371,7 +382,7 @@ def weightless(base: Event, raw: Event) -> bool:
 
 def mirrored(compare: Compare) -> Compare:
     """``compare`` for base's layer run on raw's data: raw's recorded results against its (the reference)."""
-    return lambda got, like: compare(list(like), tuple(got))
+    return lambda got, like, scale_hint=0.0: compare(list(like), tuple(got), scale_hint)
 
 
 def plan_snapshot(weights: Weights, plans: dict[str, LayerWeights], side: str) -> Snapshot:

@@ -18,8 +18,8 @@ import numpy as np
 
 from nbdiff.judge.metrics import (
     FRESH_MAX,
-    TINY,
     TensorDiff,
+    absolute_tolerance,
     compare_tensors,
     identical,
     passed_lazily,
@@ -165,11 +165,10 @@ def _decide(indices: list[int], pairs: list, out: list[TensorDiff | None]) -> No
             continue
         if not math.isfinite(w):
             continue  # NaN/Inf: compared alone
-        tol = p.tol
         scale = p.scale_hint if p.hint_covers else max(magnitude[j], p.scale_hint)  # type: ignore[index]
-        atol = (tol.atol * max(scale, TINY) if tol.scaled else tol.atol) + tol.floor
+        atol = absolute_tolerance(p.tol, scale)
         if w <= atol:
-            out[i] = passed_lazily(p.name, shapes, w, tol, "strict", "", p.raw, p.base, atol)
+            out[i] = passed_lazily(p.name, shapes, w, p.tol, "strict", "", p.raw, p.base, atol)
 
 
 def largest_magnitudes(arrays: list[np.ndarray]) -> list[float | None]:

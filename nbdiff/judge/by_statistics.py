@@ -7,7 +7,7 @@ import math
 
 import numpy as np
 
-from nbdiff.judge.metrics import TINY, TensorDiff
+from nbdiff.judge.metrics import TINY, TensorDiff, absolute_tolerance
 from nbdiff.judge.shapes import broadcast_shape, positions_cut
 from nbdiff.judge.tolerance import Tolerance
 from nbdiff.trace.stats import Stats
@@ -41,8 +41,7 @@ def compare_statistics(
     elif mode == "abs_mean":
         b, r = b[4:5], r[4:5]
     d = np.abs(r - b)
-    scale = max(abs(base.min), abs(base.max), scale_hint, TINY)
-    atol = (tol.atol * scale if tol.scaled else tol.atol) + tol.floor
+    atol = absolute_tolerance(tol, max(abs(base.min), abs(base.max), scale_hint))
     allowed = np.maximum(atol + tol.rtol * np.abs(b), TINY)
     ratio = float(np.max(d / allowed)) if d.size else 0.0
     note = BY_STATISTICS
